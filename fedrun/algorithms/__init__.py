@@ -1,0 +1,1 @@
+"""Federated algorithms: one module per method, each overriding only what differs from FedAvg."""

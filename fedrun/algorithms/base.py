@@ -1,0 +1,155 @@
+"""The algorithm contract (DESIGN.md): pure functions over parameter dicts that every engine can run.
+
+An algorithm never sees the engine. It supplies server/client state, what is broadcast, the local
+objective and step, what a client uploads, and how the server aggregates. Every hook takes and returns
+tensor dicts, so the sequential engine can loop over clients and the vectorised engine can ``vmap`` the
+same client step over a stacked cohort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from fedrun.config import FLConfig
+from fedrun.models.base import FunctionalModel
+from fedrun.tree import Tensors, Tree, tree_map, weighted_mean
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass
+class AlgoParams:
+    """Hyperparameters shared by every method (``algorithm.*``); methods subclass this."""
+
+
+class ClientContext(NamedTuple):
+    """What a client sees while training: all tensors or tensor dicts, so it stacks for ``vmap``.
+
+    ``global_params`` is w^t as broadcast, ``extras`` what :meth:`Algorithm.broadcast` sent with it,
+    ``state`` this client's persistent state, ``lr`` this round's local learning rate.
+    """
+
+    global_params: Tensors
+    extras: Tree
+    state: Tree
+    lr: float | torch.Tensor
+
+
+class RoundInfo(NamedTuple):
+    """What the server knows when aggregating round ``round``.
+
+    ``clients`` are the cohort's ids, ``sizes`` their training-set sizes, ``steps`` the local steps each
+    took (all shape [m]); ``n_clients`` is N, the number of all clients.
+    """
+
+    round: int
+    n_clients: int
+    clients: torch.Tensor
+    sizes: torch.Tensor
+    steps: torch.Tensor
+    lr: float
+
+
+def sgd_step(
+    params: Tensors,
+    grads: Tensors,
+    buf: Tensors | None,
+    lr: float | torch.Tensor,
+    momentum: float,
+    weight_decay: float,
+    grad_clip: float | None,
+) -> tuple[Tensors, Tensors | None]:
+    """One step of torch.optim.SGD semantics, functionally: clip(g), g += wd*w, b = mu*b + g, w -= lr*b.
+
+    The clip rescales the whole gradient to global norm <= ``grad_clip`` (as ``clip_grad_norm_`` before
+    ``optimizer.step()``); a zero-initialised buffer reproduces SGD's first-step ``b = g``.
+    """
+    if grad_clip is not None:
+        total = torch.sqrt(sum(g.pow(2).sum() for g in grads.values()))
+        factor = torch.clamp(grad_clip / (total + 1e-6), max=1.0)
+        grads = {k: g * factor for k, g in grads.items()}
+    if weight_decay:
+        grads = {k: g + weight_decay * params[k] for k, g in grads.items()}
+    if momentum and buf is not None:
+        buf = {k: momentum * buf[k] + g for k, g in grads.items()}
+        grads = buf
+    return {k: params[k] - lr * grads[k] for k in params}, buf
+
+
+class Algorithm:
+    """FedAvg (McMahan et al. 2017), and the base every method overrides.
+
+    Clients minimise their empirical loss with local SGD from w^t; the server sets
+    w^{t+1} = sum_{i in S} p_i w_i with p_i from ``fl.weighting`` (size: n_i / sum_S n_j, or uniform 1/m).
+    """
+
+    Params: type[AlgoParams] = AlgoParams
+
+    def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
+        self.hp = hp
+        self.fl = fl
+        self.model = model
+        self.env: dict[str, Any] = {}
+
+    # ---- set-up ----------------------------------------------------------------------------------------
+    def setup(self, env: dict[str, Any]) -> None:
+        """Receive run resources (device, seed, proxy data for server-side methods, ...)."""
+        self.env = env
+
+    def server_init(self, params: Tensors) -> Tree:
+        """Server state kept across rounds (momentum, control variate...). FedAvg keeps none."""
+        return {}
+
+    def client_init(self, params: Tensors) -> Tree:
+        """Template of one client's persistent state (e.g. c_i); the runner keeps one per client."""
+        return {}
+
+    def local_lr(self, rnd: int, lr: float) -> float:
+        """This round's local learning rate given the configured schedule's ``lr`` (IMA decays it further)."""
+        return lr
+
+    # ---- server -> client ------------------------------------------------------------------------------
+    def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
+        """Extra tensors sent with w^t (they count in the download bytes)."""
+        return {}
+
+    # ---- client ----------------------------------------------------------------------------------------
+    def local_loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> torch.Tensor:
+        """The client objective on one batch: mean cross-entropy for FedAvg."""
+        return self.model.loss(params, batch)
+
+    def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:
+        """(gradient of the local objective, loss): overridden by SAM-style and control-variate methods."""
+        return torch.func.grad_and_value(self.local_loss)(params, batch, ctx)
+
+    def client_step(
+        self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
+    ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
+        """One local step: returns (params, optimizer buffer, client state, loss)."""
+        grads, loss = self.local_grad(params, batch, ctx)
+        fl = self.fl
+        params, opt = sgd_step(params, grads, opt, ctx.lr, fl.momentum, fl.weight_decay, fl.grad_clip)
+        return params, opt, ctx.state, loss
+
+    def client_finish(
+        self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor
+    ) -> tuple[Tree, Tree]:
+        """After local training: (what the client uploads, its new persistent state)."""
+        return {"params": end}, ctx.state
+
+    # ---- server ----------------------------------------------------------------------------------------
+    def aggregate(
+        self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
+    ) -> tuple[Tensors, Tree, dict[str, float]]:
+        """Combine the cohort's uploads (stacked, leading dim m) into w^{t+1}; returns diagnostics too."""
+        return weighted_mean(uploads["params"], weights), server_state, {}
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+    @staticmethod
+    def mean_delta(params: Tensors, uploads: Tree, weights: torch.Tensor) -> Tensors:
+        """Weighted mean client update sum_i p_i (w_i - w^t)."""
+        avg = weighted_mean(uploads["params"], weights)
+        return tree_map(lambda a, w: a - w, avg, params)

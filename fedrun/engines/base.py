@@ -1,0 +1,40 @@
+"""The engine interface: train one round's cohort from w^t and return stacked uploads."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.algorithms.base import Algorithm
+from fedrun.config import FLConfig
+from fedrun.data.federated import FederatedData
+from fedrun.tree import Tensors, Tree
+
+
+@dataclass
+class CohortResult:
+    """``uploads`` and ``states`` are stacked trees (leading dim = cohort); ``steps`` local steps per client."""
+
+    uploads: Tree
+    states: Tree
+    steps: torch.Tensor
+    samples: int
+    loss: float
+
+
+class Engine(ABC):
+    """Runs :meth:`Algorithm.client_step` for every client of a cohort."""
+
+    def __init__(self, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int) -> None:
+        self.algorithm = algorithm
+        self.data = data
+        self.fl = fl
+        self.seed = seed
+
+    @abstractmethod
+    def train_cohort(
+        self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
+    ) -> CohortResult:
+        """Train every client in ``clients`` for round ``rnd`` starting from ``params``."""

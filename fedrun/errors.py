@@ -1,0 +1,26 @@
+"""Errors that fedrun reports to the user as one line (exit code 2), never as a traceback."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A bad configuration value: names the field and what would be valid."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class DataError(RuntimeError):
+    """Missing or corrupt dataset files: names the file and how to get it."""
+
+
+class DivergenceError(RuntimeError):
+    """A NaN/inf loss or parameter appeared during training."""
+
+    def __init__(self, round_idx: int, client: int | None, what: str) -> None:
+        where = f"round {round_idx}" + (f", client {client}" if client is not None else "")
+        super().__init__(f"diverged at {where}: {what}")
+        self.round_idx = round_idx
+        self.client = client

@@ -1,0 +1,1 @@
+"""Evaluation and per-round diagnostics."""

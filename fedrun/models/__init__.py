@@ -1,0 +1,1 @@
+"""Model zoo: each module registers factories ``(params, input_shape, num_classes) -> nn.Module``."""

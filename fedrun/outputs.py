@@ -1,0 +1,83 @@
+"""Files a run writes: atomically, so a crash or kill never leaves a half-written file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: dict[str, Any]) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=float) + "\n")
+
+
+def write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
+    atomic_write(path, pd.DataFrame(rows).to_csv(index=False))
+
+
+def write_partition(run_dir: Path, counts: np.ndarray, plots: bool) -> None:
+    """The client-by-class count table (CSV) and its heatmap (PNG)."""
+    df = pd.DataFrame(counts, columns=[f"class_{c}" for c in range(counts.shape[1])])
+    df.index.name = "client"
+    df.insert(0, "total", counts.sum(1))
+    atomic_write(run_dir / "partition.csv", df.to_csv())
+    if plots:
+        plot_partition(counts, run_dir / "partition.png")
+
+
+def _plt():  # noqa: ANN202 - matplotlib imported lazily and headless
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_partition(counts: np.ndarray, path: Path, title: str = "samples per client and class") -> None:
+    plt = _plt()
+    n_clients, n_classes = counts.shape
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * n_classes + 2), max(3, 0.22 * n_clients + 1.5)))
+    im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label="samples")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    plt = _plt()
+    df = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(df["round"], df["test_acc"], label="test")
+    if "train_acc" in df:
+        ax.plot(df["round"], df["train_acc"], label="train")
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)

@@ -1,0 +1,1 @@
+"""Turning run directories into the papers' tables and figures."""

@@ -1,0 +1,68 @@
+"""``fedrun-report``: print a paper-style table from run directories, and write CSV and LaTeX beside it.
+
+    fedrun-report outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
+    fedrun-report DIR --table rows=algorithm cols=partition.alpha --metric best
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedrun.outputs import atomic_write
+from fedrun.report.collect import load_runs
+from fedrun.report.tables import METRICS, make_table
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
+    ap.add_argument("--rows", default="algorithm", help="comma-separated config keys for the rows")
+    ap.add_argument("--cols", default="", help="comma-separated config keys for the columns")
+    ap.add_argument("--table", nargs="*", default=[], metavar="rows=K cols=K", help="alternative rows=/cols= form")
+    ap.add_argument("--metric", default="last_k", choices=sorted(METRICS), help="cell value (default: last_k)")
+    ap.add_argument("--out", type=Path, default=None, help="prefix for .csv/.tex/.md (default: DIR/report_<metric>)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    for item in args.table:
+        key, _, value = item.partition("=")
+        if key not in ("rows", "cols"):
+            print(f"fedrun-report: error: --table: unknown part '{key}'; valid: rows, cols", file=sys.stderr)
+            return 2
+        setattr(args, key, value)
+    for d in args.dirs:
+        if not d.is_dir():
+            print(f"fedrun-report: error: {d}: no such directory", file=sys.stderr)
+            return 2
+    runs = load_runs(args.dirs)
+    if runs.empty:
+        print(f"fedrun-report: error: no runs found under {', '.join(map(str, args.dirs))}", file=sys.stderr)
+        return 2
+    rows = [k for k in args.rows.split(",") if k]
+    cols = [k for k in args.cols.split(",") if k]
+    try:
+        table, long = make_table(runs, rows, cols, args.metric)
+    except ValueError as e:
+        print(f"fedrun-report: error: {e}", file=sys.stderr)
+        return 2
+    md = table.to_markdown()
+    print(md)
+    failed = runs[runs["status"] != "completed"]
+    if len(failed):
+        print(f"\n{len(failed)} of {len(runs)} runs did not complete:")
+        for _, r in failed.iterrows():
+            print(f"  {r['run_dir']}: {r['status']}: {r.get('error') or ''}")
+    prefix = args.out or args.dirs[0] / f"report_{args.metric}"
+    atomic_write(prefix.with_suffix(".md"), md + "\n")
+    atomic_write(prefix.with_suffix(".csv"), long.to_csv(index=False))
+    atomic_write(prefix.with_suffix(".tex"), table.to_latex())
+    print(f"\nwritten: {prefix}.md, {prefix}.csv, {prefix}.tex")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
