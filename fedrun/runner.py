@@ -155,9 +155,15 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     write_json(run_dir / "summary.json", {**base, "status": "running"})
 
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=console, disable=spec.output.quiet, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[acc]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=spec.output.quiet,
+        transient=False,
     )
     t_loop = time.perf_counter()
     try:
@@ -191,14 +197,18 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                         row["train_acc"], row["train_loss"] = evaluate(
                             exp.model, params, exp.fed, exp.fed.train, spec.eval.batch_size
                         )
-                    row.update({
-                        "lr": lr, "clients": len(clients), "local_loss": res.loss,
-                        "bytes_down": len(clients) * (nbytes(params) + nbytes(extras)),
-                        "bytes_up": nbytes(res.uploads),
-                        "round_seconds": time.perf_counter() - t_round,
-                        "seconds": time.perf_counter() - t0,
-                        **diag,
-                    })
+                    row.update(
+                        {
+                            "lr": lr,
+                            "clients": len(clients),
+                            "local_loss": res.loss,
+                            "bytes_down": len(clients) * (nbytes(params) + nbytes(extras)),
+                            "bytes_up": nbytes(res.uploads),
+                            "round_seconds": time.perf_counter() - t_round,
+                            "seconds": time.perf_counter() - t0,
+                            **diag,
+                        }
+                    )
                     rows.append(row)
                     write_metrics(run_dir / "metrics.csv", rows)
                     progress.update(task, acc=f"acc {acc:.4f}")

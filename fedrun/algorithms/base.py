@@ -134,9 +134,7 @@ class Algorithm:
         params, opt = sgd_step(params, grads, opt, ctx.lr, fl.momentum, fl.weight_decay, fl.grad_clip)
         return params, opt, ctx.state, loss
 
-    def client_finish(
-        self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor
-    ) -> tuple[Tree, Tree]:
+    def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
         """After local training: (what the client uploads, its new persistent state)."""
         return {"params": end}, ctx.state
 

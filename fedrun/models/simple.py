@@ -45,9 +45,16 @@ def mcmahan_cnn(p: ModelParams, input_shape: tuple[int, ...], num_classes: int) 
     require_image("cnn", input_shape, size=28)
     c = input_shape[0]
     return nn.Sequential(
-        nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, num_classes),
+        nn.Conv2d(c, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 512),
+        nn.ReLU(),
+        nn.Linear(512, num_classes),
     )
 
 
@@ -56,10 +63,18 @@ def simplecnn(p: ModelParams, input_shape: tuple[int, ...], num_classes: int) ->
     """FedLAW's SimpleCNN for 32x32 RGB: conv3(32)-pool-conv3(64)-pool-conv3(64)-FC(1024,64)-FC(64,C)."""
     require_image("simplecnn", input_shape, size=32)
     return nn.Sequential(
-        nn.Conv2d(input_shape[0], 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 64, 3), nn.ReLU(),
-        nn.Flatten(), nn.Linear(64 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, num_classes),
+        nn.Conv2d(input_shape[0], 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, num_classes),
     )
 
 
@@ -68,7 +83,12 @@ def lenet5(p: ModelParams, input_shape: tuple[int, ...], num_classes: int) -> nn
     """FedLAW's LeNet5 for 28x28: conv5(16,pad2)-pool-conv5(32,pad2)-pool-FC(1568,C)."""
     require_image("lenet", input_shape, size=28)
     return nn.Sequential(
-        nn.Conv2d(input_shape[0], 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 7 * 7, num_classes),
+        nn.Conv2d(input_shape[0], 16, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 7 * 7, num_classes),
     )

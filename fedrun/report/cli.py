@@ -1,7 +1,7 @@
 """``fedrun-report``: print a paper-style table from run directories, and write CSV and LaTeX beside it.
 
-    fedrun-report outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
-    fedrun-report DIR --table rows=algorithm cols=partition.alpha --metric best
+fedrun-report outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
+fedrun-report DIR --table rows=algorithm cols=partition.alpha --metric best
 """
 
 from __future__ import annotations

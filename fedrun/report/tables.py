@@ -44,9 +44,15 @@ def make_table(runs: pd.DataFrame, rows: list[str], cols: list[str], metric: str
         cells[key_vals] = _fmt(grp[col], metric, grp["status"])
         ok = grp[grp["status"] == "completed"][col].astype(float)
         scale = 100 if metric in PERCENT else 1
-        numeric.append({**dict(zip(keys, key_vals, strict=True)), "mean": scale * ok.mean(),
-                        "std": scale * ok.std(ddof=1) if len(ok) > 1 else 0.0, "n": len(grp),
-                        "completed": len(ok)})
+        numeric.append(
+            {
+                **dict(zip(keys, key_vals, strict=True)),
+                "mean": scale * ok.mean(),
+                "std": scale * ok.std(ddof=1) if len(ok) > 1 else 0.0,
+                "n": len(grp),
+                "completed": len(ok),
+            }
+        )
     long = pd.DataFrame(numeric)
     s = pd.Series(cells)
     s.index = pd.MultiIndex.from_tuples(list(cells), names=keys)
