@@ -1,0 +1,51 @@
+"""Shared fixtures: compose a validated run spec in-process, run the CLI in a subprocess, tiny real data."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from fedrun.cli import CONF_DIR
+from fedrun.config import RunSpec, validate
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def compose_cfg(overrides: list[str]):  # noqa: ANN201 - a DictConfig
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        return compose(config_name="config", overrides=overrides)
+
+
+@pytest.fixture
+def make_spec(tmp_path: Path) -> Callable[..., RunSpec]:
+    """``make_spec("algorithm=fedprox", ...)`` -> a validated RunSpec (quiet, no plots, cache in tmp)."""
+
+    def _make(*overrides: str) -> RunSpec:
+        cfg = compose_cfg(["output.quiet=true", "output.plots=false", f"cache_dir={tmp_path / 'cache'}", *overrides])
+        return validate(cfg)
+
+    return _make
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """Run ``fedrun`` in a subprocess with its run dir at tmp_path/run (or a sweep dir for -m)."""
+
+    def _run(*args: str, run_dir: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+        run_dir = run_dir or tmp_path / "run"
+        extra = [f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        return subprocess.run(
+            [sys.executable, "-m", "fedrun.cli", *args, *extra],
+            capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path,
+        )
+
+    return _run
