@@ -34,7 +34,5 @@ class FedProx(FedAvg):
 
     def local_loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> torch.Tensor:
         loss = super().local_loss(params, batch, ctx)
-        if self.hp.mu == 0:
-            return loss
         prox = sum((params[k] - ctx.global_params[k]).pow(2).sum() for k in params)
         return loss + (0.5 if self.hp.half else 1.0) * self.hp.mu * prox
