@@ -38,12 +38,16 @@ EXIT_BAD_INPUT = 2
 
 def one_line(message: str) -> str:
     """Hydra's multi-line composition errors, condensed to one line."""
-    m = re.search(r"Could not find '([^/']+)/([^']+)'.*?Available options in '[^']+':\s*(.*)", message, re.S)
+    m = re.search(
+        r"Could not find '([^/']+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)(?:\nConfig search path:|$)",
+        message,
+        re.S,
+    )
     if m:
         options = ", ".join(o.strip() for o in m.group(3).split("\n") if o.strip())
         return f"{m.group(1)}: unknown option '{m.group(2)}'; valid: {options}"
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.startswith("full_key")]
-    return " ".join(lines)
+    lines = [ln.strip() for ln in message.splitlines()]
+    return " ".join(ln for ln in lines if ln and not ln.startswith(("full_key", "reference_type", "object_type")))
 
 
 def _run_and_report(func: Any) -> Any:
@@ -51,7 +55,9 @@ def _run_and_report(func: Any) -> Any:
     try:
         return func()
     except Exception as ex:  # noqa: BLE001 - every composition error is bad input
-        print(f"fedrun: error: {one_line(str(ex))}", file=sys.stderr)
+        # Hydra often says only "Error merging override x=y"; the why is in the cause
+        cause = f": {ex.__cause__}" if ex.__cause__ is not None else ""
+        print(f"fedrun: error: {one_line(str(ex) + cause)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
 
 
