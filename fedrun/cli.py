@@ -125,6 +125,7 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
             if prior != "completed" and not multirun:
                 sys.exit(1)
             return None
+        run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; a direct call may not have
         atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(spec.raw))
         summary = run(spec, run_dir)
     except ResumeError as e:
@@ -145,8 +146,10 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
         out.print(f"{label}: {summary['status']}, last-k acc {shown}")
     elif not spec.output.quiet:
         print_summary(summary, out)
-    if summary["status"] != "completed" and not multirun:
-        sys.exit(1)
+    if summary["status"] != "completed":
+        print(f"fedrun: {label or run_dir}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
+        if not multirun:
+            sys.exit(1)
     return None
 
 
