@@ -66,7 +66,7 @@ class FLConfig:
         positive("grad_clip", self.grad_clip)
         if self.sampling == "fixed" and int(self.participation * self.clients) < 1:
             raise ConfigError(
-                "fl.participation",
+                "participation",  # build_params adds the "fl." prefix
                 f"{self.participation} x {self.clients} clients samples no client per round; raise it to >= 1/clients",
             )
 
