@@ -69,7 +69,7 @@ def test_refuses_a_checkpoint_of_another_config(tmp_path: Path) -> None:
 
 
 class _Boom:
-    def __reduce__(self):  # noqa: ANN204 - would run a shell command when unpickled
+    def __reduce__(self):  # noqa: ANN204 - would run code when unpickled by a plain pickle.load
         return (print, ("code ran while loading",))
 
 
@@ -79,7 +79,7 @@ def test_loading_never_executes_code(tmp_path: Path, capsys: pytest.CaptureFixtu
     with pytest.raises(ResumeError, match="unreadable checkpoint"):
         load_checkpoint(path)
     assert "code ran" not in capsys.readouterr().out
-    path.write_bytes(pickle.dumps(_Boom()))
+    path.write_bytes(pickle.dumps(_Boom(), protocol=2))
     with pytest.raises(ResumeError):
         load_checkpoint(path)
     assert "code ran" not in capsys.readouterr().out

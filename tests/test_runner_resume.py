@@ -171,3 +171,11 @@ def test_huge_lr_diverges_with_nonzero_exit(tmp_path: Path, capsys: pytest.Captu
     s = _summary(tmp_path / "run")
     assert s["status"] == "diverged" and s["diverged_round"] == 1 and s["diverged_client"] is not None
     assert "diverged" in capsys.readouterr().err
+
+
+def test_keep_final_false_removes_the_checkpoint_of_a_finished_run(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    summary = run(make_spec(*SMALL, "fl.rounds=2", "checkpoint.keep_final=false"), tmp_path)
+    assert summary["status"] == "completed"
+    assert not (tmp_path / CHECKPOINT_FILE).exists()
