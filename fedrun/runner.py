@@ -180,8 +180,11 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         t0 -= ck.counters["elapsed"]  # timings continue from where the killed run stopped
         if ck.torch_rng is not None:
             torch.set_rng_state(ck.torch_rng)
-        if rows:
-            write_metrics(run_dir / "metrics.csv", rows)
+    # rows past the checkpoint (or a killed run's rows, when there is none) are computed again
+    if rows:
+        write_metrics(run_dir / "metrics.csv", rows)
+    else:
+        (run_dir / "metrics.csv").unlink(missing_ok=True)
 
     def checkpoint(done: int) -> None:
         counters = {"samples": samples, "train_time": train_time, "agg_time": agg_time}
