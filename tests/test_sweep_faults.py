@@ -6,18 +6,21 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from fedrun.checkpoint import CHECKPOINT_FILE
+from fedrun.config import RunSpec
 from fedrun.report import cli as report_cli
 from fedrun.report.collect import load_runs
 from fedrun.report.tables import make_table
-from tests.test_runner_resume import SMALL, _kill_after_first_checkpoint, _start
+from fedrun.runner import run
+from tests.test_runner_resume import SMALL, _kill_after_first_checkpoint, _metrics, _start
 
 
 def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
-    tmp_path: Path, run_cli: Callable, capsys: pytest.CaptureFixture
+    tmp_path: Path, run_cli: Callable, make_spec: Callable[..., RunSpec], capsys: pytest.CaptureFixture
 ) -> None:
     sweep = tmp_path / "run"
     args = ["-m", *SMALL, "fl.lr=0.05,-1"]  # job 0 is fine, job 1 has a bad value
@@ -30,6 +33,10 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
     assert "Traceback" not in res.stderr
     job0 = json.loads((sweep / "0" / "summary.json").read_text())
     assert job0["status"] == "completed" and job0["resumed_from_round"] >= 1
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*SMALL, "fl.lr=0.05"), reference)
+    pd.testing.assert_frame_equal(_metrics(sweep / "0"), _metrics(reference), check_exact=True)
     assert sorted(p.name for p in (sweep / "1").iterdir()) == ["error.txt"]
     assert "fl.lr: must be >= 0" in (sweep / "1" / "error.txt").read_text()
 
