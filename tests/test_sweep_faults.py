@@ -10,12 +10,14 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedrun import cli
 from fedrun.checkpoint import CHECKPOINT_FILE
 from fedrun.config import RunSpec
 from fedrun.report import cli as report_cli
 from fedrun.report.collect import load_runs
 from fedrun.report.tables import make_table
 from fedrun.runner import run
+from tests.conftest import compose_cfg
 from tests.test_runner_resume import SMALL, _kill_after_first_checkpoint, _metrics, _start
 
 
@@ -39,6 +41,12 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
     pd.testing.assert_frame_equal(_metrics(sweep / "0"), _metrics(reference), check_exact=True)
     assert sorted(p.name for p in (sweep / "1").iterdir()) == ["error.txt"]
     assert "fl.lr: must be >= 0" in (sweep / "1" / "error.txt").read_text()
+
+    # a third pass skips the finished job (in-process: the same code path as inside the sweep)
+    mtime = (sweep / "0" / "metrics.csv").stat().st_mtime_ns
+    cli.execute(compose_cfg([*SMALL, "fl.lr=0.05", f"cache_dir={tmp_path / 'cache'}"]), sweep / "0", True, "job 0")
+    assert "job 0: already completed; skipped" in capsys.readouterr().err
+    assert (sweep / "0" / "metrics.csv").stat().st_mtime_ns == mtime
 
     assert report_cli.main([str(sweep), "--rows", "algorithm"]) == 0
     out = capsys.readouterr().out
