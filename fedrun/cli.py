@@ -18,7 +18,7 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 import hydra._internal.utils as hydra_utils
@@ -167,7 +167,7 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
     execute(cfg, run_dir, multirun=False)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"fedrun: error: {message}", file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)
 
