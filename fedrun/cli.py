@@ -4,6 +4,11 @@ Hydra composes the config groups and runs one job (or a sweep with ``-m``); each
 config, runs, and writes its files into its own run directory. Bad input of any kind ends with one line
 on stderr naming the field and the valid choices, exit code 2, and nothing but ``error.txt`` in the run
 directory. In a multirun a failing job is recorded and the sweep goes on.
+
+Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
+run's last checkpoint and skips a run that already finished; a directory holding a run of a different
+config is refused and left untouched. Re-running a sweep with the same ``hydra.sweep.dir`` does the same
+for each of its jobs.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 import hydra._internal.utils as hydra_utils
@@ -25,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedrun.config import validate
-from fedrun.errors import ConfigError, DataError
+from fedrun.errors import ConfigError, DataError, ResumeError
 from fedrun.outputs import atomic_write, write_json
 
 EXIT_BAD_INPUT = 2
@@ -33,12 +38,16 @@ EXIT_BAD_INPUT = 2
 
 def one_line(message: str) -> str:
     """Hydra's multi-line composition errors, condensed to one line."""
-    m = re.search(r"Could not find '([^/']+)/([^']+)'.*?Available options in '[^']+':\s*(.*)", message, re.S)
+    m = re.search(
+        r"Could not find '([^/']+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)(?:\nConfig search path:|$)",
+        message,
+        re.S,
+    )
     if m:
         options = ", ".join(o.strip() for o in m.group(3).split("\n") if o.strip())
         return f"{m.group(1)}: unknown option '{m.group(2)}'; valid: {options}"
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.startswith("full_key")]
-    return " ".join(lines)
+    lines = [ln.strip() for ln in message.splitlines()]
+    return " ".join(ln for ln in lines if ln and not ln.startswith(("full_key", "reference_type", "object_type")))
 
 
 def _run_and_report(func: Any) -> Any:
@@ -46,16 +55,22 @@ def _run_and_report(func: Any) -> Any:
     try:
         return func()
     except Exception as ex:  # noqa: BLE001 - every composition error is bad input
-        print(f"fedrun: error: {one_line(str(ex))}", file=sys.stderr)
+        # Hydra often says only "Error merging override x=y"; the why is in the cause
+        cause = f": {ex.__cause__}" if ex.__cause__ is not None else ""
+        print(f"fedrun: error: {one_line(str(ex) + cause)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
 
 
-def _reject(run_dir: Path, message: str, multirun: bool) -> None:
-    """Bad input: leave only error.txt in the run directory, print one line, exit 2 (a sweep goes on)."""
-    for child in run_dir.iterdir() if run_dir.is_dir() else []:
-        shutil.rmtree(child) if child.is_dir() else child.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(run_dir / "error.txt", message + "\n")
+def _reject(run_dir: Path, message: str, multirun: bool, wipe: bool = True) -> None:
+    """Bad input: leave only error.txt in the run directory, print one line, exit 2 (a sweep goes on).
+
+    With ``wipe=False`` (the directory holds an earlier run: its checkpoint, metrics...) nothing is touched.
+    """
+    if wipe:
+        for child in run_dir.iterdir() if run_dir.is_dir() else []:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(run_dir / "error.txt", message + "\n")
     print(f"fedrun: error: {message}", file=sys.stderr)
     if not multirun:
         sys.exit(EXIT_BAD_INPUT)
@@ -85,20 +100,38 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def _job(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
-    run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]" if multirun else ""
+    execute(cfg, Path(hc.runtime.output_dir), multirun, label)
+
+
+def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> None:
+    """Validate, then start, continue or skip the run in ``run_dir``; report the outcome (exit codes)."""
+    earlier = (run_dir / "config.yaml").is_file()  # an earlier run's files are never wiped
     try:
         spec = validate(cfg)
         spec.data.params.root = to_absolute_path(spec.data.params.root)
         spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None
         if multirun:
             spec.output.quiet = True
-        from fedrun.runner import run  # heavy imports after validation
+        from fedrun.checkpoint import FINISHED, check_run_dir  # heavy imports after validation
+        from fedrun.runner import run
 
+        prior = check_run_dir(run_dir, spec.raw)
+        if prior in FINISHED:
+            print(
+                f"fedrun: {label or run_dir}: already {prior}; skipped (a new run needs a new run dir)", file=sys.stderr
+            )
+            if prior != "completed" and not multirun:
+                sys.exit(1)
+            return None
+        run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; a direct call may not have
         atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(spec.raw))
         summary = run(spec, run_dir)
+    except ResumeError as e:
+        return _reject(run_dir, str(e), multirun, wipe=False)
     except (ConfigError, DataError) as e:
-        return _reject(run_dir, str(e), multirun)
+        return _reject(run_dir, str(e), multirun, wipe=not earlier)
     except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
         atomic_write(run_dir / "error.log", traceback.format_exc())
         write_json(run_dir / "summary.json", {"status": "failed", "error": f"{type(e).__name__}: {e}"})
@@ -110,16 +143,42 @@ def _job(cfg: DictConfig) -> None:
     if multirun:
         acc = summary.get("test_acc_last_k")
         shown = "-" if acc is None else f"{100 * acc:.2f}%"
-        out.print(f"job {hc.job.num} [{','.join(hc.overrides.task)}]: {summary['status']}, last-k acc {shown}")
+        out.print(f"{label}: {summary['status']}, last-k acc {shown}")
     elif not spec.output.quiet:
         print_summary(summary, out)
-    if summary["status"] != "completed" and not multirun:
-        sys.exit(1)
+    if summary["status"] != "completed":
+        print(f"fedrun: {label or run_dir}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
+        if not multirun:
+            sys.exit(1)
     return None
+
+
+def resume(run_dir: Path, overrides: list[str]) -> None:
+    """``fedrun resume=<dir> [key=value...]``: continue the run in ``dir`` with the config saved there."""
+    if any(o.startswith("-") for o in overrides):
+        _fail("resume: resumes one run; to resume a sweep re-run its command with the same hydra.sweep.dir")
+    cfg_file = run_dir / "config.yaml"
+    if not cfg_file.is_file():
+        _fail(f"resume: {run_dir} holds no fedrun run (no config.yaml)")
+    try:
+        cfg = OmegaConf.merge(OmegaConf.load(cfg_file), OmegaConf.from_dotlist(overrides))
+    except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
+        _fail(f"resume: {one_line(str(e))}")
+    execute(cfg, run_dir, multirun=False)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"fedrun: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
 
 
 def main() -> None:
     hydra_utils.run_and_report = _run_and_report
+    args = sys.argv[1:]
+    dirs = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
+    if dirs:
+        resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
+        return
     _job()
 
 

@@ -66,7 +66,7 @@ class FLConfig:
         positive("grad_clip", self.grad_clip)
         if self.sampling == "fixed" and int(self.participation * self.clients) < 1:
             raise ConfigError(
-                "fl.participation",
+                "participation",  # build_params adds the "fl." prefix
                 f"{self.participation} x {self.clients} clients samples no client per round; raise it to >= 1/clients",
             )
 
@@ -110,6 +110,17 @@ class HardwareConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Periodic run-state checkpoints for resume (``checkpoint.*``)."""
+
+    every: int = 5  # write the run state every N rounds (0: never; a killed run then restarts from round 0)
+    keep_final: bool = True  # keep a checkpoint of the finished run (false: delete it to save disk)
+
+    def __post_init__(self) -> None:
+        positive("every", self.every, allow_zero=True)
+
+
+@dataclass
 class OutputConfig:
     """What a run prints and writes (``output.*``)."""
 
@@ -129,6 +140,7 @@ class FedrunConfig:
     fl: FLConfig = field(default_factory=FLConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
 
@@ -160,6 +172,7 @@ class RunSpec:
     seed: int
     cache_dir: str | None
     raw: dict[str, Any]
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
 def _component(group: str, registry: Any, node: Any) -> Component:
@@ -187,12 +200,14 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
         fl=_section(FLConfig, raw.get("fl"), "fl"),
         eval=_section(EvalConfig, raw.get("eval"), "eval"),
         output=_section(OutputConfig, raw.get("output"), "output"),
+        checkpoint=_section(CheckpointConfig, raw.get("checkpoint"), "checkpoint"),
         seed=raw.get("seed", 0),
         cache_dir=raw.get("cache_dir"),
         raw=raw,
     )
-    if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or spec.seed < 0:
-        raise ConfigError("seed", f"must be an integer >= 0, got {spec.seed!r}")
+    if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
+        # the RNG keys take the seed modulo 2**32: larger seeds would silently repeat smaller ones
+        raise ConfigError("seed", f"must be an integer in [0, 2**32), got {spec.seed!r}")
     engines = ("auto", *ENGINES.names())
     if spec.hardware.engine not in engines:
         raise ConfigError("hardware.engine", f"invalid value {spec.hardware.engine!r}; valid: {', '.join(engines)}")

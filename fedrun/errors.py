@@ -24,3 +24,11 @@ class DivergenceError(RuntimeError):
         super().__init__(f"diverged at {where}: {what}")
         self.round_idx = round_idx
         self.client = client
+        self.what = what
+
+
+class ResumeError(RuntimeError):
+    """A run directory that cannot be continued (a different config, an unreadable checkpoint).
+
+    Unlike ConfigError the directory is left untouched: it holds someone's earlier run.
+    """

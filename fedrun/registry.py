@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import pkgutil
 import types
 import typing
@@ -104,6 +105,8 @@ def _check_type(field: str, value: Any, tp: Any) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(field, f"expected a number, got {value!r}")
+        if not math.isfinite(value):  # nan passes every range comparison, inf most of them
+            raise ConfigError(field, f"must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from rich.progress import (
 )
 
 from fedrun.algorithms.base import Algorithm, RoundInfo
+from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, fingerprint, load_checkpoint, save_checkpoint, to_device
 from fedrun.config import RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.federated import FederatedData
@@ -33,7 +35,7 @@ from fedrun.registry import ENGINES
 from fedrun.rng import derive
 from fedrun.sampling import sample_clients
 from fedrun.state import ClientStates
-from fedrun.tree import Tensors, all_finite, nbytes, zeros_like
+from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, zeros_like
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -123,8 +125,22 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
     return out
 
 
+def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
+    """The first client of the cohort whose upload holds a NaN/inf (None when all are finite)."""
+    bad = torch.zeros(len(clients), dtype=torch.bool)
+    for t in leaves(uploads):
+        if t.is_floating_point() and t.dim() > 0 and t.shape[0] == len(clients):
+            bad |= ~torch.isfinite(t.reshape(len(clients), -1)).all(1).cpu()
+    hit = torch.nonzero(bad).flatten()
+    return int(clients[hit[0]]) if hit.numel() else None
+
+
 def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[str, Any]:
-    """Run one experiment, writing metrics.csv, summary.json, partition and curve files to ``run_dir``."""
+    """Run one experiment, writing metrics.csv, summary.json, partition and curve files to ``run_dir``.
+
+    When ``run_dir`` holds a checkpoint of this config the run continues from it; the metrics it then
+    writes are identical (timings aside) to those of an uninterrupted run.
+    """
     t0 = time.perf_counter()
     console = console or Console(stderr=True)
     exp = build_experiment(spec)
@@ -151,7 +167,31 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     states = ClientStates(template, fl.clients, exp.device)
     rows: list[dict[str, Any]] = []
     samples, train_time, agg_time = 0, 0.0, 0.0
-    status, error = "completed", None
+    status, error, diverged = "completed", None, {}
+    ckpt_path, fp, start = run_dir / CHECKPOINT_FILE, fingerprint(spec.raw), 0
+    if ckpt_path.is_file():
+        ck = load_checkpoint(ckpt_path, fp)
+        start, rows = ck.round, ck.rows
+        params = to_device(ck.params, exp.device)
+        server_state = to_device(ck.server_state, exp.device)
+        states.load_state_dict(ck.client_states)
+        samples = int(ck.counters["samples"])
+        train_time, agg_time = ck.counters["train_time"], ck.counters["agg_time"]
+        t0 -= ck.counters["elapsed"]  # timings continue from where the killed run stopped
+        if ck.torch_rng is not None:
+            torch.set_rng_state(ck.torch_rng)
+    # rows past the checkpoint (or a killed run's rows, when there is none) are computed again
+    if rows:
+        write_metrics(run_dir / "metrics.csv", rows)
+    else:
+        (run_dir / "metrics.csv").unlink(missing_ok=True)
+
+    def checkpoint(done: int) -> None:
+        counters = {"samples": samples, "train_time": train_time, "agg_time": agg_time}
+        counters["elapsed"] = time.perf_counter() - t0
+        rng = torch.get_rng_state()
+        save_checkpoint(ckpt_path, Checkpoint(done, fp, params, server_state, states.state_dict(), rows, counters, rng))
+
     write_json(run_dir / "summary.json", {**base, "status": "running"})
 
     progress = Progress(
@@ -168,9 +208,11 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     t_loop = time.perf_counter()
     try:
         with progress:
-            task = progress.add_task(f"{spec.algorithm.name} rounds", total=fl.rounds, acc="")
-            for rnd in range(fl.rounds):
+            task = progress.add_task(f"{spec.algorithm.name} rounds", total=fl.rounds, completed=start, acc="")
+            for rnd in range(start, fl.rounds):
                 t_round = time.perf_counter()
+                # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
+                torch.manual_seed(derive(spec.seed, "torch-global", rnd))
                 clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
                 lr = algo.local_lr(rnd, lr_at(spec, rnd))
                 extras = algo.broadcast(params, server_state)
@@ -179,6 +221,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                 res = engine.train_cohort(rnd, params, extras, clients, cohort_states, lr)
                 train_time += time.perf_counter() - t_train
                 samples += res.samples
+                if not math.isfinite(res.loss):
+                    raise DivergenceError(rnd, first_nonfinite_client(res.uploads, clients), "non-finite local loss")
                 if states:
                     states.scatter(clients, res.states)
                 sizes = exp.fed.sizes[clients].to(torch.float64)
@@ -189,7 +233,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                 params, server_state, diag = algo.aggregate(params, server_state, res.uploads, weights, info)
                 agg_time += time.perf_counter() - t_agg
                 if not all_finite(params):
-                    raise DivergenceError(rnd, None, "non-finite global model after aggregation")
+                    bad = first_nonfinite_client(res.uploads, clients)
+                    raise DivergenceError(rnd, bad, "non-finite global model after aggregation")
                 if (rnd + 1) % spec.eval.every == 0 or rnd == fl.rounds - 1:
                     acc, loss = evaluate(exp.model, params, exp.fed, exp.fed.test, spec.eval.batch_size)
                     row: dict[str, Any] = {"round": rnd + 1, "test_acc": acc, "test_loss": loss}
@@ -212,9 +257,17 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                     rows.append(row)
                     write_metrics(run_dir / "metrics.csv", rows)
                     progress.update(task, acc=f"acc {acc:.4f}")
+                every = spec.checkpoint.every
+                if (every and (rnd + 1) % every == 0) or (rnd == fl.rounds - 1 and spec.checkpoint.keep_final):
+                    checkpoint(rnd + 1)
                 progress.advance(task)
+        if not spec.checkpoint.keep_final:
+            ckpt_path.unlink(missing_ok=True)
     except DivergenceError as e:
-        status, error = "diverged", str(e)
+        # rounds are 1-based in metrics.csv and summary.json; the last good checkpoint stays in place
+        where = f"round {e.round_idx + 1}" + (f", client {e.client}" if e.client is not None else "")
+        status, error = "diverged", f"diverged at {where}: {e.what}"
+        diverged = {"diverged_round": e.round_idx + 1, "diverged_client": e.client}
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"
     wall = time.perf_counter() - t0
@@ -230,6 +283,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         "train_samples": samples,
         "samples_per_s": samples / train_time if train_time else 0.0,
         "run_dir": str(run_dir),
+        **diverged,
+        **({"resumed_from_round": start} if start else {}),
     }
     if error:
         summary["error"] = error

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ def _load_cached(path: Path, key: dict[str, Any], n: int) -> list[np.ndarray] | 
             if json.loads(str(z["key"])) != key:
                 return None
             idx, offsets = z["indices"], z["offsets"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # a truncated or foreign file
         return None
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         return None

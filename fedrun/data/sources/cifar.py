@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
-from fedrun.data.sources.files import download, extract_tar, read_bytes, safe_unpickle
+from fedrun.data.sources.files import CIFAR_MD5, check_md5, download, extract_tar, read_bytes, safe_unpickle
 from fedrun.errors import DataError
 from fedrun.registry import DATASETS
 
@@ -48,12 +48,14 @@ def _locate(name: str, p: CIFARParams) -> Path:
 def _batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     if not path.is_file():
         raise DataError(f"{path}: missing file of the CIFAR python distribution")
-    d = safe_unpickle(read_bytes(path), str(path))
+    raw = read_bytes(path)
+    check_md5(path, raw, CIFAR_MD5.get(path.parent.name, {}).get(path.name))
+    d = safe_unpickle(raw, str(path))
     try:
         x = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         y = np.asarray(d[label_key], dtype=np.int64)
     except (KeyError, ValueError) as e:
-        raise DataError(f"{path}: not a CIFAR batch ({e})")
+        raise DataError(f"{path}: not a CIFAR batch ({e})") from None
     if len(x) != len(y):
         raise DataError(f"{path}: {len(x)} images but {len(y)} labels")
     coarse = np.asarray(d["coarse_labels"], dtype=np.int64) if "coarse_labels" in d else None

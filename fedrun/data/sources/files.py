@@ -13,6 +13,7 @@ import io
 import pickle
 import tarfile
 import urllib.request
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,32 @@ import numpy as np
 from fedrun.errors import DataError
 
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+# Shapes and label counts of the standard MNIST-layout files (MNIST, Fashion-MNIST, KMNIST share them):
+# a file of the right name but another shape is a wrong or damaged download, caught before training.
+IDX_SHAPES = {
+    "train-images-idx3-ubyte": (60000, 28, 28),
+    "train-labels-idx1-ubyte": (60000,),
+    "t10k-images-idx3-ubyte": (10000, 28, 28),
+    "t10k-labels-idx1-ubyte": (10000,),
+}
+IDX_CLASSES = {"train-labels-idx1-ubyte": 10, "t10k-labels-idx1-ubyte": 10}
+
+# md5 of the files of the CIFAR python distributions as extracted (the values torchvision checks too).
+CIFAR_MD5 = {
+    "cifar-10-batches-py": {
+        "data_batch_1": "c99cafc152244af753f735de768cd75f",
+        "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+        "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+        "data_batch_4": "634d18415352ddfa80567beed471001a",
+        "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+        "test_batch": "40351d587109b95175f43aff81a1287e",
+    },
+    "cifar-100-python": {
+        "train": "16019d7e3df5f24257cddd939b257f8d",
+        "test": "f0ef6b0ae62326f3e7ffdfab6717acfc",
+    },
+}
 
 
 def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
@@ -48,8 +75,10 @@ def read_bytes(path: Path) -> bytes:
             with gzip.open(path, "rb") as f:
                 return f.read()
         return path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise DataError(f"{path}: cannot read ({e}); the file is truncated or corrupt, delete it and fetch it again")
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(
+            f"{path}: cannot read ({e}); the file is truncated or corrupt, delete it and fetch it again"
+        ) from None
 
 
 def find_file(stem: str, dirs: list[Path]) -> Path | None:
@@ -64,6 +93,25 @@ def md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
 
 
+def check_md5(path: Path, raw: bytes, expected: str | None) -> None:
+    """DataError naming ``path`` when its (decompressed) bytes do not have the known md5."""
+    if expected is not None and md5(raw) != expected:
+        raise DataError(f"{path}: checksum mismatch (corrupt or a different file); delete it and fetch it again")
+
+
+def check_idx(path: Path, stem: str, arr: np.ndarray) -> None:
+    """Known shape and label range of a standard MNIST-layout file (no-op for other files)."""
+    shape = IDX_SHAPES.get(stem)
+    if shape is not None and arr.shape != shape:
+        raise DataError(
+            f"{path}: shape {list(arr.shape)}, expected {list(shape)} for {stem}; a wrong or damaged file,"
+            " fetch it again"
+        )
+    classes = IDX_CLASSES.get(stem)
+    if classes is not None and arr.size and int(arr.max()) >= classes:
+        raise DataError(f"{path}: label {int(arr.max())} out of range [0, {classes}); a corrupt file, fetch it again")
+
+
 def download(url: str, dest: Path, md5_expected: str | None) -> None:
     """Fetch ``url`` to ``dest`` atomically, verifying the md5 of what was downloaded."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -71,7 +119,7 @@ def download(url: str, dest: Path, md5_expected: str | None) -> None:
         with urllib.request.urlopen(url, timeout=60) as r:
             data = r.read()
     except OSError as e:
-        raise DataError(f"download of {url} failed ({e}); no network? place the file at {dest} by hand")
+        raise DataError(f"download of {url} failed ({e}); no network? place the file at {dest} by hand") from None
     if md5_expected is not None and md5(data) != md5_expected:
         raise DataError(f"download of {url}: checksum mismatch (got {md5(data)}, expected {md5_expected})")
     tmp = dest.with_suffix(dest.suffix + ".part")
@@ -102,9 +150,13 @@ def load_idx_split(
             looked = ", ".join(str(d) for d in dirs)
             raise DataError(f"{name}: {stem}[.gz] not found (looked in {looked}); {hint}")
         raw = read_bytes(path)
-        if digest is not None and md5(raw) != digest:
-            raise DataError(f"{path}: checksum mismatch (corrupt or a different file); delete it and fetch it again")
+        check_md5(path, raw, digest)
         out[key] = parse_idx(raw, str(path))
+        check_idx(path, stem, out[key])
+    for split in ("train", "test"):
+        x, y = out.get(f"{split}_x"), out.get(f"{split}_y")
+        if x is not None and y is not None and len(x) != len(y):
+            raise DataError(f"{name}: {split} split has {len(x)} images but {len(y)} labels; fetch the files again")
     return out
 
 
@@ -128,7 +180,7 @@ def safe_unpickle(raw: bytes, name: str) -> dict:
     try:
         obj = _NumpyOnlyUnpickler(io.BytesIO(raw), encoding="bytes").load()
     except Exception as e:  # noqa: BLE001 - any failure means a bad file
-        raise DataError(f"{name}: cannot unpickle ({e}); truncated or corrupt, delete it and fetch it again")
+        raise DataError(f"{name}: cannot unpickle ({e}); truncated or corrupt, delete it and fetch it again") from None
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
 
 

@@ -70,6 +70,7 @@ def load_mnist(p: MNISTParams) -> Dataset:
         mirror="https://ossci-datasets.s3.amazonaws.com/mnist/",
         download_dir=root / "mnist",
         allow_download=p.download,
-        hint=f"put the four IDX files under {root / 'mnist'} or run with data.download=true on a machine with a network",
+        hint=f"put the four IDX files under {root / 'mnist'} or run with data.download=true on a machine with a"
+        " network",
     )
     return _dataset("mnist", arrays, 0.1307, 0.3081)

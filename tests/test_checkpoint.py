@@ -1,0 +1,114 @@
+"""fedrun.checkpoint: round trip, atomic writes, safe loading, config fingerprints and run-dir checks."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from fedrun.checkpoint import (
+    CHECKPOINT_FILE,
+    Checkpoint,
+    check_run_dir,
+    config_diff,
+    fingerprint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from fedrun.errors import ResumeError
+
+RAW = {
+    "algorithm": {"name": "fedavg"},
+    "data": {"name": "fmnist", "root": "data", "download": False, "max_train_samples": 600},
+    "fl": {"clients": 4, "lr": 0.05},
+    "output": {"quiet": False, "plots": True},
+    "checkpoint": {"every": 1, "keep_final": True},
+    "cache_dir": "outputs/.cache",
+    "seed": 0,
+}
+
+
+def _ckpt(fp: str = "abc") -> Checkpoint:
+    g = torch.Generator().manual_seed(0)
+    return Checkpoint(
+        round=3,
+        fingerprint=fp,
+        params={"w": torch.randn(4, 3, generator=g), "b": torch.zeros(3)},
+        server_state={"m": {"w": torch.ones(4, 3)}},
+        client_states={"c": torch.randn(5, 4, 3, generator=g)},
+        rows=[{"round": 1, "test_acc": np.float64(0.5), "gamma": torch.tensor(1.25), "note": "x"}],
+        counters={"samples": 100, "train_time": 1.5, "agg_time": 0.1, "elapsed": 2.0},
+        torch_rng=torch.get_rng_state(),
+    )
+
+
+def test_round_trip_restores_every_tensor_and_row(tmp_path: Path) -> None:
+    ck = _ckpt()
+    path = tmp_path / CHECKPOINT_FILE
+    save_checkpoint(path, ck)
+    back = load_checkpoint(path, "abc")
+    assert back.round == 3
+    assert torch.equal(back.params["w"], ck.params["w"])
+    assert torch.equal(back.server_state["m"]["w"], ck.server_state["m"]["w"])
+    assert torch.equal(back.client_states["c"], ck.client_states["c"])
+    assert torch.equal(back.torch_rng, ck.torch_rng)
+    # numpy and 0-d tensor values become plain numbers, which weights_only loading accepts
+    assert back.rows == [{"round": 1, "test_acc": 0.5, "gamma": 1.25, "note": "x"}]
+    assert back.counters["samples"] == 100
+    assert [p.name for p in tmp_path.iterdir()] == [CHECKPOINT_FILE]  # no temp file left behind
+
+
+def test_refuses_a_checkpoint_of_another_config(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "c.pt", _ckpt("abc"))
+    with pytest.raises(ResumeError, match="different config"):
+        load_checkpoint(tmp_path / "c.pt", "other")
+
+
+class _Boom:
+    def __reduce__(self):  # noqa: ANN204 - would run code when unpickled by a plain pickle.load
+        return (print, ("code ran while loading",))
+
+
+def test_loading_never_executes_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "evil.pt"
+    torch.save({"version": 1, "payload": _Boom()}, path)
+    with pytest.raises(ResumeError, match="unreadable checkpoint"):
+        load_checkpoint(path)
+    assert "code ran" not in capsys.readouterr().out
+    path.write_bytes(pickle.dumps(_Boom(), protocol=2))
+    with pytest.raises(ResumeError):
+        load_checkpoint(path)
+    assert "code ran" not in capsys.readouterr().out
+
+
+def test_truncated_checkpoint_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / CHECKPOINT_FILE
+    save_checkpoint(path, _ckpt())
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ResumeError, match="unreadable checkpoint") as e:
+        load_checkpoint(path)
+    assert "\n" not in str(e.value)
+
+
+def test_fingerprint_ignores_only_result_neutral_keys() -> None:
+    neutral = {**RAW, "output": {"quiet": True, "plots": False}, "checkpoint": {"every": 7}, "cache_dir": None}
+    neutral["data"] = {**RAW["data"], "root": "/elsewhere", "download": True}
+    assert fingerprint(neutral) == fingerprint(RAW)
+    changed = {**RAW, "fl": {**RAW["fl"], "lr": 0.1}}
+    assert fingerprint(changed) != fingerprint(RAW)
+    assert config_diff(RAW, changed) == ["fl.lr: 0.05 -> 0.1"]
+    assert fingerprint({**RAW, "data": {**RAW["data"], "max_train_samples": 700}}) != fingerprint(RAW)
+
+
+def test_check_run_dir(tmp_path: Path) -> None:
+    assert check_run_dir(tmp_path, RAW) is None  # nothing there: a fresh run
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(RAW))
+    assert check_run_dir(tmp_path, RAW) == "unfinished"
+    (tmp_path / "summary.json").write_text('{"status": "completed"}')
+    assert check_run_dir(tmp_path, {**RAW, "output": {"quiet": True}}) == "completed"
+    with pytest.raises(ResumeError, match=r"different config \(seed: 0 -> 1\)"):
+        check_run_dir(tmp_path, {**RAW, "seed": 1})
