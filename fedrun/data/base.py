@@ -20,6 +20,7 @@ class DataParams:
     download: bool = False
     max_train_samples: int | None = None
     max_test_samples: int | None = None
+    verify: bool = True  # check checksums/sizes of known files; false for subsets re-written in the same format
 
     def __post_init__(self) -> None:
         positive("max_train_samples", self.max_train_samples)

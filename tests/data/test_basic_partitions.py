@@ -72,7 +72,9 @@ def test_dirichlet_resample_respects_min_size() -> None:
 def test_dirichlet_impossible_setting_fails_clearly_instead_of_looping() -> None:
     y = labels(n_per_class=30)  # 300 samples
     with pytest.raises(ConfigError, match="partition.alpha"):
-        dirichlet(PartitionInput(y, 10), 100, DirichletParams(alpha=0.01, min_size=3, max_tries=20), np.random.default_rng(0))
+        dirichlet(
+            PartitionInput(y, 10), 100, DirichletParams(alpha=0.01, min_size=3, max_tries=20), np.random.default_rng(0)
+        )
     with pytest.raises(ConfigError, match="min_size"):
         dirichlet(PartitionInput(y, 10), 100, DirichletParams(alpha=1.0, min_size=10), np.random.default_rng(0))
 

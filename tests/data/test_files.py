@@ -49,7 +49,7 @@ def test_parse_idx_roundtrip_including_big_endian_ints() -> None:
 @pytest.mark.parametrize("gz", [True, False])
 def test_mnist_reader_parses_real_format(tmp_path: Path, gz: bool) -> None:
     arrays = write_mnist(tmp_path / "mnist", gz=gz)
-    ds = load_mnist(MNISTParams(root=str(tmp_path)))
+    ds = load_mnist(MNISTParams(root=str(tmp_path), verify=False))
     assert ds.train.x.shape == (30, 1, 28, 28) and ds.test.x.shape == (10, 1, 28, 28)
     assert np.array_equal(ds.train.x[:, 0].numpy(), arrays["train-images-idx3-ubyte"])
     assert np.array_equal(ds.test.y.numpy(), arrays["t10k-labels-idx1-ubyte"])
@@ -60,7 +60,7 @@ def test_truncated_idx_names_the_file(tmp_path: Path) -> None:
     f = tmp_path / "mnist" / "train-images-idx3-ubyte"
     f.write_bytes(f.read_bytes()[:-100])
     with pytest.raises(DataError, match="train-images-idx3-ubyte.*truncated"):
-        load_mnist(MNISTParams(root=str(tmp_path)))
+        load_mnist(MNISTParams(root=str(tmp_path), verify=False))
 
 
 def test_corrupt_gzip_names_the_file(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_corrupt_gzip_names_the_file(tmp_path: Path) -> None:
 
 def test_missing_data_says_where_it_looked_and_how_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(DataError) as e:
-        load_mnist(MNISTParams(root=str(tmp_path)))
+        load_mnist(MNISTParams(root=str(tmp_path), verify=False))
     assert str(tmp_path / "mnist") in str(e.value) and "data.download=true" in str(e.value)
 
 
@@ -97,14 +97,14 @@ def write_cifar(root: Path, hundred: bool = False) -> None:
 
 def test_cifar10_reader(tmp_path: Path) -> None:
     write_cifar(tmp_path)
-    ds = load_cifar10(CIFARParams(root=str(tmp_path)))
+    ds = load_cifar10(CIFARParams(root=str(tmp_path), verify=False))
     assert ds.train.x.shape == (20, 3, 32, 32) and ds.test.x.shape == (4, 3, 32, 32)
     assert ds.num_classes == 10
 
 
 def test_cifar100_keeps_coarse_labels(tmp_path: Path) -> None:
     write_cifar(tmp_path, hundred=True)
-    ds = load_cifar100(CIFARParams(root=str(tmp_path)))
+    ds = load_cifar100(CIFARParams(root=str(tmp_path), verify=False))
     assert ds.train.coarse is not None
     assert np.array_equal(ds.train.coarse.numpy(), ds.train.y.numpy() // 5)
 
@@ -116,3 +116,9 @@ def test_unpickler_refuses_code() -> None:
 
     with pytest.raises(DataError, match="refusing"):
         safe_unpickle(pickle.dumps({b"data": Evil()}), "evil")
+
+
+def test_verify_checks_the_standard_sizes(tmp_path: Path) -> None:
+    write_mnist(tmp_path / "mnist")
+    with pytest.raises(DataError, match="expected \\[60000, 28, 28\\]"):
+        load_mnist(MNISTParams(root=str(tmp_path)))

@@ -53,6 +53,7 @@ def load_fmnist(p: MNISTParams) -> Dataset:
         mirror="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
         download_dir=root / "fashion-mnist",
         allow_download=p.download,
+        verify=p.verify,
         hint="install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "
         "or run with data.download=true on a machine with a network",
     )
@@ -70,6 +71,7 @@ def load_mnist(p: MNISTParams) -> Dataset:
         mirror="https://ossci-datasets.s3.amazonaws.com/mnist/",
         download_dir=root / "mnist",
         allow_download=p.download,
+        verify=p.verify,
         hint=f"put the four IDX files under {root / 'mnist'} or run with data.download=true on a machine with a"
         " network",
     )
