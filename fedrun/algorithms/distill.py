@@ -80,7 +80,7 @@ class ServerTrained(ProxyMethod):
         student = {k: w.clone().requires_grad_(True) for k, w in weighted_mean(models, weights).items()}
         targets = self.teacher_logits(params, models, weights, info)
         opt = self.optimizer(list(student.values()))
-        loss = float("nan")
+        last = torch.tensor(float("nan"))
         with torch.enable_grad():
             for _, batches in self.proxy_epochs(info.round, self.hp.server_epochs):
                 for batch in batches:
@@ -88,8 +88,8 @@ class ServerTrained(ProxyMethod):
                     out = self.server_loss(student, batch, targets)
                     out.backward()
                     opt.step()
-                    loss = float(out)
-        return {k: w.detach() for k, w in student.items()}, server_state, {"server_loss": loss}
+                    last = out.detach()
+        return {k: w.detach() for k, w in student.items()}, server_state, {"server_loss": float(last)}
 
 
 @ALGORITHMS.register("serverft", ServerFTParams)

@@ -118,7 +118,7 @@ class FedLAW(ProxyMethod):
         hp = self.hp
         opt = adam(train, hp.server_lr, (hp.beta1, hp.beta2))
         sched = StepLR(opt, hp.step_size, hp.step_gamma) if schedule == "step" else CosineAnnealingLR(opt, 100)
-        swa_sched, x_avg, n_avg, loss = None, None, 0, float("nan")
+        swa_sched, x_avg, n_avg, last = None, None, 0, torch.tensor(float("nan"))
         with torch.enable_grad():
             for e, batches in self.proxy_epochs(rnd, epochs):
                 for batch in batches:
@@ -126,7 +126,7 @@ class FedLAW(ProxyMethod):
                     out = self.proxy_loss(models, x, g, batch)
                     out.backward()
                     opt.step()
-                    loss = float(out)
+                    last = out.detach()
                 if schedule == "swa" and e > 5:
                     swa_sched = swa_sched or SWALR(opt, swa_lr=0.05)
                     n_avg += 1
@@ -136,7 +136,7 @@ class FedLAW(ProxyMethod):
                     sched.step()
         if x_avg is not None:
             x = x_avg.requires_grad_(True)
-        return x, g, loss
+        return x, g, float(last)
 
     def proxy_loss(self, models: Tensors, x: torch.Tensor, g: torch.Tensor, batch: Batch) -> torch.Tensor:
         gamma, lam = self.gamma_lambda(x, g)
