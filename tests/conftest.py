@@ -45,7 +45,11 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         return subprocess.run(
             [sys.executable, "-m", "fedrun.cli", *args, *extra],
-            capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=tmp_path,
         )
 
     return _run

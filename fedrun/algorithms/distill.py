@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo
 from fedrun.algorithms.server_proxy import ProxyMethod, adam
@@ -64,28 +63,26 @@ class ServerTrained(ProxyMethod):
             return adam(tensors, hp.server_lr, (hp.beta1, hp.beta2))
         return torch.optim.SGD(tensors, lr=hp.server_lr, momentum=0.9, weight_decay=5e-4)
 
-    def server_loss(self, params: Tensors, batch: Batch, targets: torch.Tensor | None) -> torch.Tensor:
+    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Tensors]) -> torch.Tensor:
         raise NotImplementedError
 
-    def teacher_logits(
-        self, params: Tensors, models: Tensors, weights: torch.Tensor, info: RoundInfo
-    ) -> torch.Tensor | None:
-        """Mean teacher logits on the whole proxy set (None: no distillation)."""
-        return None
+    def teachers(self, params: Tensors, models: Tensors, weights: torch.Tensor, info: RoundInfo) -> list[Tensors]:
+        """The teacher models whose mean logits are distilled (none: plain fine-tuning)."""
+        return []
 
     def aggregate(
         self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
     ) -> tuple[Tensors, Tree, dict[str, float]]:
         models = {k: w.detach() for k, w in uploads["params"].items()}
         student = {k: w.clone().requires_grad_(True) for k, w in weighted_mean(models, weights).items()}
-        targets = self.teacher_logits(params, models, weights, info)
+        teachers = self.teachers(params, models, weights, info)
         opt = self.optimizer(list(student.values()))
         last = torch.tensor(float("nan"))
         with torch.enable_grad():
             for _, batches in self.proxy_epochs(info.round, self.hp.server_epochs):
                 for batch in batches:
                     opt.zero_grad()
-                    out = self.server_loss(student, batch, targets)
+                    out = self.server_loss(student, batch, teachers)
                     out.backward()
                     opt.step()
                     last = out.detach()
@@ -96,7 +93,7 @@ class ServerTrained(ProxyMethod):
 class ServerFT(ServerTrained):
     """FedAvg + cross-entropy fine-tuning on the proxy set (FedLAW's Server-FT baseline)."""
 
-    def server_loss(self, params: Tensors, batch: Batch, targets: torch.Tensor | None) -> torch.Tensor:
+    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Tensors]) -> torch.Tensor:
         return self.model.loss(params, batch)
 
 
@@ -107,18 +104,18 @@ class FedDF(ServerTrained):
     def teachers(self, params: Tensors, models: Tensors, weights: torch.Tensor, info: RoundInfo) -> list[Tensors]:
         return [unstack(models, i) for i in range(weights.shape[0])]
 
-    def teacher_logits(self, params: Tensors, models: Tensors, weights: torch.Tensor, info: RoundInfo) -> torch.Tensor:
-        x = self.proxy_batch()["x"]
+    def teacher_logits(self, teachers: list[Tensors], x: torch.Tensor) -> torch.Tensor:
+        """Mean teacher logits on a batch, teachers in eval mode. Recomputed per batch as FedLAW's code
+        does: the same forward as the student's, so a teacher equal to the student gives exactly zero KL
+        gradient (a cached full-set forward differs in the last bits, which Adam would amplify)."""
         self.model.module.eval()
         with torch.no_grad():
-            teachers = self.teachers(params, models, weights, info)
             logits = sum(self.model.logits(t, x) for t in teachers) / len(teachers)
         self.model.module.train()
         return logits
 
-    def server_loss(self, params: Tensors, batch: Batch, targets: torch.Tensor | None) -> torch.Tensor:
-        student = F.log_softmax(self.model.logits(params, batch["x"]), 1)
-        return F.kl_div(student, F.softmax(targets[batch["idx"]], 1), reduction="batchmean")
+    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Tensors]) -> torch.Tensor:
+        return kl_to_teacher(self.model.logits(params, batch["x"]), self.teacher_logits(teachers, batch["x"]))
 
 
 @ALGORITHMS.register("fedbe", DistillParams)
@@ -129,6 +126,18 @@ class FedBE(FedDF):
         gen = torch_gen(self.env.get("seed", 0), "fedbe", info.round)
         clients = super().teachers(params, models, weights, info)
         return [weighted_mean(models, weights), *clients, swag_gaussian(params, models, gen)]
+
+
+def kl_to_teacher(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """KL(softmax(teacher) || softmax(student)), mean over the batch (``kl_div`` "batchmean", T = 1).
+
+    Written as lse(s) - <p_t, s> + <p_t, log p_t>, so the gradient is exp(s - lse(s)) - p_t with p_t
+    computed by the same expression: exactly 0 when the logits are equal. ``F.kl_div`` leaves a rounding
+    residue there (sum p_t != 1 in floating point), which Adam's normalised step blows up to ~lr.
+    """
+    log_pt = teacher - teacher.logsumexp(1, keepdim=True)
+    pt = log_pt.exp()
+    return (student.logsumexp(1) - (pt * student).sum(1) + (pt * log_pt).sum(1)).mean()
 
 
 def swag_gaussian(base: Tensors, models: Tensors, gen: torch.Generator) -> Tensors:

@@ -24,13 +24,10 @@ class ProxyMethod(FedAvg):
         self.proxy: ProxySet = proxy
 
     def proxy_epochs(self, rnd: int, epochs: int) -> Iterator[tuple[int, list[Batch]]]:
-        """(epoch, that epoch's proxy batches) for ``epochs`` server epochs of round ``rnd`` (keyed order).
-
-        Each batch also carries ``idx``, its positions in the proxy split (for precomputed teacher outputs).
-        """
+        """(epoch, that epoch's proxy batches) for ``epochs`` server epochs of round ``rnd`` (keyed order)."""
         gen = self.proxy.generator(self.env.get("seed", 0), rnd)
         for e in range(epochs):
-            yield e, [{**self.proxy_batch(idx), "idx": idx} for idx in self.proxy.epoch_batches(gen)]
+            yield e, [self.proxy_batch(idx) for idx in self.proxy.epoch_batches(gen)]
 
     def proxy_batch(self, idx: torch.Tensor | None = None) -> Batch:
         """The proxy samples at ``idx`` (all of them when None) as model input ``{x, y}``."""
