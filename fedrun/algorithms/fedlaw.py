@@ -88,7 +88,7 @@ class FedLAW(ProxyMethod):
         if self.hp.parametrization == "exp":
             x, g = weights.log(), torch.zeros(())
         else:
-            x, g = torch.full((m,), math.sqrt(1.0 / m)), torch.ones(())
+            x, g = torch.full((m,), math.sqrt(1.0 / m), dtype=weights.dtype, device=weights.device), torch.ones(())
         return x.detach().clone().requires_grad_(True), g.to(x).detach().clone().requires_grad_(True)
 
     def gamma_lambda(self, x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
