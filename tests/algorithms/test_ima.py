@@ -131,3 +131,19 @@ def test_ima_on_a_real_run_logs_and_config_validation(make_spec, tmp_path: Path)
         make_spec("ima.schedule=linear")
     with pytest.raises(ConfigError, match="ima.window"):
         make_spec("ima.window=0")
+
+
+SERVER_METHODS = ["fedlaw", "fedlaw_swa", "fedlaw_gamma", "fedlaw_lambda", "fedavgm", "fedadam", "fedyogi"]
+SERVER_METHODS += ["fedadagrad", "fedopt", "fedgma", "feddf", "fedbe", "serverft", "fedprox"]
+
+
+@pytest.mark.parametrize("name", SERVER_METHODS)
+def test_every_method_composes_with_its_paper_defaults_and_ima(make_spec, name: str) -> None:  # noqa: ANN001
+    spec = make_spec(f"algorithm={name}", "ima.enabled=true")
+    assert spec.ima == IMAConfig(enabled=True) and spec.algorithm.name == name
+    algo = spec.algorithm.obj(spec.algorithm.params, spec.fl, None)
+    ima = IMA(algo, spec.ima)
+    state = ima.server_init({"w": W})
+    assert state["inner"].keys() == algo.server_init({"w": W}).keys()
+    assert state["window"]["w"].shape == (5, 3) and ima.start_round == int(0.75 * spec.fl.rounds)
+    assert ima.hp is algo.hp and ima.local_lr(0, 0.1) == algo.local_lr(0, 0.1)
