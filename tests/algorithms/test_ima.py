@@ -116,6 +116,7 @@ def test_ima_on_a_real_run_logs_and_config_validation(make_spec, tmp_path: Path)
         "data.max_test_samples=300",
         "fl.rounds=4",
         "fl.clients=4",
+        "fl.batch_size=300",
         "ima.enabled=true",
         "ima.start=0.5",
         "ima.window=2",
