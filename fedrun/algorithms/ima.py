@@ -87,6 +87,10 @@ class IMA(Algorithm):
         lr(t_s) * lr_decay^(t - t_s); nad: the configured lr; clr: min_lr; cd: a triangle from lr(t_s) down
         to min_lr and back every ``period`` rounds; sd: lr(t_s) / 2^floor((t - t_s)/period); ed: the
         configured lr, with fl.local_epochs lowered by one every ``period`` rounds (at least 1).
+        Two FedIMA-code quirks are not copied (``server_se1.py``): its ED restarts the lr decay at t_s
+        (lr0 * 0.99^(t - t_s)), and its CD's rising half overshoots to ~2 lr(t_s) instead of a triangle.
+        The lr after t_s assumes the configured schedule is fl.lr * fl.lr_decay^t (lr(t_s) is recovered
+        from it), which keeps this a pure function of the round, so resumed runs get the same lr.
         """
         lr = self.inner.local_lr(rnd, lr)
         cfg, k = self.cfg, rnd - self.start_round
