@@ -128,6 +128,60 @@ class OutputConfig:
     plots: bool = True
 
 
+IMA_SCHEDULES = ("exd", "clr", "cd", "ed", "nad", "sd")
+
+
+@dataclass
+class IMAConfig:
+    """Iterative moving averaging on top of any algorithm (``ima.*``; FedIMA, Zhou et al., eq. 5, Table III).
+
+    From round t_s = int(start * rounds) the global model is the mean of the last ``window`` models the
+    base method's aggregation produced, and the client lr follows ``schedule``: exd = lr(t_s) x
+    ``lr_decay``^(t - t_s) (mild client exploration, the paper's default); nad = no extra decay; clr =
+    constant ``min_lr``; cd = triangular cycle lr(t_s) <-> ``min_lr`` of ``period`` rounds; sd = halve
+    every ``period`` rounds; ed = one local epoch fewer every ``period`` rounds (at least 1).
+    """
+
+    enabled: bool = False
+    start: float = 0.75  # t_s as a fraction of fl.rounds (FedIMA: 0.75 R)
+    window: int = 5  # W (FedIMA default 5)
+    lr_decay: float = 0.97  # EXD's per-round decay after t_s (FedIMA code)
+    schedule: str = "exd"
+    min_lr: float = 5e-5  # CLR's constant lr and CD's lower end (FedIMA Table III)
+    period: int = 20  # CD's cycle, SD's halving and ED's epoch-drop interval in rounds (FedIMA Table III)
+
+    def __post_init__(self) -> None:
+        in_range("start", self.start, 0.0, 1.0)
+        positive("window", self.window)
+        in_range("lr_decay", self.lr_decay, 0.0, 1.0, lo_open=True)
+        one_of("schedule", self.schedule, IMA_SCHEDULES)
+        positive("min_lr", self.min_lr)
+        positive("period", self.period)
+
+
+@dataclass
+class ProxyConfig:
+    """The server's proxy set (``proxy.*``), carved out of the test split before evaluation (FedLAW App. C).
+
+    ``per_class`` samples of each class (class k keeps int(per_class * rho^(-k/(C-1))) when ``rho`` > 1,
+    the long-tailed proxy of FedLAW Table 6) are removed from the test split for every method of a run
+    config, so all methods are evaluated on the same images. 0 disables it (proxy methods then refuse to
+    run). ``balanced_sampling`` draws proxy batches with class-balanced resampling; ``batch_size`` is the
+    server's proxy batch (128 in FedLAW's code).
+    """
+
+    per_class: int = 10
+    rho: float = 1.0
+    balanced_sampling: bool = False
+    batch_size: int = 128
+
+    def __post_init__(self) -> None:
+        positive("per_class", self.per_class, allow_zero=True)
+        if self.rho < 1:
+            raise ConfigError("rho", f"must be >= 1 (1 = class-balanced), got {self.rho}")
+        positive("batch_size", self.batch_size)
+
+
 @dataclass
 class FedrunConfig:
     """The whole run configuration; component groups are free-form here and validated by their registry."""
@@ -141,6 +195,8 @@ class FedrunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ima: IMAConfig = field(default_factory=IMAConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
 
@@ -173,6 +229,8 @@ class RunSpec:
     cache_dir: str | None
     raw: dict[str, Any]
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ima: IMAConfig = field(default_factory=IMAConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
 
 
 def _component(group: str, registry: Any, node: Any) -> Component:
@@ -204,6 +262,8 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
         seed=raw.get("seed", 0),
         cache_dir=raw.get("cache_dir"),
         raw=raw,
+        ima=_section(IMAConfig, raw.get("ima"), "ima"),
+        proxy=_section(ProxyConfig, raw.get("proxy"), "proxy"),
     )
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
         # the RNG keys take the seed modulo 2**32: larger seeds would silently repeat smaller ones

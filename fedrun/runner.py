@@ -21,11 +21,13 @@ from rich.progress import (
 )
 
 from fedrun.algorithms.base import Algorithm, RoundInfo
+from fedrun.algorithms.ima import IMA
 from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, fingerprint, load_checkpoint, save_checkpoint, to_device
 from fedrun.config import RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.federated import FederatedData
 from fedrun.data.partition import class_counts, make_partition, partition_stats
+from fedrun.data.proxy import ProxySet, carve_proxy
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
 from fedrun.metrics.evaluate import evaluate
@@ -91,10 +93,16 @@ def build_experiment(spec: RunSpec) -> Experiment:
     device = resolve_device(hw.device)
     data = load_data(spec)
     parts = make_partition(data, spec.partition.name, spec.partition.params, spec.fl.clients, spec.seed, spec.cache_dir)
-    fed = FederatedData(data, parts, device, DTYPES[hw.precision])
+    px, proxy, test = spec.proxy, None, None
+    if px.per_class:  # carved out for every method, so all are evaluated on the same test images
+        proxy_split, test = carve_proxy(data.test, data.num_classes, px, spec.seed)
+        proxy = ProxySet(proxy_split.to(device), data.num_classes, px.batch_size, px.balanced_sampling)
+    fed = FederatedData(data, parts, device, DTYPES[hw.precision], test=test)
     model = build_model(spec, data, device)
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
-    algorithm.setup({"device": device, "seed": spec.seed, "data": fed})
+    if spec.ima.enabled:
+        algorithm = IMA(algorithm, spec.ima)
+    algorithm.setup({"device": device, "seed": spec.seed, "data": fed, "proxy": proxy})
     engine = select_engine(spec)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(spec, device, data, parts, fed, model, algorithm, engine)
 
@@ -231,7 +239,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                 t_agg = time.perf_counter()
                 weights = weights.to(exp.device)
                 params, server_state, diag = algo.aggregate(params, server_state, res.uploads, weights, info)
-                agg_time += time.perf_counter() - t_agg
+                agg_seconds = time.perf_counter() - t_agg
+                agg_time += agg_seconds
                 if not all_finite(params):
                     bad = first_nonfinite_client(res.uploads, clients)
                     raise DivergenceError(rnd, bad, "non-finite global model after aggregation")
@@ -250,6 +259,7 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                             "bytes_down": len(clients) * (nbytes(params) + nbytes(extras)),
                             "bytes_up": nbytes(res.uploads),
                             "round_seconds": time.perf_counter() - t_round,
+                            "aggregate_seconds": agg_seconds,
                             "seconds": time.perf_counter() - t0,
                             **diag,
                         }

@@ -1,0 +1,187 @@
+"""FedLAW (Li et al., ICML 2023, "Revisiting Weighted Aggregation in Federated Learning with Neural Networks").
+
+The server learns a global shrink factor gamma and relative weights lambda on the proxy set each round
+(Alg. 1):  w^{t+1} = gamma * sum_i lambda_i w_i,  minimising the proxy cross-entropy of that model with
+Adam(betas (0.5, 0.999)) for E_s server epochs, StepLR(20, 0.5) per epoch, batch 128.
+
+Parametrisations (paper Sec. 6 / code ``fedlaw_optimization``):
+  exp (default)  lambda = softmax(x), gamma = e^g, from x_i = log p_i, g = 0 (so gamma = 1, lambda = p);
+  quad           lambda_i = x_i^2 / sum x^2, gamma = g^2, from x_i = sqrt(1/m), g = 1.
+``learn``: both (FedLAW), gamma (adaptive GWS only, lambda = p), lambda (attentive LAW only, gamma = 1).
+``swa`` (``fedlaw_swa``, the official code's variant): lambda alone for E_s/2 epochs with cosine lr
+(T_max 100), an SWA average of x after epoch 5 with SWALR(0.05), then gamma alone for E_s/2 epochs with
+StepLR. The paper describes gamma first, then lambda with SWA ("the reverse also works").
+E_s = 100 is the paper's value; the code's default is ``server_epochs=20``. lr_s = 0.01 on CIFAR-10 and
+0.005 otherwise (App. C): a plain hyperparameter here, default 0.005. All parameters are combined
+(normalisation affine ones scaled by gamma too); FunctionalModel buffers are not aggregated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.optim.lr_scheduler import CosineAnnealingLR, StepLR
+from torch.optim.swa_utils import SWALR
+
+from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo
+from fedrun.algorithms.server_proxy import ProxyMethod, adam
+from fedrun.config import one_of
+from fedrun.errors import ConfigError
+from fedrun.registry import ALGORITHMS, in_range, positive
+from fedrun.tree import Tensors, Tree
+
+
+@dataclass
+class FedLAWParams(AlgoParams):
+    """FedLAW App. C: Adam(0.5, 0.999), lr_s 0.005 (0.01 for CIFAR-10), E_s 100 (code 20), StepLR(20, 0.5)."""
+
+    server_lr: float = 0.005
+    server_epochs: int = 100
+    parametrization: str = "exp"
+    learn: str = "both"
+    swa: bool = False
+    beta1: float = 0.5
+    beta2: float = 0.999
+    step_size: int = 20
+    step_gamma: float = 0.5
+
+    def __post_init__(self) -> None:
+        positive("server_lr", self.server_lr)
+        positive("server_epochs", self.server_epochs, allow_zero=True)
+        one_of("parametrization", self.parametrization, ("exp", "quad"))
+        one_of("learn", self.learn, ("both", "gamma", "lambda"))
+        in_range("beta1", self.beta1, 0.0, 1.0)
+        in_range("beta2", self.beta2, 0.0, 1.0)
+        positive("step_size", self.step_size)
+        in_range("step_gamma", self.step_gamma, 0.0, 1.0, lo_open=True)
+        if self.swa and self.learn != "both":
+            raise ConfigError("swa", "the SWA variant learns lambda then gamma; it needs learn=both")
+
+
+@dataclass
+class FedLAWSWAParams(FedLAWParams):
+    swa: bool = True
+
+
+@dataclass
+class FedLAWGammaParams(FedLAWParams):
+    learn: str = "gamma"
+
+
+@dataclass
+class FedLAWLambdaParams(FedLAWParams):
+    learn: str = "lambda"
+
+
+@ALGORITHMS.register("fedlaw", FedLAWParams)
+class FedLAW(ProxyMethod):
+    """Learnable aggregation weights: w = gamma * sum_i lambda_i w_i fitted on the proxy set (Alg. 1)."""
+
+    hp: FedLAWParams
+
+    # ---- parametrisation -------------------------------------------------------------------------------
+    def init_vars(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, g) at the start of a round: gamma = 1 and lambda = p (exp) or uniform (quad)."""
+        m = weights.shape[0]
+        if self.hp.parametrization == "exp":
+            x, g = weights.log(), torch.zeros(())
+        else:
+            x, g = torch.full((m,), math.sqrt(1.0 / m), dtype=weights.dtype, device=weights.device), torch.ones(())
+        return x.detach().clone().requires_grad_(True), g.to(x).detach().clone().requires_grad_(True)
+
+    def gamma_lambda(self, x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.hp.parametrization == "exp":
+            return g.exp(), torch.softmax(x, 0)
+        return g * g, x * x / (x * x).sum()
+
+    @staticmethod
+    def combine(models: Tensors, gamma: torch.Tensor, lam: torch.Tensor) -> Tensors:
+        """gamma * sum_i lambda_i w_i over the stacked client models."""
+        return {
+            k: gamma * (lam.to(w.dtype).reshape((-1,) + (1,) * (w.dim() - 1)) * w).sum(0) for k, w in models.items()
+        }
+
+    # ---- server training -------------------------------------------------------------------------------
+    def fit(
+        self,
+        rnd: int,
+        models: Tensors,
+        x: torch.Tensor,
+        g: torch.Tensor,
+        train: list[torch.Tensor],
+        epochs: int,
+        schedule: str,
+    ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Adam on ``train`` (a subset of [x, g]) for ``epochs`` epochs; schedule: step, or swa (SWA of x)."""
+        hp = self.hp
+        opt = adam(train, hp.server_lr, (hp.beta1, hp.beta2))
+        sched = StepLR(opt, hp.step_size, hp.step_gamma) if schedule == "step" else CosineAnnealingLR(opt, 100)
+        swa_sched, x_avg, n_avg, last = None, None, 0, torch.tensor(float("nan"))
+        with torch.enable_grad():
+            for e, batches in self.proxy_epochs(rnd, epochs):
+                for batch in batches:
+                    opt.zero_grad()
+                    out = self.proxy_loss(models, x, g, batch)
+                    out.backward()
+                    opt.step()
+                    last = out.detach()
+                if schedule == "swa" and e > 5:
+                    swa_sched = swa_sched or SWALR(opt, swa_lr=0.05)
+                    n_avg += 1
+                    x_avg = x.detach().clone() if x_avg is None else x_avg + (x.detach() - x_avg) / n_avg
+                    swa_sched.step()
+                else:
+                    sched.step()
+        if x_avg is not None:
+            x = x_avg.requires_grad_(True)
+        return x, g, float(last)
+
+    def proxy_loss(self, models: Tensors, x: torch.Tensor, g: torch.Tensor, batch: Batch) -> torch.Tensor:
+        gamma, lam = self.gamma_lambda(x, g)
+        return self.model.loss(self.combine(models, gamma, lam), batch)
+
+    def aggregate(
+        self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
+    ) -> tuple[Tensors, Tree, dict[str, float]]:
+        hp = self.hp
+        models = {k: w.detach() for k, w in uploads["params"].items()}
+        dtype = next(iter(models.values())).dtype
+        x, g = self.init_vars(weights.to(dtype=dtype, device=next(iter(models.values())).device))
+        loss = float("nan")
+        if hp.server_epochs:
+            if hp.swa:
+                half = hp.server_epochs // 2
+                x, g, _ = self.fit(info.round, models, x, g, [x], half, "swa")
+                x, g, loss = self.fit(info.round, models, x, g, [g], hp.server_epochs - half, "step")
+            else:
+                train = {"both": [x, g], "gamma": [g], "lambda": [x]}[hp.learn]
+                x, g, loss = self.fit(info.round, models, x, g, train, hp.server_epochs, "step")
+        with torch.no_grad():
+            gamma, lam = self.gamma_lambda(x, g)
+            new = self.combine(models, gamma, lam)
+            entropy = float(-(lam * lam.clamp_min(1e-12).log()).sum())
+        diag = {
+            "gamma": float(gamma),
+            "lambda_min": float(lam.min()),
+            "lambda_max": float(lam.max()),
+            "lambda_entropy": entropy,
+            "server_loss": loss,
+        }
+        return new, server_state, diag
+
+
+@ALGORITHMS.register("fedlaw_swa", FedLAWSWAParams)
+class FedLAWSWA(FedLAW):
+    """FedLAW with the official code's SWA schedule (lambda with SWA, then gamma)."""
+
+
+@ALGORITHMS.register("fedlaw_gamma", FedLAWGammaParams)
+class FedLAWGamma(FedLAW):
+    """Adaptive global weight shrinking only: learn gamma, lambda = p (FedLAW Sec. 4)."""
+
+
+@ALGORITHMS.register("fedlaw_lambda", FedLAWLambdaParams)
+class FedLAWLambda(FedLAW):
+    """Attentive LAW only: learn lambda, gamma = 1 (FedLAW Sec. 5)."""

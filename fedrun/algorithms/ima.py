@@ -1,0 +1,150 @@
+"""IMA, iterative moving averaging (Zhou et al., FedIMA, eq. 5): a switch on top of any algorithm.
+
+The base method runs unchanged; IMA keeps a ring buffer of its last W aggregation outputs ("FMA"
+models) in the server state and, from round t_s = int(start * R) on (and once W models are stored, t >= W
+as in FedIMA's ``aggregator.py``), the new global model is their mean
+
+    w^{t+1} = (1/W) sum_{k=t-W+1}^{t} w_FMA^k,
+
+which clients start from and which is evaluated. After t_s the client lr decays further ("mild client
+exploration", :meth:`IMA.local_lr`).
+
+Server-optimiser bases (those with ``server_update``, i.e. FedAdam/FedYogi/...) follow FedIMA's code: the
+buffer holds the plain weighted averages, the window mean replaces the average, the server step uses
+Delta = mean - w^t, and the base's ``ima_reset`` (FedAdam/FedYogi: m = v = 0) runs at the first IMA round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedrun.algorithms.base import Algorithm, Batch, ClientContext, RoundInfo
+from fedrun.config import IMAConfig
+from fedrun.errors import ConfigError
+from fedrun.tree import Tensors, Tree, tree_map, weighted_mean
+
+
+class IMA(Algorithm):
+    """Wraps ``inner``: delegates every hook, overrides :meth:`local_lr` and :meth:`aggregate`."""
+
+    def __init__(self, inner: Algorithm, cfg: IMAConfig) -> None:
+        super().__init__(inner.hp, inner.fl, inner.model)
+        self.inner = inner
+        self.cfg = cfg
+        self.start_round = int(cfg.start * inner.fl.rounds)
+        self.base_epochs = inner.fl.local_epochs
+        if cfg.schedule == "ed" and inner.fl.local_steps is not None:
+            raise ConfigError("ima.schedule", "ed lowers fl.local_epochs, but fl.local_steps is set")
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything IMA does not define (method-specific attributes, hooks added later) is the base's.
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    @property
+    def first_average_round(self) -> int:
+        """The first round whose output is a window mean: max(t_s, W) (FedIMA: t >= t_start, t >= W)."""
+        return max(self.start_round, self.cfg.window)
+
+    # ---- delegated hooks -----------------------------------------------------------------------------
+    def setup(self, env: dict[str, Any]) -> None:
+        self.env = env
+        self.inner.setup(env)
+
+    def server_init(self, params: Tensors) -> Tree:
+        window = tree_map(lambda p: torch.zeros((self.cfg.window, *p.shape), dtype=p.dtype, device=p.device), params)
+        return {"inner": self.inner.server_init(params), "window": window, "count": torch.zeros((), dtype=torch.long)}
+
+    def client_init(self, params: Tensors) -> Tree:
+        return self.inner.client_init(params)
+
+    def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
+        return self.inner.broadcast(params, server_state["inner"])
+
+    def local_loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> torch.Tensor:
+        return self.inner.local_loss(params, batch, ctx)
+
+    def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:
+        return self.inner.local_grad(params, batch, ctx)
+
+    def client_step(
+        self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
+    ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
+        return self.inner.client_step(params, opt, batch, ctx)
+
+    def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
+        return self.inner.client_finish(start, end, ctx, steps)
+
+    # ---- what IMA changes ----------------------------------------------------------------------------
+    def local_lr(self, rnd: int, lr: float) -> float:
+        """The client lr of round ``rnd`` (FedIMA Sec. IV-C, Table III), given the configured schedule's lr.
+
+        Before t_s: unchanged. After: lr(t_s) = the configured schedule frozen at t_s, then exd:
+        lr(t_s) * lr_decay^(t - t_s); nad: the configured lr; clr: min_lr; cd: a triangle from lr(t_s) down
+        to min_lr and back every ``period`` rounds; sd: lr(t_s) / 2^floor((t - t_s)/period); ed: the
+        configured lr, with fl.local_epochs lowered by one every ``period`` rounds (at least 1).
+        Two FedIMA-code quirks are not copied (``server_se1.py``): its ED restarts the lr decay at t_s
+        (lr0 * 0.99^(t - t_s)), and its CD's rising half overshoots to ~2 lr(t_s) instead of a triangle.
+        The lr after t_s assumes the configured schedule is fl.lr * fl.lr_decay^t (lr(t_s) is recovered
+        from it), which keeps this a pure function of the round, so resumed runs get the same lr.
+        """
+        lr = self.inner.local_lr(rnd, lr)
+        cfg, k = self.cfg, rnd - self.start_round
+        if cfg.schedule == "ed":
+            self.fl.local_epochs = self.base_epochs if k < 0 else max(1, self.base_epochs - k // cfg.period)
+        if k < 0:
+            return lr
+        lr_ts = lr / self.fl.lr_decay**k
+        if cfg.schedule == "exd":
+            return lr_ts * cfg.lr_decay**k
+        if cfg.schedule == "clr":
+            return cfg.min_lr
+        if cfg.schedule == "cd":
+            phase = (k % cfg.period) / cfg.period
+            return lr_ts + (cfg.min_lr - lr_ts) * (1.0 - abs(1.0 - 2.0 * phase))
+        if cfg.schedule == "sd":
+            return lr_ts * 0.5 ** (k // cfg.period)
+        return lr  # nad, ed
+
+    def aggregate(
+        self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
+    ) -> tuple[Tensors, Tree, dict[str, float]]:
+        inner, state = self.inner, server_state["inner"]
+        active = info.round >= self.first_average_round
+        if info.round == self.first_average_round and hasattr(inner, "ima_reset"):
+            state = inner.ima_reset(state)
+        if hasattr(inner, "server_update"):
+            window, count = self.push(server_state, weighted_mean(uploads["params"], weights))
+            avg = self.window_mean(window) if active else unstack_last(window, count)
+            new, state, diag = inner.server_update(params, state, avg, info)
+        else:
+            new, state, diag = inner.aggregate(params, state, uploads, weights, info)
+            window, count = self.push(server_state, new)
+            if active:
+                new = self.window_mean(window)
+        return new, {"inner": state, "window": window, "count": count}, {**diag, "ima_active": float(active)}
+
+    def push(self, server_state: Tree, model: Tensors) -> tuple[Tree, torch.Tensor]:
+        """Store ``model`` in the ring buffer's next slot (in place: W models are not copied each round)."""
+        count = server_state["count"]
+        pos = int(count) % self.cfg.window
+
+        def put(buf: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            buf[pos].copy_(w)
+            return buf
+
+        return tree_map(put, server_state["window"], model), count + 1
+
+    @staticmethod
+    def window_mean(window: Tree) -> Tensors:
+        """(1/W) sum of the stored models (FedIMA eq. 5)."""
+        return tree_map(lambda b: b.mean(0), window)
+
+
+def unstack_last(window: Tree, count: torch.Tensor) -> Tensors:
+    """The model pushed last (slot (count - 1) mod W)."""
+    return tree_map(lambda b: b[(int(count) - 1) % b.shape[0]], window)

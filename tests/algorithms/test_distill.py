@@ -1,0 +1,124 @@
+"""FedDF / FedBE / Server-FT on a tiny proxy set: zero KL gradient with one teacher, real training otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedrun.algorithms.base import RoundInfo
+from fedrun.algorithms.distill import (
+    DistillParams,
+    FedBE,
+    FedDF,
+    ServerFT,
+    ServerFTParams,
+    kl_to_teacher,
+    swag_gaussian,
+)
+from fedrun.algorithms.fedavg import FedAvg
+from fedrun.config import FLConfig, ProxyConfig
+from fedrun.data.base import Dataset, Split
+from fedrun.data.federated import FederatedData
+from fedrun.data.proxy import ProxySet, carve_proxy
+from fedrun.errors import ConfigError
+from fedrun.models.base import FunctionalModel
+from fedrun.tree import stack
+
+C, D = 4, 6
+
+
+def tiny_env() -> tuple[FunctionalModel, dict]:
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(C).repeat(50)
+    x = torch.randn(len(y), D, generator=g) + 2.0 * torch.nn.functional.one_hot(y, D).float()
+    data = Dataset("tiny", Split(x, y), Split(x.clone(), y.clone()), C, (D,))
+    proxy_split, test = carve_proxy(data.test, C, ProxyConfig(per_class=20), seed=0)
+    fed = FederatedData(data, [np.arange(100), np.arange(100, 200)], torch.device("cpu"), test=test)
+    torch.manual_seed(0)
+    model = FunctionalModel(torch.nn.Sequential(torch.nn.Linear(D, 8), torch.nn.ReLU(), torch.nn.Linear(8, C)))
+    return model, {"device": torch.device("cpu"), "seed": 0, "data": fed, "proxy": ProxySet(proxy_split, C, 32)}
+
+
+def cohort(model: FunctionalModel, m: int) -> tuple[dict, dict, torch.Tensor, RoundInfo]:
+    g = torch.Generator().manual_seed(1)
+    params = model.init_params()
+    clients = [{k: v + torch.randn(v.shape, generator=g) for k, v in params.items()} for _ in range(m)]
+    sizes = torch.arange(1, m + 1, dtype=torch.float64)
+    return params, {"params": stack(clients)}, sizes / sizes.sum(), RoundInfo(0, m, torch.arange(m), sizes, sizes, 0.1)
+
+
+def make(cls: type, hp: object, env: dict, model: FunctionalModel):  # noqa: ANN201
+    algo = cls(hp, FLConfig(), model)
+    algo.setup(env)
+    return algo
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_feddf_with_one_teacher_equal_to_the_student_leaves_it_unchanged(optimizer: str) -> None:
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model, 1)
+    hp = DistillParams(server_epochs=5, server_lr=0.1, optimizer=optimizer)
+    algo = make(FedDF, hp, env, model)
+    new, _, diag = algo.aggregate(params, {}, uploads, weights, info)
+    assert diag["server_loss"] == pytest.approx(0.0, abs=1e-5)
+    for k, w in uploads["params"].items():
+        if optimizer == "adam":  # zero gradient: Adam does not move
+            torch.testing.assert_close(new[k], w[0], rtol=0, atol=0)
+        else:  # the code's SGD has weight decay 5e-4, so only the (small) decay moves it
+            torch.testing.assert_close(new[k], w[0], rtol=0.02, atol=1e-5)
+            assert not torch.equal(new[k], w[0])
+
+
+def test_kl_matches_torch_kl_div() -> None:
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)
+    want = torch.nn.functional.kl_div(s.log_softmax(1), t.softmax(1), reduction="batchmean")
+    torch.testing.assert_close(kl_to_teacher(s, t), want)
+
+
+def test_feddf_moves_the_student_towards_the_ensemble() -> None:
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model, 3)
+    start = FedAvg(None, FLConfig(), model).aggregate(params, {}, uploads, weights, info)[0]
+    few = make(FedDF, DistillParams(server_epochs=1, server_lr=0.01), env, model)
+    many = make(FedDF, DistillParams(server_epochs=30, server_lr=0.01), env, model)
+    _, _, d1 = few.aggregate(params, {}, uploads, weights, info)
+    new, _, d30 = many.aggregate(params, {}, uploads, weights, info)
+    assert d30["server_loss"] < d1["server_loss"]
+    assert any(not torch.equal(new[k], start[k]) for k in start)
+
+
+def test_fedbe_teachers_and_swag_sample() -> None:
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model, 3)
+    algo = make(FedBE, DistillParams(server_epochs=2), env, model)
+    teachers = algo.teachers(params, uploads["params"], weights, info)
+    assert len(teachers) == 3 + 2  # FedAvg model + clients + one SWAG sample
+    # identical client updates: u has zero variance (clamped to 1e-5), so the sample is w + Delta (+ tiny noise)
+    same = stack([{k: v + 0.5 for k, v in params.items()}] * 3)
+    sample = swag_gaussian(params, same, torch.Generator().manual_seed(0))
+    for k, w in params.items():
+        torch.testing.assert_close(sample[k], w + 0.5, atol=0.5 * 0.1 * 1e-5**0.5 * 6 * w.numel() ** 0.5, rtol=0)
+    new, _, diag = algo.aggregate(params, {}, uploads, weights, info)
+    assert np.isfinite(diag["server_loss"]) and all(torch.isfinite(v).all() for v in new.values())
+
+
+def test_serverft_lowers_the_proxy_loss_of_fedavg() -> None:
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model, 3)
+    algo = make(ServerFT, ServerFTParams(server_epochs=10, server_lr=0.01), env, model)
+    start = FedAvg(None, FLConfig(), model).aggregate(params, {}, uploads, weights, info)[0]
+    new, _, _ = algo.aggregate(params, {}, uploads, weights, info)
+    proxy = algo.proxy_batch()
+    assert float(model.loss(new, proxy)) < float(model.loss(start, proxy))
+    assert ServerFTParams().server_epochs == 2 and DistillParams().server_epochs == 100
+
+
+def test_proxy_methods_refuse_to_run_without_a_proxy_set(make_spec) -> None:  # noqa: ANN001 - fixture
+    model, env = tiny_env()
+    for cls in (FedDF, FedBE, ServerFT):
+        with pytest.raises(ConfigError, match="proxy.per_class"):
+            make(cls, DistillParams(), {**env, "proxy": None}, model)
+    with pytest.raises(ConfigError, match="algorithm.optimizer"):
+        make_spec("algorithm=feddf", "algorithm.optimizer=lbfgs")

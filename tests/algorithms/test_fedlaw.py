@@ -1,0 +1,111 @@
+"""FedLAW: fixed weights reduce to FedAvg; learning gamma on a proxy that rewards shrinking gives gamma < 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedrun.algorithms.base import RoundInfo
+from fedrun.algorithms.fedavg import FedAvg
+from fedrun.algorithms.fedlaw import FedLAW, FedLAWGammaParams, FedLAWParams, FedLAWSWAParams
+from fedrun.config import FLConfig, ProxyConfig
+from fedrun.data.base import Dataset, Split
+from fedrun.data.federated import FederatedData
+from fedrun.data.proxy import ProxySet, carve_proxy
+from fedrun.errors import ConfigError
+from fedrun.models.base import FunctionalModel
+from fedrun.tree import stack
+
+C, D = 4, 6
+
+
+def tiny_env(random_labels: bool = False, per_class: int = 20) -> tuple[FunctionalModel, dict]:
+    """A linear model on Gaussian features; the proxy has ``per_class`` samples per class."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(C).repeat(50)
+    x = torch.randn(len(y), D, generator=g) + 2.0 * torch.nn.functional.one_hot(y, D).float()
+    test_y = torch.randint(0, C, (len(y),), generator=g) if random_labels else y
+    data = Dataset("tiny", Split(x, y), Split(x.clone(), test_y), C, (D,))
+    proxy_split, test = carve_proxy(data.test, C, ProxyConfig(per_class=per_class), seed=0)
+    fed = FederatedData(data, [np.arange(100), np.arange(100, 200)], torch.device("cpu"), test=test)
+    torch.manual_seed(0)
+    model = FunctionalModel(torch.nn.Linear(D, C))
+    return model, {"device": torch.device("cpu"), "seed": 0, "data": fed, "proxy": ProxySet(proxy_split, C, 128)}
+
+
+def cohort(model: FunctionalModel, m: int = 3, scale: float = 1.0) -> tuple[dict, dict, torch.Tensor, RoundInfo]:
+    g = torch.Generator().manual_seed(1)
+    params = model.init_params()
+    clients = [{k: scale * (v + torch.randn(v.shape, generator=g)) for k, v in params.items()} for _ in range(m)]
+    sizes = torch.tensor([10.0, 30.0, 60.0][:m], dtype=torch.float64)
+    info = RoundInfo(0, m, torch.arange(m), sizes, torch.full((m,), 5), 0.1)
+    return params, {"params": stack(clients)}, sizes / sizes.sum(), info
+
+
+def make(params_cls: type, model: FunctionalModel, env: dict, **kw: object) -> FedLAW:
+    algo = FedLAW(params_cls(**kw), FLConfig(), model)
+    algo.setup(env)
+    return algo
+
+
+@pytest.mark.parametrize("learn", ["both", "gamma", "lambda"])
+def test_fixed_gamma_one_and_size_weights_equal_fedavg(learn: str) -> None:
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model)
+    law = make(FedLAWParams, model, env, server_epochs=0, learn=learn)
+    new, _, diag = law.aggregate(params, {}, uploads, weights, info)
+    ref, _, _ = FedAvg(None, FLConfig(), model).aggregate(params, {}, uploads, weights, info)
+    for k in ref:
+        torch.testing.assert_close(new[k], ref[k], rtol=1e-6, atol=1e-6)
+    assert diag["gamma"] == pytest.approx(1.0)
+    assert diag["lambda_max"] == pytest.approx(0.6) and diag["lambda_min"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("parametrization", ["exp", "quad"])
+def test_learning_gamma_shrinks_when_the_proxy_rewards_it(parametrization: str) -> None:
+    # Proxy labels independent of x: the CE is minimised by logits -> 0, i.e. by shrinking the model.
+    model, env = tiny_env(random_labels=True)
+    params, uploads, weights, info = cohort(model, scale=3.0)
+    law = make(FedLAWGammaParams, model, env, server_epochs=40, server_lr=0.05, parametrization=parametrization)
+    new, _, diag = law.aggregate(params, {}, uploads, weights, info)
+    assert diag["gamma"] < 0.8
+    proxy = law.proxy_batch()
+    before = float(model.loss(FedAvg(None, FLConfig(), model).aggregate(params, {}, uploads, weights, info)[0], proxy))
+    assert float(model.loss(new, proxy)) < before
+    if parametrization == "exp":  # learn=gamma keeps lambda at the data-size weights
+        assert diag["lambda_max"] == pytest.approx(0.6, abs=1e-6)
+
+
+def test_full_fedlaw_and_swa_lower_the_proxy_loss_and_log_weights() -> None:
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model, scale=2.0)
+    base = FedAvg(None, FLConfig(), model).aggregate(params, {}, uploads, weights, info)[0]
+    for cls in (FedLAWParams, FedLAWSWAParams):
+        law = make(cls, model, env, server_epochs=20, server_lr=0.05)
+        new, _, diag = law.aggregate(params, {}, uploads, weights, info)
+        proxy = law.proxy_batch()
+        assert float(model.loss(new, proxy)) < float(model.loss(base, proxy))
+        assert 0 < diag["lambda_min"] <= diag["lambda_max"] < 1
+        assert 0 < diag["lambda_entropy"] <= np.log(3) + 1e-6
+        assert diag["lambda_max"] != pytest.approx(0.6, abs=1e-4)  # lambda was learned
+
+
+def test_fedlaw_needs_a_proxy_set_and_valid_values() -> None:
+    model, env = tiny_env()
+    with pytest.raises(ConfigError, match="proxy.per_class"):
+        make(FedLAWParams, model, {**env, "proxy": None})
+    with pytest.raises(ConfigError, match="parametrization"):
+        FedLAWParams(parametrization="cubic")
+    with pytest.raises(ConfigError, match="swa"):
+        FedLAWParams(swa=True, learn="gamma")
+
+
+def test_fedlaw_configs_compose_with_paper_defaults(make_spec) -> None:  # noqa: ANN001 - fixture
+    spec = make_spec("algorithm=fedlaw")
+    assert (spec.algorithm.params.server_epochs, spec.algorithm.params.parametrization) == (100, "exp")
+    assert (spec.algorithm.params.beta1, spec.algorithm.params.beta2) == (0.5, 0.999)
+    assert make_spec("algorithm=fedlaw_swa").algorithm.params.swa is True
+    assert make_spec("algorithm=fedlaw_gamma").algorithm.params.learn == "gamma"
+    assert make_spec("algorithm=fedlaw_lambda").algorithm.params.learn == "lambda"
+    assert make_spec("algorithm=fedlaw", "algorithm.server_epochs=20").algorithm.params.server_epochs == 20
