@@ -10,6 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+# metrics.csv columns that measure time: everything else must repeat exactly for the same config and seed
+TIMING_COLUMNS = ("round_seconds", "seconds", "aggregate_seconds")
+
 
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``."""

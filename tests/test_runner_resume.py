@@ -20,6 +20,7 @@ from fedrun import cli
 from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.config import RunSpec
 from fedrun.engines.sequential import SequentialEngine
+from fedrun.outputs import TIMING_COLUMNS
 from fedrun.runner import run
 from tests.conftest import REPO, compose_cfg
 
@@ -38,7 +39,7 @@ SMALL = [
     "output.quiet=true",
     "checkpoint.every=1",
 ]
-TIMINGS = ["round_seconds", "seconds"]
+TIMINGS = list(TIMING_COLUMNS)
 
 
 def _metrics(run_dir: Path) -> pd.DataFrame:

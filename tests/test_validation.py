@@ -115,7 +115,7 @@ def test_malformed_override_is_one_clean_line(fedrun_main: Callable, overrides: 
 
 def test_unknown_choices_are_listed(fedrun_main: Callable) -> None:
     _, err, _ = fedrun_main("algorithm=nope")
-    assert "valid: fedavg, fedprox" in err
+    assert "valid: " in err and "fedavg" in err and "fedprox" in err
     _, err, _ = fedrun_main("fl.sampling=random")
     assert "valid: fixed, bernoulli" in err
 
