@@ -61,9 +61,7 @@ class FedSMOO(FedAvg):
         eps = tree_map(lambda a: a * scale, g_hat)
         mu = tree_map(lambda m, e, b: m + e - b, ctx.state["mu"], eps, s)
         g_sam = grad_at(self, params, eps, batch, ctx)
-        direction = tree_map(
-            lambda a, h, w0: a + hp.lam * (h - w0), g_sam, ctx.state["h"], ctx.global_params
-        )
+        direction = tree_map(lambda a, h, w0: a + hp.lam * (h - w0), g_sam, ctx.state["h"], ctx.global_params)
         params, opt = sgd_step(params, direction, opt, ctx.lr, fl.momentum, fl.weight_decay + hp.lam, hp.max_norm)
         return params, opt, {**ctx.state, "mu": mu}, loss
 
