@@ -1,0 +1,105 @@
+"""Across the client-side methods: configs validate, bad values fail, what travels, and vmap-ability."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from client_methods_util import SMALL, ctx_for, make_algo, tiny_batch, tiny_model
+
+from fedrun.algorithms.base import ClientContext
+from fedrun.errors import ConfigError
+from fedrun.runner import run
+from fedrun.tree import nbytes, stack, tree_map, unstack
+
+METHODS = [
+    "fedsam", "fedasam", "mofedsam", "fedgam", "fedgam_cv", "fedsmoo", "scaffold", "fednova",
+    "feddyn", "moon", "fedcos", "fedfa", "fedcm", "mimelite", "fedrobust",
+]  # fmt: skip
+# (vectors sent down with w^t, vectors uploaded) in units of the model size, as the papers send them
+TRAFFIC = {"mofedsam": (2, 1), "fedcm": (2, 1), "fedcos": (2, 1), "scaffold": (2, 2), "fedgam_cv": (2, 2),
+           "fedsmoo": (2, 2), "mimelite": (2, 2)}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_config_composes_with_paper_defaults(make_spec, name: str) -> None:
+    spec = make_spec(f"algorithm={name}")
+    assert spec.algorithm.name == name
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("algorithm=fedsam algorithm.rho=-0.1", "algorithm.rho"),
+        ("algorithm=mofedsam algorithm.alpha=1.5", "algorithm.alpha"),
+        ("algorithm=fedcm algorithm.alpha=-0.1", "algorithm.alpha"),
+        ("algorithm=fedgam algorithm.variant=gam2", "algorithm.variant"),
+        ("algorithm=fedcos algorithm.server=adam", "algorithm.server"),
+        ("algorithm=feddyn algorithm.alpha=0", "algorithm.alpha"),
+        ("algorithm=moon algorithm.tau=0", "algorithm.tau"),
+        ("algorithm=mimelite algorithm.beta=2", "algorithm.beta"),
+        ("algorithm=fedrobust algorithm.structure=lowrank", "algorithm.structure"),
+        ("algorithm=scaffold algorithm.server_lr=0", "algorithm.server_lr"),
+    ],
+)
+def test_bad_values_raise_config_error(make_spec, override: str, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_spec(*override.split())
+    assert err.value.field == field
+
+
+def _algo(name: str):  # noqa: ANN202
+    algo = make_algo(name, tiny_model())
+    algo.input_shape = (4,)  # FedRobust's perturbation size, normally read from the data in setup()
+    algo.num_classes = 2  # FedFA's anchors, likewise
+    return algo
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_traffic_per_client(name: str) -> None:
+    algo = _algo(name)
+    w = algo.model.init_params()
+    ctx = ctx_for(algo, w)
+    upload, _ = algo.client_finish(w, w, ctx, torch.tensor(1))
+    down, up = TRAFFIC.get(name, (1, 1))
+    model_bytes = nbytes(w)
+    extra_down = nbytes(ctx.extras) - (nbytes(ctx.extras.get("anchors", {})) if name == "fedfa" else 0)
+    assert (model_bytes + extra_down) == down * model_bytes
+    extra_up = nbytes(upload.get("anchors", {})) if name == "fedfa" else 0
+    assert nbytes(upload) - extra_up == up * model_bytes
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_client_step_vmaps_like_a_loop(name: str) -> None:
+    """Every client step must be a pure tensor function: vmap over 2 clients == 2 sequential calls."""
+    algo = _algo(name)
+    w = algo.model.init_params()
+    ctx = ctx_for(algo, w, lr=0.05)
+    params = stack([tree_map(lambda t: t + 0.01, w), tree_map(lambda t: t - 0.02, w)])
+    states = stack([ctx.state, ctx.state]) if ctx.state else {}
+    batches = stack([tiny_batch(1), tiny_batch(2)])
+
+    def step(p, s, b):  # noqa: ANN001, ANN202
+        new_p, _, new_s, loss = algo.client_step(p, None, b, ClientContext(w, ctx.extras, s, 0.05))
+        return new_p, new_s, loss
+
+    vp, vs, vl = torch.func.vmap(step, randomness="different")(params, states, batches)
+    for j in range(2):
+        lp, ls, ll = step(unstack(params, j), unstack(states, j) if states else {}, unstack(batches, j))
+        for k in lp:
+            torch.testing.assert_close(vp[k][j], lp[k], atol=1e-10, rtol=1e-8)
+        for a, b in zip(torch.utils._pytree.tree_leaves(vs), torch.utils._pytree.tree_leaves(ls), strict=True):
+            torch.testing.assert_close(a[j], b, atol=1e-10, rtol=1e-8)
+        torch.testing.assert_close(vl[j], ll)
+
+
+def test_metrics_report_scaffold_traffic(make_spec, tmp_path) -> None:
+    rows = {}
+    for name in ("fedavg", "scaffold"):
+        (tmp_path / name).mkdir()
+        run(make_spec(f"algorithm={name}", *SMALL, "fl.rounds=1"), tmp_path / name)
+        with open(tmp_path / name / "metrics.csv") as f:
+            rows[name] = next(csv.DictReader(f))
+    assert int(rows["scaffold"]["bytes_up"]) == 2 * int(rows["fedavg"]["bytes_up"])
+    assert int(rows["scaffold"]["bytes_down"]) == 2 * int(rows["fedavg"]["bytes_down"])
