@@ -64,10 +64,14 @@ def test_traffic_per_client(name: str) -> None:
     upload, _ = algo.client_finish(w, w, ctx, torch.tensor(1))
     down, up = TRAFFIC.get(name, (1, 1))
     model_bytes = nbytes(w)
-    extra_down = nbytes(ctx.extras) - (nbytes(ctx.extras.get("anchors", {})) if name == "fedfa" else 0)
-    assert (model_bytes + extra_down) == down * model_bytes
-    extra_up = nbytes(upload.get("anchors", {})) if name == "fedfa" else 0
-    assert nbytes(upload) - extra_up == up * model_bytes
+    side = 0  # FedFA's class anchors (C x d) and round flags travel with the model, both ways
+    if name == "fedfa":
+        side = nbytes({"a": ctx.extras["anchors"]})
+        assert nbytes(upload) == model_bytes + side
+        assert nbytes(ctx.extras) == side + nbytes({"f": ctx.extras["flags"]})
+        return
+    assert model_bytes + nbytes(ctx.extras) == down * model_bytes
+    assert nbytes(upload) == up * model_bytes
 
 
 @pytest.mark.parametrize("name", METHODS)
