@@ -107,3 +107,24 @@ def test_metrics_report_scaffold_traffic(make_spec, tmp_path) -> None:
             rows[name] = next(csv.DictReader(f))
     assert int(rows["scaffold"]["bytes_up"]) == 2 * int(rows["fedavg"]["bytes_up"])
     assert int(rows["scaffold"]["bytes_down"]) == 2 * int(rows["fedavg"]["bytes_down"])
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_client_finish_vmaps_like_a_loop(name: str) -> None:
+    algo = _algo(name)
+    w = algo.model.init_params()
+    ctx = ctx_for(algo, w, lr=0.05)
+    ends = stack([tree_map(lambda t: t + 0.01, w), tree_map(lambda t: t - 0.02, w)])
+    states = stack([ctx.state, ctx.state]) if ctx.state else {}
+    steps = torch.tensor([3, 5])
+
+    def finish(end, s, k):  # noqa: ANN001, ANN202
+        return algo.client_finish(w, end, ClientContext(w, ctx.extras, s, 0.05), k)
+
+    v_up, v_st = torch.func.vmap(finish)(ends, states, steps)
+    for j in range(2):
+        up, st = finish(unstack(ends, j), unstack(states, j) if states else {}, steps[j])
+        got = torch.utils._pytree.tree_leaves((v_up, v_st))
+        want = torch.utils._pytree.tree_leaves((up, st))
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a[j], b, atol=1e-10, rtol=1e-8)

@@ -55,3 +55,11 @@ def test_fedrobust_keeps_perturbation_per_client(make_spec) -> None:
     eye = torch.eye(784)
     assert all(not torch.equal(rows["Lambda"][i], eye) for i in range(4))
     assert all(torch.isfinite(v).all() for v in params.values())
+
+
+def test_fedrobust_auto_structure_follows_input_size() -> None:
+    algo = _algo()
+    assert algo.full  # d = 4
+    algo.input_shape = (3, 32, 32)
+    assert not algo.full
+    assert make_algo("fedrobust", tiny_model(), structure="full").full
