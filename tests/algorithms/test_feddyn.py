@@ -49,3 +49,24 @@ def test_feddyn_alpha_to_zero_limit(make_spec) -> None:
         torch.testing.assert_close(dyn_log[0]["uploads"]["params"][k], avg_log[0]["uploads"]["params"][k])
         w0 = avg_log[0]["start"][k]
         torch.testing.assert_close(dyn[k], w0 + 2 * (avg[k] - w0), atol=1e-5, rtol=1e-4)
+
+
+def test_feddyn_law_variant() -> None:
+    model = tiny_model()
+    alpha = 0.5
+    algo = make_algo("feddyn", model, alpha=alpha, variant="law")
+    wt, batch = model.init_params(), tiny_batch()
+    w = {k: v + 0.2 for k, v in wt.items()}
+    got, _ = algo.local_grad(w, batch, ctx_for(algo, wt))
+    ce = plain_grad(model, w, batch)
+    dist = 0.2 * sum(v.numel() for v in w.values()) ** 0.5
+    for k in w:  # d/dw (alpha/2)||w - w^t|| = (alpha/2) (w - w^t)/||w - w^t||
+        torch.testing.assert_close(got[k], ce[k] + 0.5 * alpha * 0.2 / dist, atol=1e-12, rtol=0)
+    at_start, _ = algo.local_grad(wt, batch, ctx_for(algo, wt))
+    assert all(torch.isfinite(v).all() for v in at_start.values())
+    ups = {"params": stack([{k: v + 1.0 for k, v in wt.items()}, {k: v + 3.0 for k, v in wt.items()}])}
+    info = RoundInfo(0, 10, torch.tensor([0, 1]), torch.tensor([1.0, 3.0]), torch.tensor([1, 1]), 0.1)
+    new, state, _ = algo.aggregate(wt, algo.server_init(wt), ups, torch.tensor([0.25, 0.75], dtype=torch.float64), info)
+    for k in wt:  # h = -alpha * 2.5 = -1.25; w = w + 2.5 + 1.25/alpha
+        torch.testing.assert_close(state["h"][k], torch.full_like(wt[k], -1.25))
+        torch.testing.assert_close(new[k], wt[k] + 2.5 + 2.5)
