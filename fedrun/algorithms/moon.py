@@ -5,11 +5,15 @@ L = CE + mu l_con, l_con = -log(e^{sim(z, z_g)/tau} / (e^{sim(z, z_g)/tau} + e^{
 (:mod:`fedrun.models.features`; in FedIMA's models the 128-d output of the linear projector), z_g comes
 from w^t and z_prev from this client's previous local model, both frozen. Each client keeps its
 previous local model (one parameter row per client; it starts as w^0).
+
+``variant=ima``: FedIMA's code averages the cosines over the batch *before* the exp, i.e. one l_con per
+batch from mean cos(z, z_g) and mean cos(z, z_prev).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -29,16 +33,24 @@ class MoonParams(AlgoParams):
 
     mu: float = 5.0
     tau: float = 0.5
+    variant: Literal["paper", "ima"] = "paper"
 
     def __post_init__(self) -> None:
         positive("mu", self.mu, allow_zero=True)
         positive("tau", self.tau)
 
 
-def contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
-    """Per-sample l_con: cross-entropy with the global model's representation as the positive (index 0)."""
+def contrastive_loss(
+    z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float, batch_mean: bool = False
+) -> torch.Tensor:
+    """Per-sample l_con: cross-entropy with the global model's representation as the positive (index 0).
+
+    ``batch_mean``: FedIMA's form, the cosines averaged over the batch first (one value per batch).
+    """
     pos = F.cosine_similarity(z, z_glob, dim=-1) / tau
     neg = F.cosine_similarity(z, z_prev, dim=-1) / tau
+    if batch_mean:
+        pos, neg = pos.mean(), neg.mean()
     return -pos + torch.logsumexp(torch.stack([pos, neg], dim=-1), dim=-1)
 
 
@@ -62,6 +74,9 @@ class Moon(FedAvg):
             return masked_mean(ce, batch.get("w"))
         z_glob = self.features.features(ctx.global_params, batch["x"]).detach()
         z_prev = self.features.features(ctx.state["prev"], batch["x"]).detach()
+        if self.hp.variant == "ima":
+            con = contrastive_loss(z, z_glob, z_prev, self.hp.tau, batch_mean=True)
+            return masked_mean(ce, batch.get("w")) + self.hp.mu * con
         con = contrastive_loss(z, z_glob, z_prev, self.hp.tau)
         return masked_mean(ce + self.hp.mu * con, batch.get("w"))
 

@@ -53,3 +53,13 @@ def test_moon_mu0_equals_fedavg(make_spec) -> None:
     ups, clients = log[-1]["uploads"]["params"], log[-1]["info"].clients
     for k in prev:
         torch.testing.assert_close(prev[k][clients], ups[k])
+
+
+def test_moon_ima_variant_averages_cosines_first() -> None:
+    g = torch.Generator().manual_seed(1)
+    z, zg, zp = (torch.randn(4, 3, generator=g) for _ in range(3))
+    pos = F.cosine_similarity(z, zg).mean() / 0.5
+    neg = F.cosine_similarity(z, zp).mean() / 0.5
+    expected = -torch.log(torch.exp(pos) / (torch.exp(pos) + torch.exp(neg)))
+    torch.testing.assert_close(contrastive_loss(z, zg, zp, 0.5, batch_mean=True), expected)
+    assert not torch.allclose(contrastive_loss(z, zg, zp, 0.5).mean(), expected)
