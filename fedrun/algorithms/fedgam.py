@@ -27,17 +27,19 @@ class FedGAMParams(AlgoParams):
     """FedGAM Table 3: ``rho`` = 0.02, ``alpha`` = 0.2 (sensitivity study: rho 0.1, alpha 0.2 best).
 
     ``variant``: ``paper`` (eq. 19) or ``official`` (the GAM optimizer), which uses ``rho``,
-    ``rho_norm``, ``gamma`` and ``beta1..3`` (GAM code defaults 0.2, 0.03, 1, -1, 1).
+    ``rho_norm``, ``gamma`` and ``beta1..3``: defaults from GAM's main_cifar.py CIFAR-10/ResNet preset
+    (rho_norm 0.2, gamma 0.05, beta0 = beta1 = 0.1, beta2 = 1 - beta0, beta3 = 1 - beta1; its rho 0.03
+    is not taken: ``rho`` stays FedGAM's).
     """
 
     rho: float = 0.02
     alpha: float = 0.2
     variant: Literal["paper", "official"] = "paper"
     rho_norm: float = 0.2
-    gamma: float = 0.03
-    beta1: float = 1.0
-    beta2: float = -1.0
-    beta3: float = 1.0
+    gamma: float = 0.05
+    beta1: float = 0.1
+    beta2: float = 0.9
+    beta3: float = 0.9
 
     def __post_init__(self) -> None:
         positive("rho", self.rho, allow_zero=True)
