@@ -48,7 +48,9 @@ class FedGAMParams(AlgoParams):
         positive("gamma", self.gamma, allow_zero=True)
 
 
-def gam_official_grad(algo: FedAvg, params: Tensors, batch: Batch, ctx: ClientContext, hp: FedGAMParams):  # noqa: ANN201
+def gam_official_grad(
+    algo: FedAvg, params: Tensors, batch: Batch, ctx: ClientContext, hp: FedGAMParams
+) -> tuple[Tensors, torch.Tensor]:
     """GAM optimizer's descent direction (xxgege/GAM): (direction, loss at w).
 
     g0 = grad f(w); g1 = grad f(w + rho g0/|g0|); w2 = w + rho_n (g1-g0)/|g1-g0|; g2 = grad f(w2);
@@ -68,7 +70,9 @@ def gam_official_grad(algo: FedAvg, params: Tensors, batch: Batch, ctx: ClientCo
     return tree_map(lambda dd, v: dd - hp.gamma * v, d, vertical), loss
 
 
-def gam_grad(algo: FedAvg, params: Tensors, batch: Batch, ctx: ClientContext, hp: FedGAMParams):  # noqa: ANN201
+def gam_grad(
+    algo: FedAvg, params: Tensors, batch: Batch, ctx: ClientContext, hp: FedGAMParams
+) -> tuple[Tensors, torch.Tensor]:
     """(grad f_GAM(w), f(w)): eq. 19, g + alpha rho grad f(w + rho g/||g||), or the official variant."""
     if hp.variant == "official":
         return gam_official_grad(algo, params, batch, ctx, hp)
