@@ -11,7 +11,8 @@ from client_methods_util import SMALL, ctx_for, make_algo, tiny_batch, tiny_mode
 from fedrun.algorithms.base import ClientContext
 from fedrun.errors import ConfigError
 from fedrun.runner import run
-from fedrun.tree import nbytes, stack, tree_map, unstack
+from fedrun.state import ClientStates
+from fedrun.tree import leaves, nbytes, stack, tree_map, unstack
 
 METHODS = [
     "fedsam", "fedasam", "mofedsam", "fedgam", "fedgam_cv", "fedsmoo", "scaffold", "fednova",
@@ -128,3 +129,24 @@ def test_client_finish_vmaps_like_a_loop(name: str) -> None:
         want = torch.utils._pytree.tree_leaves((up, st))
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a[j], b, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "name", ["scaffold", "fedgam_cv", "feddyn", "moon", "fedsmoo", "mimelite", "fedfa", "fedrobust"]
+)
+def test_client_state_is_compact_and_restorable(name: str) -> None:
+    """Per-client state lives as stacked rows (no model object per client) and round-trips via state_dict."""
+    algo = _algo(name)
+    w = algo.model.init_params()
+    template = algo.client_init(w)
+    assert template
+    states = ClientStates(template, 5, torch.device("cpu"))
+    cohort = torch.tensor([1, 3])
+    new = tree_map(lambda t: torch.randn((2, *t.shape), dtype=t.dtype), template)
+    states.scatter(cohort, new)
+    restored = ClientStates(template, 5, torch.device("cpu"))
+    restored.load_state_dict(states.state_dict())
+    for a, b in zip(leaves(restored.gather(cohort)), leaves(new), strict=True):
+        assert torch.equal(a, b)
+    for a, t in zip(leaves(restored.gather(torch.tensor([0]))), leaves(template), strict=True):
+        assert torch.equal(a[0], t)
