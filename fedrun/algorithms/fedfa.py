@@ -1,0 +1,183 @@
+"""FedFA (Zhou & Konukoglu 2023) as in FedIMA's code: feature anchors plus classifier calibration.
+
+Following FedIMA (utils/optimizer.fedfa_cl_optimizer, utils/AnchorLoss.py):
+- class anchors a_c in R^d (d = the classifier's input size), initialised as distinct rows of I_d
+  (random unit rows when C > d), averaged by the server with the model's weights p_i;
+- local loss, after round 0: CE + lambda sum_x ||z_x - a_{y_x}||^2 / (n_{y_x} C), n_y = count of class y
+  in the batch (AnchorLoss.forward); round 0 trains on CE alone;
+- classifier calibration, for rounds > R/4: after each SGD step, one Adam step (lr 1e-3, fresh optimizer
+  each round) on the classifier only, for CE(classifier(a_c), c) over all classes;
+- anchor update: a_c <- 0.5 a_c + 0.5 (mean over the round's batches of the batch class-means of z) for
+  the classes the client saw. The code applies this once per local epoch; here once per round, which is
+  the same for one local epoch (fedrun's hooks do not see epoch boundaries).
+The anchors (C x d numbers) travel both ways with the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
+from fedrun.algorithms.fedavg import FedAvg
+from fedrun.config import FLConfig
+from fedrun.models.base import FunctionalModel
+from fedrun.models.features import FeatureModel
+from fedrun.registry import ALGORITHMS, in_range, positive
+from fedrun.rng import torch_gen
+from fedrun.tree import Tensors, Tree, weighted_mean
+
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+
+
+@dataclass
+class FedFAParams(AlgoParams):
+    """FedIMA code defaults: ``lam`` = 0.1 (anchor loss), ``anchor_momentum`` = 0.5, ``calib_lr`` = 1e-3
+    (Adam's default), calibration from round ``calib_start`` x R (R/4)."""
+
+    lam: float = 0.1
+    anchor_momentum: float = 0.5
+    calib_lr: float = 1e-3
+    calib_start: float = 0.25
+
+    def __post_init__(self) -> None:
+        positive("lam", self.lam, allow_zero=True)
+        in_range("anchor_momentum", self.anchor_momentum, 0.0, 1.0)
+        positive("calib_lr", self.calib_lr, allow_zero=True)
+        in_range("calib_start", self.calib_start, 0.0, 1.0)
+
+
+def one_hot(y: torch.Tensor, n_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """F.one_hot without its data-dependent size check, so it works under vmap."""
+    return (y.unsqueeze(-1) == torch.arange(n_classes, device=y.device)).to(dtype)
+
+
+def anchor_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """sum_x ||z_x - a_{y_x}||^2 / (n_{y_x} C), n_y the (weighted) count of class y in the batch."""
+    n_classes = anchors.shape[0]
+    w = torch.ones_like(y, dtype=z.dtype) if weight is None else weight.to(z.dtype)
+    counts = (one_hot(y, n_classes, z.dtype) * w.unsqueeze(-1)).sum(0)
+    dist = (z - anchors[y]).pow(2).sum(-1)
+    return (w * dist / counts[y].clamp_min(1.0)).sum() / n_classes
+
+
+@ALGORITHMS.register("fedfa", FedFAParams)
+class FedFA(FedAvg):
+    """Anchor-regularised local training with classifier calibration; anchors averaged on the server."""
+
+    hp: FedFAParams
+
+    def __init__(self, hp: FedFAParams, fl: FLConfig, model: FunctionalModel) -> None:
+        super().__init__(hp, fl, model)
+        self.features = FeatureModel(model)
+        self.num_classes: int | None = None
+
+    def setup(self, env: dict[str, Any]) -> None:
+        super().setup(env)
+        self.num_classes = env["data"].data.num_classes
+
+    def _classes(self) -> int:
+        return self.num_classes if self.num_classes is not None else self.features.head.out_features
+
+    def server_init(self, params: Tensors) -> Tree:
+        c, d = self._classes(), self.features.dim
+        ref = next(iter(params.values()))
+        g = torch_gen(self.env.get("seed", 0), "fedfa-anchors")
+        if c <= d:
+            anchors = torch.eye(d, dtype=ref.dtype)[torch.randperm(d, generator=g)[:c]]
+        else:
+            anchors = F.normalize(torch.randn(c, d, generator=g, dtype=ref.dtype), dim=1)
+        return {"anchors": anchors.to(ref.device), "round": torch.zeros((), device=ref.device)}
+
+    def client_init(self, params: Tensors) -> Tree:
+        c, d = self._classes(), self.features.dim
+        ref = next(iter(params.values()))
+        head = self.features.head_params(params)
+        return {
+            "z_sum": ref.new_zeros(c, d),
+            "z_batches": ref.new_zeros(c),
+            "adam_m": {k: torch.zeros_like(v) for k, v in head.items()},
+            "adam_v": {k: torch.zeros_like(v) for k, v in head.items()},
+            "adam_t": ref.new_zeros(()),
+        }
+
+    def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
+        rnd = server_state["round"]
+        use_anchor = (rnd > 0).to(rnd.dtype)
+        calibrate = (rnd > self.hp.calib_start * self.fl.rounds).to(rnd.dtype)
+        return {"anchors": server_state["anchors"], "flags": torch.stack([use_anchor, calibrate])}
+
+    def _loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, z = self.features.forward(params, batch["x"])
+        ce = F.cross_entropy(logits, batch["y"], reduction="none")
+        w = batch.get("w")
+        ce = ce.mean() if w is None else (ce * w).sum() / w.sum().clamp_min(1.0)
+        anchors = ctx.extras["anchors"]
+        reg = anchor_loss(z, batch["y"], anchors, w)
+        return ce + ctx.extras["flags"][0] * self.hp.lam * reg, z.detach()
+
+    def local_loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> torch.Tensor:
+        return self._loss(params, batch, ctx)[0]
+
+    def client_step(
+        self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
+    ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
+        fl, st, anchors = self.fl, ctx.state, ctx.extras["anchors"]
+        grads, (loss, z) = torch.func.grad_and_value(self._loss, has_aux=True)(params, batch, ctx)
+        params, opt = sgd_step(params, grads, opt, ctx.lr, fl.momentum, fl.weight_decay, fl.grad_clip)
+        params, st = self._calibrate(params, st, anchors, ctx.extras["flags"][1])
+        # class means of this batch's features, accumulated for the anchor update
+        onehot = one_hot(batch["y"], anchors.shape[0], z.dtype)
+        if batch.get("w") is not None:
+            onehot = onehot * batch["w"].to(z.dtype).unsqueeze(-1)
+        counts = onehot.sum(0)
+        means = (onehot.T @ z) / counts.clamp_min(1.0).unsqueeze(-1)
+        present = (counts > 0).to(z.dtype)
+        st = {**st, "z_sum": st["z_sum"] + means * present.unsqueeze(-1), "z_batches": st["z_batches"] + present}
+        return params, opt, st, loss
+
+    def _calibrate(self, params: Tensors, st: Tree, anchors: torch.Tensor, on: torch.Tensor) -> tuple[Tensors, Tree]:
+        """One Adam step on the classifier for CE(head(a_c), c), applied where ``on`` is 1."""
+        prefix = f"{self.features.head_name}."
+        head = self.features.head_params(params)
+        target = torch.arange(anchors.shape[0], device=anchors.device)
+
+        def calib_loss(h: Tensors) -> torch.Tensor:
+            return F.cross_entropy(F.linear(anchors, h["weight"], h.get("bias")), target)
+
+        g = torch.func.grad(calib_loss)(head)
+        b1, b2 = ADAM_BETAS
+        t = st["adam_t"] + on
+        m = {k: torch.where(on > 0, b1 * st["adam_m"][k] + (1 - b1) * g[k], st["adam_m"][k]) for k in head}
+        v = {k: torch.where(on > 0, b2 * st["adam_v"][k] + (1 - b2) * g[k] ** 2, st["adam_v"][k]) for k in head}
+        tc = t.clamp_min(1.0)
+        new = dict(params)
+        for k in head:
+            step = self.hp.calib_lr * (m[k] / (1 - b1**tc)) / (torch.sqrt(v[k] / (1 - b2**tc)) + ADAM_EPS)
+            new[prefix + k] = head[k] - on * step
+        return new, {**st, "adam_m": m, "adam_v": v, "adam_t": t}
+
+    def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
+        st, a = ctx.state, ctx.extras["anchors"]
+        seen = st["z_batches"] > 0
+        mean = st["z_sum"] / st["z_batches"].clamp_min(1.0).unsqueeze(-1)
+        beta = self.hp.anchor_momentum
+        anchors = torch.where(seen.unsqueeze(-1), beta * a + (1 - beta) * mean, a)
+        reset = {
+            "z_sum": torch.zeros_like(st["z_sum"]),
+            "z_batches": torch.zeros_like(st["z_batches"]),
+            "adam_m": {k: torch.zeros_like(v) for k, v in st["adam_m"].items()},
+            "adam_v": {k: torch.zeros_like(v) for k, v in st["adam_v"].items()},
+            "adam_t": torch.zeros_like(st["adam_t"]),
+        }
+        return {"params": end, "anchors": anchors}, reset
+
+    def aggregate(
+        self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
+    ) -> tuple[Tensors, Tree, dict[str, float]]:
+        new = weighted_mean(uploads["params"], weights)
+        anchors = weighted_mean({"a": uploads["anchors"]}, weights)["a"]
+        return new, {"anchors": anchors, "round": server_state["round"] + 1}, {}

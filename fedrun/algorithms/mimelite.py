@@ -1,0 +1,73 @@
+"""MimeLite (Karimireddy et al. 2021, "Mime"): server momentum applied, frozen, inside local steps.
+
+Local step w <- w - eta [(1 - beta) g_i(w) + beta m] with m downloaded and fixed during the round (Mime
+Alg. 1, SGDm base). Each client also uploads its full-batch gradient at w^t, here the mean of the
+gradients at w^t on the local batches it trains on (kept in its state while it trains, reset after), so
+no extra pass over the data is needed. Server: m <- (1 - beta) sum_S p_i grad f_i(w^t) + beta m and
+w^{t+1} = sum_S p_i w_i. Two vectors travel each way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
+from fedrun.algorithms.fedavg import FedAvg
+from fedrun.registry import ALGORITHMS, in_range
+from fedrun.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
+
+
+@dataclass
+class MimeLiteParams(AlgoParams):
+    """``beta``: server momentum (Mime paper: 0.9)."""
+
+    beta: float = 0.9
+
+    def __post_init__(self) -> None:
+        in_range("beta", self.beta, 0.0, 1.0)
+
+
+@ALGORITHMS.register("mimelite", MimeLiteParams)
+class MimeLite(FedAvg):
+    """Frozen server momentum in the client step; clients upload (w_i, grad f_i(w^t))."""
+
+    hp: MimeLiteParams
+
+    def server_init(self, params: Tensors) -> Tree:
+        return {"m": zeros_like(params)}
+
+    def client_init(self, params: Tensors) -> Tree:
+        return {"g0_sum": zeros_like(params), "g0_count": torch.zeros(())}
+
+    def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
+        return {"m": server_state["m"]}
+
+    def client_step(
+        self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
+    ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
+        b, fl = self.hp.beta, self.fl
+        g, loss = self.local_grad(params, batch, ctx)
+        g0, _ = self.local_grad(ctx.global_params, batch, ctx)
+        direction = tree_map(lambda a, m: (1 - b) * a + b * m, g, ctx.extras["m"])
+        params, opt = sgd_step(params, direction, opt, ctx.lr, fl.momentum, fl.weight_decay, fl.grad_clip)
+        state = {
+            "g0_sum": tree_map(lambda s, x: s + x, ctx.state["g0_sum"], g0),
+            "g0_count": ctx.state["g0_count"] + 1,
+        }
+        return params, opt, state, loss
+
+    def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
+        count = ctx.state["g0_count"].clamp_min(1.0)
+        full_grad = tree_map(lambda s: s / count, ctx.state["g0_sum"])
+        reset = {"g0_sum": zeros_like(ctx.state["g0_sum"]), "g0_count": torch.zeros_like(ctx.state["g0_count"])}
+        return {"params": end, "grad": full_grad}, reset
+
+    def aggregate(
+        self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
+    ) -> tuple[Tensors, Tree, dict[str, float]]:
+        b = self.hp.beta
+        mean_g = weighted_mean(uploads["grad"], weights)
+        m = tree_map(lambda g, m: (1 - b) * g + b * m, mean_g, server_state["m"])
+        return weighted_mean(uploads["params"], weights), {**server_state, "m": m}, {}
