@@ -1,0 +1,1 @@
+"""Datasets (sources/), partitions (partitions/) and the on-device federated view of them."""

@@ -1,0 +1,108 @@
+"""Dataset containers: the whole split as tensors, with the metadata partitions need."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fedrun.errors import ConfigError
+from fedrun.registry import positive
+
+
+@dataclass
+class DataParams:
+    """Fields every dataset accepts (``data.*``)."""
+
+    root: str = "data"
+    download: bool = False
+    max_train_samples: int | None = None
+    max_test_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        positive("max_train_samples", self.max_train_samples)
+        positive("max_test_samples", self.max_test_samples)
+
+
+@dataclass
+class Split:
+    """One split held as tensors: ``x`` uint8 images [N,C,H,W] (or float features / long tokens), ``y`` [N]."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    domain: torch.Tensor | None = None
+    coarse: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def subset(self, idx: np.ndarray | torch.Tensor) -> Split:
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        return Split(self.x[idx], self.y[idx], pick(self.domain), pick(self.coarse))
+
+    def to(self, device: torch.device | str) -> Split:
+        mv = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Split(self.x.to(device), self.y.to(device), mv(self.domain), mv(self.coarse))
+
+
+@dataclass
+class Dataset:
+    """A dataset as fedrun sees it: train/test splits plus how to turn stored ``x`` into model input."""
+
+    name: str
+    train: Split
+    test: Split
+    num_classes: int
+    input_shape: tuple[int, ...]
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    domain_names: list[str] | None = None
+    natural_clients: list[np.ndarray] | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def cap(self, max_train: int | None, max_test: int | None, seed: int) -> Dataset:
+        """A copy with at most ``max_train``/``max_test`` samples (a seeded random subset, order kept)."""
+        out = dataclasses.replace(self)
+        rng = np.random.default_rng(seed)
+        if max_train is not None and max_train < len(self.train):
+            keep = np.sort(rng.choice(len(self.train), max_train, replace=False))
+            out.train = self.train.subset(keep)
+            if self.natural_clients is not None:
+                remap = -np.ones(len(self.train), dtype=np.int64)
+                remap[keep] = np.arange(len(keep))
+                out.natural_clients = [remap[c][remap[c] >= 0] for c in self.natural_clients]
+        if max_test is not None and max_test < len(self.test):
+            out.test = self.test.subset(np.sort(rng.choice(len(self.test), max_test, replace=False)))
+        return out
+
+
+class Preprocess(torch.nn.Module):
+    """Stored ``x`` -> float model input: uint8 images are scaled to [0,1] and normalised per channel."""
+
+    def __init__(self, mean: tuple[float, ...] | None, std: tuple[float, ...] | None, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        if mean is None:
+            self.mean = self.std = None
+        else:
+            shape = (-1, 1, 1)
+            self.register_buffer("mean", torch.tensor(mean, dtype=dtype).view(shape), persistent=False)
+            self.register_buffer("std", torch.tensor(std, dtype=dtype).view(shape), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.uint8:
+            x = x.to(self.dtype).div_(255.0)
+            if self.mean is not None:
+                x = (x - self.mean) / self.std
+            return x
+        if x.is_floating_point():
+            return x.to(self.dtype)
+        return x  # token ids
+
+
+def check_clients_vs_samples(n_clients: int, n_samples: int) -> None:
+    if n_clients > n_samples:
+        raise ConfigError("fl.clients", f"{n_clients} clients but only {n_samples} training samples")

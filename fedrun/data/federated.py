@@ -1,0 +1,76 @@
+"""The federated view of a dataset on the compute device: the whole split as one tensor, clients as
+index tensors, a minibatch as a gather. No DataLoader in the hot path, no per-sample Python."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from fedrun.config import FLConfig
+from fedrun.data.base import Dataset, Preprocess, Split
+from fedrun.rng import torch_gen
+
+
+class FederatedData:
+    """Training split + client index tensors + test split, all on ``device``."""
+
+    def __init__(
+        self,
+        data: Dataset,
+        parts: list[np.ndarray],
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+        test: Split | None = None,
+    ) -> None:
+        self.data = data
+        self.device = device
+        self.train = data.train.to(device)
+        self.test = (test if test is not None else data.test).to(device)
+        self.clients = [torch.as_tensor(p, dtype=torch.long, device=device) for p in parts]
+        self.sizes = torch.tensor([len(p) for p in parts], dtype=torch.long)
+        self.pre = Preprocess(data.mean, data.std, dtype).to(device)
+
+    def batch(self, idx: torch.Tensor, split: Split | None = None) -> dict[str, torch.Tensor]:
+        """Gather the samples at ``idx`` (any leading shape) as model input ``{x, y}``."""
+        s = self.train if split is None else split
+        flat = idx.reshape(-1)
+        x = self.pre(s.x.index_select(0, flat))
+        y = s.y.index_select(0, flat)
+        return {"x": x.reshape(*idx.shape, *x.shape[1:]), "y": y.reshape(idx.shape)}
+
+
+def num_local_steps(n: int, fl: FLConfig) -> int:
+    """Local steps for a client of ``n`` samples: ``fl.local_steps`` or epochs x ceil(n / batch)."""
+    if n == 0:
+        return 0
+    if fl.local_steps is not None:
+        return fl.local_steps
+    return fl.local_epochs * math.ceil(n / fl.batch_size)
+
+
+def batch_plan(client_idx: torch.Tensor, fl: FLConfig, seed: int, rnd: int, client: int) -> list[torch.Tensor]:
+    """The minibatches (as global sample indices) client ``client`` uses in round ``rnd``.
+
+    With epochs: each epoch a fresh permutation cut into batches of ``fl.batch_size`` (the last one
+    smaller, like a DataLoader without drop_last). With ``fl.local_steps``: batches are taken in turn from
+    a stream of permutations, so a client smaller than steps x batch reshuffles at each epoch's end. The
+    order is drawn from a generator keyed by (seed, round, client), the same for every engine/algorithm.
+    """
+    n = int(client_idx.numel())
+    if n == 0:
+        return []
+    g = torch_gen(seed, "batches", rnd, client)
+    b = fl.batch_size
+    if fl.local_steps is None:
+        out = []
+        for _ in range(fl.local_epochs):
+            perm = client_idx[torch.randperm(n, generator=g).to(client_idx.device)]
+            out.extend(perm[i : i + b] for i in range(0, n, b))
+        return out
+    need = fl.local_steps * min(b, n)
+    stream = torch.cat([torch.randperm(n, generator=g) for _ in range(math.ceil(need / n))])
+    stream = client_idx[stream.to(client_idx.device)]
+    step = min(b, n)
+    return [stream[i * step : (i + 1) * step] for i in range(fl.local_steps)]

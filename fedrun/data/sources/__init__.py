@@ -1,0 +1,1 @@
+"""Dataset sources: each module registers loaders in ``fedrun.registry.DATASETS``."""

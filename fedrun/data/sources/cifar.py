@@ -1,0 +1,84 @@
+"""CIFAR-10 and CIFAR-100 from the python pickles (``cifar-10-batches-py``, ``cifar-100-python``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.sources.files import download, extract_tar, read_bytes, safe_unpickle
+from fedrun.errors import DataError
+from fedrun.registry import DATASETS
+
+_URLS = {
+    "cifar10": ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),
+    "cifar100": ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),
+}
+_MEAN = {"cifar10": (0.4914, 0.4822, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
+_STD = {"cifar10": (0.2470, 0.2435, 0.2616), "cifar100": (0.2673, 0.2564, 0.2762)}
+
+
+@dataclass
+class CIFARParams(DataParams):
+    """``data=cifar10`` / ``data=cifar100``."""
+
+
+def _locate(name: str, p: CIFARParams) -> Path:
+    root = Path(p.root)
+    folder = "cifar-10-batches-py" if name == "cifar10" else "cifar-100-python"
+    for d in (root / folder, root / name / folder, root / name.upper() / folder):
+        if d.is_dir():
+            return d
+    if p.download:
+        url, digest = _URLS[name]
+        archive = root / url.rsplit("/", 1)[1]
+        if not archive.is_file():
+            download(url, archive, digest)
+        extract_tar(archive, root)
+        return root / folder
+    raise DataError(
+        f"{name}: folder {folder} not found under {root} (looked in {root / folder}, {root / name / folder}); "
+        f"download {_URLS[name][0]} and extract it there, or run with data.download=true on a machine with a network"
+    )
+
+
+def _batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    if not path.is_file():
+        raise DataError(f"{path}: missing file of the CIFAR python distribution")
+    d = safe_unpickle(read_bytes(path), str(path))
+    try:
+        x = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+        y = np.asarray(d[label_key], dtype=np.int64)
+    except (KeyError, ValueError) as e:
+        raise DataError(f"{path}: not a CIFAR batch ({e})")
+    if len(x) != len(y):
+        raise DataError(f"{path}: {len(x)} images but {len(y)} labels")
+    coarse = np.asarray(d["coarse_labels"], dtype=np.int64) if "coarse_labels" in d else None
+    return x, y, coarse
+
+
+def _split(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> Split:
+    x = torch.from_numpy(np.concatenate([p[0] for p in parts]))
+    y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
+    coarse = None if parts[0][2] is None else torch.from_numpy(np.concatenate([p[2] for p in parts]))
+    return Split(x, y, coarse=coarse)
+
+
+@DATASETS.register("cifar10", CIFARParams)
+def load_cifar10(p: CIFARParams) -> Dataset:
+    d = _locate("cifar10", p)
+    train = _split([_batch(d / f"data_batch_{i}", "labels") for i in range(1, 6)])
+    test = _split([_batch(d / "test_batch", "labels")])
+    return Dataset("cifar10", train, test, 10, (3, 32, 32), _MEAN["cifar10"], _STD["cifar10"])
+
+
+@DATASETS.register("cifar100", CIFARParams)
+def load_cifar100(p: CIFARParams) -> Dataset:
+    """CIFAR-100 with fine labels as ``y`` and the 20 superclasses kept as ``coarse``."""
+    d = _locate("cifar100", p)
+    train = _split([_batch(d / "train", "fine_labels")])
+    test = _split([_batch(d / "test", "fine_labels")])
+    return Dataset("cifar100", train, test, 100, (3, 32, 32), _MEAN["cifar100"], _STD["cifar100"])
