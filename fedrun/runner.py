@@ -24,13 +24,14 @@ from fedrun.config import RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.federated import FederatedData
 from fedrun.data.partition import class_counts, make_partition, partition_stats
+from fedrun.data.partitions.longtail import apply_longtail
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
 from fedrun.metrics.evaluate import evaluate
 from fedrun.models.base import FunctionalModel
 from fedrun.outputs import plot_curves, write_json, write_metrics, write_partition
 from fedrun.registry import ENGINES
-from fedrun.rng import derive
+from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
 from fedrun.state import ClientStates
 from fedrun.tree import Tensors, all_finite, nbytes, zeros_like
@@ -49,6 +50,8 @@ def resolve_device(name: str) -> torch.device:
 def load_data(spec: RunSpec) -> Dataset:
     p = spec.data.params
     data = spec.data.obj(p).cap(p.max_train_samples, p.max_test_samples, derive(spec.seed, "cap"))
+    if p.longtail_rho is not None:
+        data = apply_longtail(data, p.longtail_rho, np_rng(spec.seed, "longtail"))
     check_clients_vs_samples(spec.fl.clients, len(data.train))
     return data
 
