@@ -31,6 +31,7 @@ from fedrun.metrics.evaluate import evaluate
 from fedrun.models.base import FunctionalModel
 from fedrun.outputs import plot_curves, write_json, write_metrics, write_partition
 from fedrun.registry import ENGINES
+from fedrun.report.partition import domain_breakdown, domain_counts, write_domain_table
 from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
 from fedrun.state import ClientStates
@@ -134,6 +135,10 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     fl, algo, engine = spec.fl, exp.algorithm, exp.engine
     counts = class_counts(exp.data.train.y.numpy(), exp.parts, exp.data.num_classes)
     write_partition(run_dir, counts, spec.output.plots)
+    domains = exp.data.train.domain
+    if domains is not None:
+        dom, names = domains.numpy(), exp.data.domain_names
+        write_domain_table(run_dir, domain_counts(dom, exp.parts, max(int(dom.max()) + 1, len(names or []))), names)
     base = {
         "algorithm": spec.algorithm.name,
         "data": spec.data.name,
@@ -145,6 +150,9 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         "model_params": exp.model.num_params(),
         "partition_stats": partition_stats(counts),
     }
+    if domains is not None:
+        labels = exp.data.train.y.numpy()
+        base["partition_domains"] = domain_breakdown(labels, dom, exp.parts, exp.data.num_classes, names)
 
     params: Tensors = exp.model.init_params()
     server_state = algo.server_init(params)

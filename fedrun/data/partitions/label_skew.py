@@ -167,7 +167,8 @@ def label_k_split(labels: np.ndarray, num_classes: int, n_clients: int, k: int, 
         holders = [j for j in range(n_clients) if c in held[j]]
         if not holders:
             continue
-        for j, chunk in zip(holders, np.array_split(rng.permutation(np.flatnonzero(labels == c)), len(holders))):
+        chunks = np.array_split(rng.permutation(np.flatnonzero(labels == c)), len(holders))
+        for j, chunk in zip(holders, chunks, strict=True):
             parts[j].append(chunk)
     return [np.sort(np.concatenate(c)) for c in parts]
 

@@ -36,7 +36,9 @@ def hierarchy(fine: np.ndarray, coarse: np.ndarray) -> dict[int, list[int]]:
     for f in np.unique(fine):
         parents = np.unique(coarse[fine == f])
         if len(parents) != 1:
-            raise ConfigError("partition.name", f"pachinko: fine label {f} appears under superclasses {parents.tolist()}")
+            raise ConfigError(
+                "partition.name", f"pachinko: fine label {f} appears under superclasses {parents.tolist()}"
+            )
         tree.setdefault(int(parents[0]), []).append(int(f))
     return tree
 
