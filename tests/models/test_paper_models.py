@@ -152,13 +152,17 @@ def test_known_totals() -> None:
     assert densenet121_count(10) == 6_956_298  # kuangliu/pytorch-cifar DenseNet121
 
 
-@pytest.mark.parametrize(
-    ("name", "safe"),
-    [("resnet20", False), ("wrn56_4", False), ("densenet121", False), ("vgg11", True), ("digit5_cnn", True)],
-)
-def test_batchnorm_models_declare_the_sequential_engine(name: str, safe: bool) -> None:
-    shape = (3, 28, 28) if name == "digit5_cnn" else (3, 32, 32)
-    assert FunctionalModel(build(name, shape, 10)).vmap_safe is safe
+@pytest.mark.parametrize("name", ["resnet20", "wrn56_4", "densenet121", "vgg11", "digit5_cnn", "lstm"])
+def test_models_are_pure_functions(name: str) -> None:
+    """No buffers (BatchNorm by batch statistics), so every engine, vmap included, can run them."""
+    shape = (3, 28, 28) if name == "digit5_cnn" else (80,) if name == "lstm" else (3, 32, 32)
+    model = FunctionalModel(build(name, shape, 10 if name != "lstm" else 80))
+    assert model.buffers == {} and model.vmap_safe
+
+
+def test_batchnorm_running_stats_refused() -> None:
+    with pytest.raises(ConfigError, match="model.running_stats"):
+        build("resnet20", (3, 32, 32), 10, running_stats=True)
 
 
 def test_lstm_under_functional_call() -> None:
