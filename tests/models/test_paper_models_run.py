@@ -1,5 +1,5 @@
-"""The new models train end to end through the runner on tiny real-format files: a BatchNorm ResNet on the
-sequential engine, the LSTM on Shakespeare's natural clients."""
+"""The new models train end to end through the runner on tiny real-format files: a BatchNorm ResNet (batch
+statistics) and the LSTM on Shakespeare's natural clients."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def tiny_shakespeare(root: Path) -> None:
         d = root / "shakespeare" / "data" / split
         d.mkdir(parents=True)
         data = {
-            u: {"x": [text[i : i + 80] for i in range(n)], "y": [text[i + 80] for i in range(n)]}
+            u: {"x": [text[i : i + 10] for i in range(n)], "y": [text[i + 10] for i in range(n)]}
             for u, n in users.items()
         }
         (d / "part.json").write_text(
@@ -36,7 +36,7 @@ def tiny_shakespeare(root: Path) -> None:
         )
 
 
-def test_batchnorm_resnet_runs_sequentially(make_spec, tmp_path: Path) -> None:  # noqa: ANN001
+def test_batchnorm_resnet_trains_end_to_end(make_spec, tmp_path: Path) -> None:  # noqa: ANN001
     tiny_cifar10(tmp_path / "data")
     spec = make_spec(
         "data=cifar10",
@@ -58,6 +58,7 @@ def test_lstm_runs_on_shakespeare_roles(make_spec, tmp_path: Path) -> None:  # n
     tiny_shakespeare(tmp_path / "data")
     spec = make_spec(
         "data=shakespeare",
+        "data.seq_len=10",
         f"data.root={tmp_path / 'data'}",
         "model=lstm",
         "partition=natural",

@@ -34,7 +34,7 @@ class DomainsParams(PartitionParams):
     """
 
     clients_per_domain: int | None = None
-    inner: str = "label_k"
+    inner: str = "dirichlet"
     k: int = 2
     alpha: float = 0.5
     min_size: int = 10
