@@ -104,7 +104,8 @@ def natural(inp: PartitionInput, n_clients: int, p: NaturalParams, rng: np.rando
     """The dataset's own clients (LEAF users, Synthetic devices); ``fl.clients`` of them, chosen by ``choose``."""
     if inp.natural is None:
         raise ConfigError(
-            "partition.name", "natural needs a dataset with natural clients (shakespeare, synthetic); this one has none"
+            "partition.name",
+            "natural needs a dataset with natural clients (shakespeare, emnist source=leaf, synthetic)",
         )
     have = len(inp.natural)
     if n_clients > have:

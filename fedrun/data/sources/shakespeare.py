@@ -10,7 +10,6 @@ The training users become the natural clients (``partition=natural``); the test 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.sources.leaf import read_leaf_users
 from fedrun.errors import DataError
 from fedrun.registry import DATASETS, positive
 
@@ -54,26 +54,16 @@ def encode(text: str) -> tuple[np.ndarray, int]:
 
 def read_leaf_dir(folder: Path, seq_len: int) -> tuple[list[str], list[np.ndarray], list[np.ndarray], int]:
     """Users, their windows [n, seq_len] and targets [n] from every json file in ``folder``."""
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        raise DataError(f"shakespeare: no .json files in {folder}")
     users, xs, ys, unknown = [], [], [], 0
-    for f in files:
-        try:
-            blob = json.loads(f.read_text(encoding="utf-8"))
-            order, data = blob["users"], blob["user_data"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise DataError(f"{f}: not a LEAF json file ({e}); regenerate it with LEAF's preprocess.sh") from None
-        for u in order:
-            x_text, y_text = data[u]["x"], data[u]["y"]
-            if len(x_text) != len(y_text) or any(len(w) != seq_len for w in x_text) or any(len(c) != 1 for c in y_text):
-                raise DataError(f"{f}: user {u}: expected {seq_len}-character windows and 1-character targets")
-            x, bad_x = encode("".join(x_text))
-            y, bad_y = encode("".join(y_text))
-            users.append(u)
-            xs.append(x.reshape(len(x_text), seq_len))
-            ys.append(y)
-            unknown += bad_x + bad_y
+    for u, x_text, y_text in read_leaf_users(folder):
+        if any(len(w) != seq_len for w in x_text) or any(len(c) != 1 for c in y_text):
+            raise DataError(f"{folder}: user {u}: expected {seq_len}-character windows and 1-character targets")
+        x, bad_x = encode("".join(x_text))
+        y, bad_y = encode("".join(y_text))
+        users.append(u)
+        xs.append(x.reshape(len(x_text), seq_len))
+        ys.append(y)
+        unknown += bad_x + bad_y
     return users, xs, ys, unknown
 
 

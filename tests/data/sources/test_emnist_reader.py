@@ -50,3 +50,20 @@ def test_emnist_fraction_subset(tmp_path: Path) -> None:
 def test_emnist_missing_files(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="emnist-balanced-train-images-idx3-ubyte.*gzip.zip"):
         load_emnist(EMNISTParams(root=str(tmp_path), split="balanced"))
+
+
+def test_femnist_leaf_writers_are_natural_clients(tmp_path: Path) -> None:
+    import json
+
+    for split, writers in (("train", {"f0001_01": 3, "f0002_02": 2, "f0003_03": 4}), ("test", {"f0001_01": 1})):
+        d = tmp_path / "femnist" / "data" / split
+        d.mkdir(parents=True)
+        data = {w: {"x": [[1.0] * 783 + [0.0]] * n, "y": [61] * n} for w, n in writers.items()}
+        blob = {"users": list(writers), "num_samples": list(writers.values()), "user_data": data}
+        (d / "all_data_0.json").write_text(json.dumps(blob))
+    d = load_emnist(EMNISTParams(root=str(tmp_path), source="leaf"))
+    assert d.num_classes == 62 and [len(c) for c in d.natural_clients] == [3, 2, 4]
+    assert d.train.x.shape == (9, 1, 28, 28) and int(d.train.x[0, 0, 0, 0]) == 255 and int(d.train.x[0, 0, 27, 27]) == 0
+    assert len(d.test) == 1
+    sub = load_emnist(EMNISTParams(root=str(tmp_path), source="leaf", fraction=0.34))
+    assert len(sub.natural_clients) == 1
