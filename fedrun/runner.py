@@ -27,6 +27,7 @@ from fedrun.config import RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.federated import FederatedData
 from fedrun.data.partition import class_counts, make_partition, partition_stats
+from fedrun.data.partitions.longtail import apply_longtail
 from fedrun.data.proxy import ProxySet, carve_proxy
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
@@ -34,7 +35,8 @@ from fedrun.metrics.evaluate import evaluate
 from fedrun.models.base import FunctionalModel
 from fedrun.outputs import plot_curves, write_json, write_metrics, write_partition
 from fedrun.registry import ENGINES
-from fedrun.rng import derive
+from fedrun.report.partition import domain_breakdown, domain_counts, write_domain_table
+from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
 from fedrun.state import ClientStates
 from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, zeros_like
@@ -53,6 +55,8 @@ def resolve_device(name: str) -> torch.device:
 def load_data(spec: RunSpec) -> Dataset:
     p = spec.data.params
     data = spec.data.obj(p).cap(p.max_train_samples, p.max_test_samples, derive(spec.seed, "cap"))
+    if p.longtail_rho is not None:
+        data = apply_longtail(data, p.longtail_rho, np_rng(spec.seed, "longtail"))
     check_clients_vs_samples(spec.fl.clients, len(data.train))
     return data
 
@@ -155,6 +159,10 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     fl, algo, engine = spec.fl, exp.algorithm, exp.engine
     counts = class_counts(exp.data.train.y.numpy(), exp.parts, exp.data.num_classes)
     write_partition(run_dir, counts, spec.output.plots)
+    domains = exp.data.train.domain
+    if domains is not None:
+        dom, names = domains.numpy(), exp.data.domain_names
+        write_domain_table(run_dir, domain_counts(dom, exp.parts, max(int(dom.max()) + 1, len(names or []))), names)
     base = {
         "algorithm": spec.algorithm.name,
         "data": spec.data.name,
@@ -166,6 +174,9 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         "model_params": exp.model.num_params(),
         "partition_stats": partition_stats(counts),
     }
+    if domains is not None:
+        labels = exp.data.train.y.numpy()
+        base["partition_domains"] = domain_breakdown(labels, dom, exp.parts, exp.data.num_classes, names)
 
     params: Tensors = exp.model.init_params()
     server_state = algo.server_init(params)

@@ -21,10 +21,13 @@ class DataParams:
     max_train_samples: int | None = None
     max_test_samples: int | None = None
     verify: bool = True  # check checksums/sizes of known files; false for subsets re-written in the same format
+    longtail_rho: float | None = None  # long-tailed training data, imbalance ratio rho >= 1 (FedLAW Table 7)
 
     def __post_init__(self) -> None:
         positive("max_train_samples", self.max_train_samples)
         positive("max_test_samples", self.max_test_samples)
+        if self.longtail_rho is not None and self.longtail_rho < 1:
+            raise ConfigError("longtail_rho", f"must be >= 1 (1 = balanced), got {self.longtail_rho}")
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 fedrun-report outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
 fedrun-report DIR --table rows=algorithm cols=partition.alpha --metric best
+fedrun-report --partition RUN_DIR   (client-by-class heatmap and per-domain breakdown of one run)
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from fedrun.errors import DataError
 from fedrun.outputs import atomic_write
 from fedrun.report.collect import load_runs
+from fedrun.report.partition import report_partition
 from fedrun.report.tables import METRICS, make_table
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
+    ap.add_argument("dirs", nargs="*", type=Path, help="run or multirun directories")
+    ap.add_argument("--partition", type=Path, metavar="RUN_DIR", help="heatmaps + per-domain breakdown of one run")
     ap.add_argument("--rows", default="algorithm", help="comma-separated config keys for the rows")
     ap.add_argument("--cols", default="", help="comma-separated config keys for the columns")
     ap.add_argument("--table", nargs="*", default=[], metavar="rows=K cols=K", help="alternative rows=/cols= form")
@@ -34,6 +38,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fedrun-report: error: --table: unknown part '{key}'; valid: rows, cols", file=sys.stderr)
             return 2
         setattr(args, key, value)
+    if args.partition is not None:
+        try:
+            print(report_partition(args.partition))
+        except DataError as e:
+            print(f"fedrun-report: error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.dirs:
+        print("fedrun-report: error: give run directories, or --partition RUN_DIR", file=sys.stderr)
+        return 2
     for d in args.dirs:
         if not d.is_dir():
             print(f"fedrun-report: error: {d}: no such directory", file=sys.stderr)

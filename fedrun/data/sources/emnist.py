@@ -1,0 +1,144 @@
+"""EMNIST (Cohen et al. 2017) from NIST's IDX files (``emnist-<split>-{train,test}-{images-idx3,labels-idx1}-ubyte``
+[.gz], as in the ``gzip.zip`` distribution), with FedSAM's subset fraction.
+
+The IDX images are stored transposed (column-major) and are transposed back here. ``letters`` labels are
+1-26 in the files and 0-25 here. FedSAM's EMNIST is ByClass (62 classes) with a "20%" subset
+(``fraction: 0.2``, the paper's default); its table's 81,425 samples equal 10% of ByClass's 814,255, so
+``fraction: 0.1`` reproduces that count. The fraction is a seeded random subset of each split.
+
+``source: leaf`` reads LEAF's FEMNIST json instead (``<root>/femnist/data/{train,test}/*.json``: per writer,
+``x`` = 784 floats in [0, 1] as LEAF writes them, ``y`` = ByClass label 0-61); the writers become the
+natural clients (``partition=natural``). ``fraction`` then keeps a random subset of the writers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.sources.files import load_idx_split
+from fedrun.data.sources.leaf import read_leaf_users
+from fedrun.errors import ConfigError, DataError
+from fedrun.registry import DATASETS, in_range
+
+CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
+HINT = (
+    "download gzip.zip from https://www.nist.gov/itl/products-and-services/emnist-dataset and extract its "
+    "emnist-*-ubyte.gz files to {root}/emnist/gzip"
+)
+
+
+@dataclass
+class EMNISTParams(DataParams):
+    """``data=emnist``: ``split`` (byclass, bymerge, balanced, letters, digits, mnist) and the subset ``fraction``."""
+
+    split: str = "byclass"
+    fraction: float = 1.0
+    seed: int = 0
+    source: str = "nist"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.split not in CLASSES:
+            raise ConfigError("split", f"invalid value {self.split!r}; valid: {', '.join(CLASSES)}")
+        in_range("fraction", self.fraction, 0.0, 1.0, lo_open=True)
+        if self.source not in ("nist", "leaf"):
+            raise ConfigError("source", f"invalid value {self.source!r}; valid: nist, leaf")
+        if self.source == "leaf" and self.split != "byclass":
+            raise ConfigError("split", "LEAF's FEMNIST has the ByClass labels only; use split=byclass with source=leaf")
+
+
+def _subset(x: np.ndarray, y: np.ndarray, fraction: float, rng: np.random.Generator) -> Split:
+    if fraction < 1.0:
+        keep = np.sort(rng.choice(len(y), max(1, int(round(fraction * len(y)))), replace=False))
+        x, y = x[keep], y[keep]
+    return Split(torch.from_numpy(np.ascontiguousarray(x)).unsqueeze(1), torch.from_numpy(y))
+
+
+@DATASETS.register("emnist", EMNISTParams)
+def load_emnist(p: EMNISTParams) -> Dataset:
+    """EMNIST ``split`` (28x28 grey), optionally a random ``fraction`` of it; writers with ``source=leaf``."""
+    if p.source == "leaf":
+        return load_femnist(p)
+    if p.download:
+        raise DataError("emnist: no automatic download (a 560 MB zip); " + HINT.format(root=p.root))
+    root = Path(p.root)
+    dirs = [root / "emnist" / "gzip", root / "emnist", root / "EMNIST" / "raw", root / "gzip", root]
+    stem = f"emnist-{p.split}"
+    files = {
+        "train_x": (f"{stem}-train-images-idx3-ubyte", None),
+        "train_y": (f"{stem}-train-labels-idx1-ubyte", None),
+        "test_x": (f"{stem}-test-images-idx3-ubyte", None),
+        "test_y": (f"{stem}-test-labels-idx1-ubyte", None),
+    }
+    a = load_idx_split("emnist", dirs, files, None, root, False, HINT.format(root=root))
+    rng = np.random.default_rng(p.seed)
+    splits = []
+    for part in ("train", "test"):
+        x, y = a[f"{part}_x"].transpose(0, 2, 1), a[f"{part}_y"].astype(np.int64)
+        if len(x) != len(y):
+            raise DataError(f"emnist {p.split} {part}: {len(x)} images but {len(y)} labels")
+        if p.split == "letters":
+            y = y - 1
+        if len(y) and (y.min() < 0 or y.max() >= CLASSES[p.split]):
+            raise DataError(f"emnist {p.split} {part}: labels outside 0..{CLASSES[p.split] - 1}; wrong split files?")
+        splits.append(_subset(x, y, p.fraction, rng))
+    return Dataset(
+        name="emnist",
+        train=splits[0],
+        test=splits[1],
+        num_classes=CLASSES[p.split],
+        input_shape=(1, 28, 28),
+        mean=(0.1736,),
+        std=(0.3317,),
+        notes={"split": p.split, "fraction": str(p.fraction)},
+    )
+
+
+def _leaf_images(rows: list, name: str) -> np.ndarray:
+    x = np.asarray(rows, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != 784:
+        raise DataError(f"{name}: FEMNIST rows must hold 784 pixel values, got shape {list(x.shape)}")
+    return np.clip(np.rint(x * 255.0), 0, 255).astype(np.uint8).reshape(-1, 1, 28, 28)
+
+
+def load_femnist(p: EMNISTParams) -> Dataset:
+    """LEAF FEMNIST: one natural client per writer (see the module docstring)."""
+    root = Path(p.root)
+    base = next((d for d in (root / "femnist" / "data", root / "femnist") if (d / "train").is_dir()), None)
+    if base is None or not (base / "test").is_dir():
+        raise DataError(
+            f"emnist (source=leaf): femnist/data/train and test not found under {root}; run LEAF's "
+            "data/femnist/preprocess.sh (github.com/TalwalkarLab/leaf) and copy data/train, data/test there"
+        )
+    train = read_leaf_users(base / "train")
+    test = read_leaf_users(base / "test")
+    rng = np.random.default_rng(p.seed)
+    if p.fraction < 1.0:
+        keep = np.sort(rng.choice(len(train), max(1, int(round(p.fraction * len(train)))), replace=False))
+        writers = {train[i][0] for i in keep}
+        train = [train[i] for i in keep]
+        test = [t for t in test if t[0] in writers]
+    xs = [_leaf_images(x, f"femnist {u}") for u, x, _ in train]
+    ys = [np.asarray(y, dtype=np.int64) for _, _, y in train]
+    starts = np.concatenate([[0], np.cumsum([len(y) for y in ys])])
+    natural = [np.arange(starts[i], starts[i + 1]) for i in range(len(ys))]
+    tx = [_leaf_images(x, f"femnist {u}") for u, x, _ in test] or [np.zeros((0, 1, 28, 28), np.uint8)]
+    ty = [np.asarray(y, dtype=np.int64) for _, _, y in test] or [np.zeros(0, np.int64)]
+    y_all = np.concatenate(ys + ty)
+    if len(y_all) and (y_all.min() < 0 or y_all.max() >= 62):
+        raise DataError("emnist (source=leaf): labels outside 0..61; not LEAF FEMNIST files?")
+    cat = lambda a: torch.from_numpy(np.concatenate(a))  # noqa: E731
+    return Dataset(
+        name="emnist",
+        train=Split(cat(xs), cat(ys)),
+        test=Split(cat(tx), cat(ty)),
+        num_classes=62,
+        input_shape=(1, 28, 28),
+        natural_clients=natural,
+        notes={"source": "leaf", "writers": str(len(natural))},
+    )

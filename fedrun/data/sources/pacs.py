@@ -1,0 +1,102 @@
+"""PACS (Li et al. 2017): photo, art_painting, cartoon, sketch; 7 classes. As FedIMA uses it
+(TailinZhou/FedIMA PACS_dataloader.py): a random 10% of each domain is the test set, images are
+Resize(256) + CenterCrop(224) with ImageNet normalisation.
+
+Looked for under ``data.root``:
+
+1. image folders ``PACS/<domain>/<class>/*`` (also ``PACS/kfold/<domain>/...``, ``pacs_data/<domain>/...``),
+   decoded with Pillow;
+2. an ``.npz`` dump per domain ``PACS/<domain>.npz`` with ``x`` (uint8 [N,H,W,3] or [N,3,H,W]) and ``y``
+   (labels 0-6 in the class order below), resized to ``crop`` when needed.
+
+All images are held in memory as uint8 (about 1.5 GB at 224 px): lower ``resize``/``crop`` for quick runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.sources.images import load_npz, read_image_folder, to_chw_uint8
+from fedrun.errors import ConfigError, DataError
+from fedrun.registry import DATASETS, in_range, positive
+
+DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
+CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@dataclass
+class PACSParams(DataParams):
+    """``data=pacs``: ``domains``, ``resize`` (shorter side) then centre ``crop``, ``test_fraction`` per domain."""
+
+    domains: list[str] = field(default_factory=lambda: list(DOMAINS))
+    resize: int = 256
+    crop: int = 224
+    test_fraction: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        bad = [d for d in self.domains if d not in DOMAINS]
+        if bad or not self.domains or len(set(self.domains)) != len(self.domains):
+            raise ConfigError("domains", f"invalid {self.domains}; distinct names from: {', '.join(DOMAINS)}")
+        positive("resize", self.resize)
+        positive("crop", self.crop)
+        if self.crop > self.resize:
+            raise ConfigError("crop", f"{self.crop} is larger than resize={self.resize}")
+        in_range("test_fraction", self.test_fraction, 0.0, 1.0, lo_open=True)
+
+
+def load_domain(root: Path, name: str, p: PACSParams) -> tuple[np.ndarray, np.ndarray]:
+    """All images of one domain as uint8 [N,3,crop,crop] and labels."""
+    for base in (root / "PACS", root / "PACS" / "kfold", root / "pacs_data", root / "pacs"):
+        if (base / name).is_dir():
+            return read_image_folder(base / name, list(CLASSES), p.resize, p.crop)
+        npz = base / f"{name}.npz"
+        if npz.is_file():
+            z = load_npz(npz, ("x", "y"))
+            y = z["y"].astype(np.int64).reshape(-1)
+            if len(y) != len(z["x"]) or (len(y) and (y.min() < 0 or y.max() >= len(CLASSES))):
+                raise DataError(f"{npz}: {len(z['x'])} images, {len(y)} labels; labels must be 0-6")
+            return to_chw_uint8(z["x"], p.crop, name=str(npz)).numpy(), y
+    raise DataError(
+        f"pacs: domain {name} not found under {root} (looked for PACS/{name}/<class>/ and PACS/{name}.npz); "
+        "download PACS (the 'kfold' images, https://domaingeneralization.github.io) and extract it to "
+        f"{root / 'PACS'}"
+    )
+
+
+def _split(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Split:
+    x, y, d = (torch.from_numpy(np.concatenate([p[i] for p in parts])) for i in range(3))
+    return Split(x, y, domain=d)
+
+
+@DATASETS.register("pacs", PACSParams)
+def load_pacs(p: PACSParams) -> Dataset:
+    """PACS with a random ``test_fraction`` of each domain held out and a domain id per sample."""
+    if p.download:
+        raise DataError(f"pacs: no automatic download; extract PACS to {Path(p.root) / 'PACS'}")
+    rng = np.random.default_rng(p.seed)
+    train: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    test: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for d, name in enumerate(p.domains):
+        x, y = load_domain(Path(p.root), name, p)
+        perm = rng.permutation(len(y))
+        n_test = int(round(p.test_fraction * len(y)))
+        for out, idx in ((test, np.sort(perm[:n_test])), (train, np.sort(perm[n_test:]))):
+            out.append((x[idx], y[idx], np.full(len(idx), d, dtype=np.int64)))
+    return Dataset(
+        name="pacs",
+        train=_split(train),
+        test=_split(test),
+        num_classes=len(CLASSES),
+        input_shape=(3, p.crop, p.crop),
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        domain_names=list(p.domains),
+    )

@@ -1,0 +1,111 @@
+"""Partition reports: the per-domain breakdown (for summary.json) and ``fedrun-report --partition RUN_DIR``.
+
+A run writes ``partition.csv`` (client x class counts) and, when the dataset has domains,
+``partition_domains.csv`` (client x domain counts). ``fedrun-report --partition`` reads them back and
+writes ``partition.png`` (client-by-class heatmap), ``partition_domains.png`` and prints the summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedrun.data.partition import partition_stats
+from fedrun.errors import DataError
+from fedrun.outputs import atomic_write, plot_partition
+
+
+def domain_counts(domains: np.ndarray, parts: list[np.ndarray], n_domains: int) -> np.ndarray:
+    """[clients, domains] count matrix."""
+    return np.stack([np.bincount(domains[p], minlength=n_domains) for p in parts])
+
+
+def domain_breakdown(
+    labels: np.ndarray, domains: np.ndarray, parts: list[np.ndarray], num_classes: int, names: list[str] | None
+) -> dict[str, dict[str, Any]]:
+    """Per domain: its samples held by clients, the clients holding any of it, and the partition statistics
+    (sizes, classes per client, mean TV to the domain's label distribution) of those clients' shares."""
+    n_dom = int(max(domains.max() + 1, len(names or [])))
+    names = names or [str(d) for d in range(n_dom)]
+    out: dict[str, dict[str, Any]] = {}
+    for d in range(n_dom):
+        mine = [p[domains[p] == d] for p in parts]
+        holders = [m for m in mine if len(m)]
+        entry: dict[str, Any] = {"samples": int(sum(len(m) for m in mine)), "clients": len(holders)}
+        if holders:
+            counts = np.stack([np.bincount(labels[m], minlength=num_classes) for m in holders])
+            stats = partition_stats(counts)
+            stats.pop("clients")
+            entry.update(stats)
+        out[names[d]] = entry
+    return out
+
+
+def write_domain_table(run_dir: Path, counts: np.ndarray, names: list[str] | None) -> None:
+    """``partition_domains.csv``: samples per client and domain."""
+    names = names or [str(d) for d in range(counts.shape[1])]
+    df = pd.DataFrame(counts, columns=[f"domain_{n}" for n in names])
+    df.index.name = "client"
+    df.insert(0, "total", counts.sum(1))
+    atomic_write(run_dir / "partition_domains.csv", df.to_csv())
+
+
+def plot_domains(counts: np.ndarray, names: list[str], path: Path) -> None:
+    """Heatmap of samples per client (rows) and domain (columns, labelled by name)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_clients, n_dom = counts.shape
+    fig, ax = plt.subplots(figsize=(max(4, 0.8 * n_dom + 2), max(3, 0.22 * n_clients + 1.5)))
+    im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_xticks(range(n_dom), names, rotation=30, ha="right")
+    ax.set_xlabel("domain")
+    ax.set_ylabel("client")
+    ax.set_title("samples per client and domain")
+    fig.colorbar(im, ax=ax, label="samples")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:
+    try:
+        df = pd.read_csv(path, index_col="client")
+    except (OSError, ValueError, KeyError) as e:
+        raise DataError(f"{path}: cannot read the partition table ({e}); re-run the experiment to write it") from None
+    cols = [c for c in df.columns if c != "total"]
+    return df[cols].to_numpy(dtype=np.int64), [c.split("_", 1)[1] for c in cols]
+
+
+def report_partition(run_dir: Path) -> str:
+    """Write the heatmaps for ``run_dir`` and return a Markdown summary (statistics and domain breakdown)."""
+    path = run_dir / "partition.csv"
+    if not path.is_file():
+        raise DataError(f"{path}: not found; a fedrun run directory holds partition.csv")
+    counts, _ = _read_counts(path)
+    plot_partition(counts, run_dir / "partition.png")
+    lines = ["| statistic | value |", "|---|---|"]
+    lines += [
+        f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in partition_stats(counts).items()
+    ]
+    written = [run_dir / "partition.png"]
+    dpath = run_dir / "partition_domains.csv"
+    if dpath.is_file():
+        dcounts, names = _read_counts(dpath)
+        plot_domains(dcounts, names, run_dir / "partition_domains.png")
+        written.append(run_dir / "partition_domains.png")
+        lines += ["", "| domain | samples | clients holding it |", "|---|---|---|"]
+        lines += [
+            f"| {n} | {int(dcounts[:, d].sum())} | {int((dcounts[:, d] > 0).sum())} |" for d, n in enumerate(names)
+        ]
+        mixed = int(((dcounts > 0).sum(1) > 1).sum())
+        lines.append(f"\nclients holding more than one domain: {mixed} of {len(dcounts)}")
+    lines.append("\nwritten: " + ", ".join(map(str, written)))
+    return "\n".join(lines)

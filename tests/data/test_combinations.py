@@ -1,0 +1,38 @@
+"""Impossible data/partition/model combinations fail with one line naming the field (exit 2 from the CLI)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedrun.errors import ConfigError
+from fedrun.runner import build_experiment
+
+
+def test_cli_pachinko_without_coarse_labels(run_cli) -> None:  # noqa: ANN001
+    r = run_cli("data=synthetic", "partition=pachinko", "model=mlp", "fl.rounds=1")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "coarse" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (("data=fmnist", "partition=domains"), "partition.name"),
+        (("data=fmnist", "partition=natural"), "partition.name"),
+        (("data=synthetic", "partition=natural", "fl.clients=31"), "fl.clients"),
+        (("data=synthetic", "partition=domains", "partition.clients_per_domain=2"), "fl.clients"),
+        (("data=fmnist", "model=lstm"), "model.name"),
+    ],
+)
+def test_impossible_combinations(make_spec, overrides: tuple[str, ...], field: str) -> None:  # noqa: ANN001
+    spec = make_spec("data.max_train_samples=1000", "data.max_test_samples=100", *overrides)
+    with pytest.raises(ConfigError) as e:
+        build_experiment(spec)
+    assert e.value.field == field
+    assert "\n" not in str(e.value)
+
+
+def test_natural_partition_on_synthetic(make_spec) -> None:  # noqa: ANN001
+    exp = build_experiment(make_spec("data=synthetic", "partition=natural", "fl.clients=30"))
+    assert sorted(len(p) for p in exp.parts) == sorted(len(c) for c in exp.data.natural_clients)
