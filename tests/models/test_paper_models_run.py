@@ -41,6 +41,7 @@ def test_batchnorm_resnet_trains_end_to_end(make_spec, tmp_path: Path) -> None: 
     spec = make_spec(
         "data=cifar10",
         f"data.root={tmp_path / 'data'}",
+        "data.verify=false",
         "model=resnet8",
         "partition=iid",
         "fl.clients=2",
