@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedrun.config import validate
+from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.errors import ConfigError, DataError
 from fedrun.outputs import atomic_write, write_json
 
@@ -119,6 +120,7 @@ def _job(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    tune_glibc_malloc()  # before any large allocation: see fedrun/engines/allocator.py
     hydra_utils.run_and_report = _run_and_report
     _job()
 
