@@ -79,6 +79,22 @@ def current_rss_gib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GIB
 
 
+def reset_peak_rss() -> bool:
+    """Restart the kernel's high-water mark (VmHWM) so a later peak excludes data loading (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def hwm_rss_gib() -> float:
+    with open("/proc/self/status") as f:
+        kib = next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+    return kib * 1024 / GIB
+
+
 def make_spec(overrides: list[str], device: str, run_dir: Path) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -269,6 +285,7 @@ def measure_width(spec: Any, width: int, steps: int) -> dict[str, Any]:
         else VectorisedEngine(exp.algorithm, exp.fed, fl, spec.seed, chunk=width)
     )
     base = current_rss_gib()
+    reset = reset_peak_rss()
     if exp.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(exp.device)
     sync(exp.device)
@@ -282,7 +299,8 @@ def measure_width(spec: Any, width: int, steps: int) -> dict[str, Any]:
         "steps": steps,
         "samples_per_s": m * steps * fl.batch_size / dt,
         "rss_before_gib": base,
-        "peak_rss_gib": peak_rss_gib(),
+        "peak_rss_gib": hwm_rss_gib() if reset else peak_rss_gib(),
+        "peak_rss_is_training_only": reset,
         "cuda_max_allocated_gib": cuda_peak_gib(exp.device),
     }
 
@@ -312,7 +330,6 @@ def child(args: argparse.Namespace) -> None:
                 result = measure_centralized(spec, samples)
             else:
                 result = measure_fl(spec, args.what, args.rounds, run_dir)
-    result["peak_rss_gib"] = max(result.get("peak_rss_gib", 0.0), peak_rss_gib())
     print(json.dumps(result))
 
 
@@ -426,8 +443,8 @@ def main() -> None:
         r = spawn([*base, "--what", "width", "--width", str(width), "--steps", "3"], args.timeout)
         report["memory_per_width"].append(r)
         print(
-            f"  width {r.get('width', width)!s:>5}: peak RSS {fmt(r.get('peak_rss_gib'))} GiB"
-            f" (after data load {fmt(r.get('rss_before_gib'))}), CUDA max {fmt(r.get('cuda_max_allocated_gib'))} GiB,"
+            f"  width {r.get('width', width)!s:>5}: peak RSS while training {fmt(r.get('peak_rss_gib'))} GiB"
+            f" (RSS before {fmt(r.get('rss_before_gib'))}), CUDA max {fmt(r.get('cuda_max_allocated_gib'))} GiB,"
             f" {fmt(r.get('samples_per_s'), ',.0f')} samples/s {r.get('error', '')}"
         )
     if not args.quick and "a" in args.workloads.split(","):

@@ -70,7 +70,8 @@ def pad_plans(plans: list[list[torch.Tensor]], device: torch.device, dtype: torc
     lengths = torch.zeros(n_steps, c, dtype=torch.long)
     for j, plan in enumerate(plans):
         if plan:
-            idx[: len(plan), j] = torch.nn.utils.rnn.pad_sequence(plan, batch_first=True, padding_value=0)[:, :width]
+            rows = torch.nn.utils.rnn.pad_sequence(plan, batch_first=True, padding_value=0)
+            idx[: len(plan), j, : rows.shape[1]] = rows
             lengths[: len(plan), j] = torch.tensor([b.numel() for b in plan])
     steps_t = torch.tensor(steps, dtype=torch.long)
     active = torch.arange(n_steps).unsqueeze(1) < steps_t.unsqueeze(0)

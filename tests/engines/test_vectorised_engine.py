@@ -192,16 +192,18 @@ def test_pad_plans_masks_short_batches_and_finished_clients() -> None:
         [torch.tensor([1, 2, 3]), torch.tensor([4])],
         [torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10]), torch.tensor([11, 12])],
         [],
+        [torch.tensor([20, 21])],  # a client smaller than one batch
     ]
     p = pad_plans(plans, torch.device("cpu"), torch.float32)
-    assert p.idx.shape == (3, 3, 3)
-    assert p.steps.tolist() == [2, 3, 0]
-    assert p.active.tolist() == [[True, True, False], [True, True, False], [False, True, False]]
+    assert p.idx.shape == (3, 4, 3)
+    assert p.steps.tolist() == [2, 3, 0, 1]
+    assert p.active.tolist() == [[True, True, False, True], [True, True, False, False], [False, True, False, False]]
     assert p.w[1, 0].tolist() == [1.0, 0.0, 0.0]
     assert p.w[2, 1].tolist() == [1.0, 1.0, 0.0]
     assert p.idx[1, 1].tolist() == [8, 9, 10]
-    assert p.padded == [False, True, True]
-    assert p.samples == 12
+    assert p.idx[0, 3, :2].tolist() == [20, 21] and p.w[0, 3].tolist() == [1.0, 1.0, 0.0]
+    assert p.padded == [True, True, True]
+    assert p.samples == 14
 
 
 # ---- models that cannot be vmapped ------------------------------------------------------------------------------
