@@ -32,6 +32,7 @@ SMALL = (
     "partition.alpha=0.3",
     "model.hidden=[24]",
     "hardware.engine=sequential",
+    "hardware.threads=1",  # on a shared CPU two spinning OpenMP threads can run 100x slower
 )
 # every path at once: kept momentum, weight decay, clipping, partial participation, several chunks
 HARD = ("fl.momentum=0.5", "fl.keep_momentum=true", "fl.weight_decay=0.001", "fl.grad_clip=5.0", "fl.participation=0.8")
@@ -118,6 +119,13 @@ def test_fixed_local_steps_with_reshuffles_match(experiment: Callable[..., Exper
     vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=3)
     assert_same_run(exp, vec, rounds=1, rtol=1e-4, atol=2e-5)
     assert vec.waste == 0.0  # equal step counts: nothing padded
+
+
+def test_clients_smaller_than_one_batch_match(experiment: Callable[..., Experiment]) -> None:
+    exp = experiment("fl.batch_size=64", "partition.alpha=0.1", "fl.clients=8", "fl.local_epochs=2")
+    assert int(exp.fed.sizes.min()) < 64 < int(exp.fed.sizes.max())
+    vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=8)
+    assert_same_run(exp, vec, rounds=1, rtol=1e-4, atol=2e-5)
 
 
 # ---- an algorithm that uses every hook the contract offers, including a non-vmappable client_finish --------
