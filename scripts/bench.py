@@ -6,13 +6,17 @@ Workloads (batch 50, 1 local epoch, FedAvg, real Fashion-MNIST):
   c  McMahan CNN, 50 clients Dirichlet(0.1), 10% participation
   d  ResNet-18-GN on CIFAR-10-shaped random data, 10 clients (only with a GPU)
 
-For each workload it measures, each in a fresh subprocess (so peak memory is per measurement): centralized
-training of the same model at the same batch size with ``torch.optim.SGD`` (the limit for equal work),
-then ``fedrun.runner.run`` with ``engine=sequential``, ``vectorised`` and ``auto``: client samples/s during
-training, per-round wall time, the share of round time outside client compute (sampling, aggregation,
-evaluation, logging), peak RSS (and CUDA max allocated). Then peak memory per cohort width (McMahan CNN,
-100 clients of 600) and, without ``--quick``, the end-to-end wall time of workload (a) over 8 rounds
-through the CLI (start-up included). Writes ``outputs/bench/bench-<timestamp>.json``.
+For each workload, in fresh subprocesses (so peak memory is per measurement):
+- throughput: training samples/s of centralized training of the same model at the same batch size with
+  ``torch.optim.SGD`` (the limit for equal work), of the sequential and of the vectorised engine on round
+  0's cohort; the three are timed in turn several times and each keeps its best (other processes' load
+  changes from second to second; interleaving gives each the same chances);
+- ``fedrun.runner.run`` with ``engine=sequential``, ``vectorised`` and ``auto`` (evaluating every round):
+  per-round wall time, the share of round time outside client compute (sampling, aggregation,
+  evaluation, logging), peak RSS (and CUDA max allocated), and which engine ``auto`` chose.
+Then peak memory per cohort width (McMahan CNN, 100 clients of 600) and, without ``--quick``, the
+end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included). Writes
+``outputs/bench/bench-<timestamp>.json``.
 
     python scripts/bench.py [--quick] [--workloads a,b,c] [--rounds 2] [--out outputs/bench]
 """
@@ -146,46 +150,96 @@ def cuda_peak_gib(device: Any) -> float | None:
     return torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
 
 
-def measure_centralized(spec: Any, samples: int) -> dict[str, Any]:
+class Centralized:
     """Plain PyTorch: module + torch.optim.SGD over shuffled batches of the device-resident training set."""
-    import torch
-    import torch.nn.functional as F
 
-    from fedrun import runner
-    from fedrun.data.federated import FederatedData
-    from fedrun.engines.auto import precision_context
+    def __init__(self, spec: Any, exp: Any) -> None:
+        import torch
 
-    device = runner.resolve_device(spec.hardware.device)
-    data = runner.load_data(spec)
-    fed = FederatedData(data, [], device, runner.DTYPES[spec.hardware.precision])
-    model = runner.build_model(spec, data, device).module
-    opt = torch.optim.SGD(model.parameters(), lr=spec.fl.lr, momentum=spec.fl.momentum)
-    b, n = spec.fl.batch_size, len(fed.train)
-    g = torch.Generator().manual_seed(0)
+        from fedrun import runner
 
-    def train(count: int) -> int:
+        self.spec, self.fed = spec, exp.fed
+        self.model = runner.build_model(spec, exp.data, exp.device).module
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.fl.lr, momentum=spec.fl.momentum)
+        self.g = torch.Generator().manual_seed(0)
+
+    def train(self, count: int) -> int:
+        import torch
+        import torch.nn.functional as F
+
+        from fedrun.engines.auto import precision_context
+
+        b, n, device = self.spec.fl.batch_size, len(self.fed.train), self.fed.device
         done = 0
         while done < count:
-            perm = torch.randperm(n, generator=g).to(device)
+            perm = torch.randperm(n, generator=self.g).to(device)
             for i in range(0, n, b):
                 if done >= count:
                     break
-                batch = fed.batch(perm[i : i + b])
-                with precision_context(spec.hardware.precision, device):
-                    loss = F.cross_entropy(model(batch["x"]), batch["y"])
-                opt.zero_grad(set_to_none=True)
+                batch = self.fed.batch(perm[i : i + b])
+                with precision_context(self.spec.hardware.precision, device):
+                    loss = F.cross_entropy(self.model(batch["x"]), batch["y"])
+                self.opt.zero_grad(set_to_none=True)
                 loss.backward()
-                opt.step()
+                self.opt.step()
                 done += int(batch["y"].numel())
         return done
 
-    train(20 * b)  # warm-up
-    sync(device)
-    t0 = time.perf_counter()
-    done = train(samples)
-    sync(device)
-    dt = time.perf_counter() - t0
-    return {"samples": done, "seconds": dt, "samples_per_s": done / dt}
+
+def measure_throughput(spec: Any, reps: int) -> dict[str, Any]:
+    """Samples/s of centralized training, the sequential and the vectorised engine on round 0's cohort.
+
+    The three are timed in turn, ``reps`` times, and each keeps its best: on a shared machine the load of
+    other processes changes from second to second, and interleaving gives each the same chances.
+    """
+    import dataclasses
+
+    import torch
+
+    from fedrun import runner
+    from fedrun.engines.auto import build_engine, precision_context, stacked_states
+    from fedrun.sampling import sample_clients
+
+    exp = runner.build_experiment(
+        dataclasses.replace(spec, hardware=dataclasses.replace(spec.hardware, engine="sequential"))
+    )
+    algo, fl = exp.algorithm, spec.fl
+    params = exp.model.init_params()
+    extras = algo.broadcast(params, algo.server_init(params))
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, 0), dtype=torch.long)
+    states = stacked_states(algo, fl, params, len(clients))
+    engines = {"sequential": build_engine("sequential", spec.hardware, algo, exp.fed, fl, spec.seed)}
+    if not exp.model.buffers:
+        engines["vectorised"] = build_engine("vectorised", spec.hardware, algo, exp.fed, fl, spec.seed)
+    central = Centralized(spec, exp)
+    samples = int(exp.fed.sizes[clients].sum())
+    warm = dataclasses.replace(fl, local_steps=2)
+    for name in engines:  # one-time imports and allocations, not timed
+        build_engine(name, spec.hardware, algo, exp.fed, warm, spec.seed).train_cohort(
+            0, params, extras, clients[:2], {k: v[:2] for k, v in states.items()} if states else {}, fl.lr
+        )
+    central.train(20 * fl.batch_size)
+    best: dict[str, float] = {}
+    out: dict[str, Any] = {"cohort": len(clients), "round_samples": samples, "reps": reps}
+    for _ in range(reps):
+        for name in ("centralized", *engines):
+            sync(exp.device)
+            t0 = time.perf_counter()
+            if name == "centralized":
+                done = central.train(samples)
+            else:
+                with precision_context(spec.hardware.precision, exp.device):
+                    done = engines[name].train_cohort(0, params, extras, clients, states, fl.lr).samples
+            sync(exp.device)
+            best[name] = max(best.get(name, 0.0), done / (time.perf_counter() - t0))
+    for name, v in best.items():
+        out[name] = {"samples_per_s": v}
+    if "vectorised" in engines:
+        eng = engines["vectorised"]
+        out["vectorised"].update({"chunk_width": eng.stats["chunk_width"], "waste": eng.waste})
+    out["peak_rss_gib"] = peak_rss_gib()
+    out["cuda_max_allocated_gib"] = cuda_peak_gib(exp.device)
+    return out
 
 
 def warm_up(spec: Any, engine: str) -> None:
@@ -324,10 +378,8 @@ def child(args: argparse.Namespace) -> None:
             spec = make_spec(COMMON + w["overrides"], args.device, run_dir)
             if w.get("fake_data"):
                 runner.load_data = fake_cifar
-            if args.what == "centralized":
-                samples = int(runner.load_data(spec).train.y.numel())
-                samples = int(samples * spec.fl.cohort_size / spec.fl.clients)
-                result = measure_centralized(spec, samples)
+            if args.what == "throughput":
+                result = measure_throughput(spec, args.reps)
             else:
                 result = measure_fl(spec, args.what, args.rounds, run_dir)
     print(json.dumps(result))
@@ -370,7 +422,9 @@ def fmt(v: Any, spec: str = ".2f") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1 round per run, widths 1 and 10, no end-to-end run")
+    ap.add_argument(
+        "--quick", action="store_true", help="1 throughput repeat, 1 round per run, widths 0 and 10, no end-to-end run"
+    )
     ap.add_argument("--workloads", default="a,b,c,d")
     ap.add_argument("--rounds", type=int, default=None, help="FL rounds per run (default 2, --quick 1)")
     ap.add_argument("--widths", default=None, help="cohort widths for the memory table (default 0,10,50,100)")
@@ -390,6 +444,7 @@ def main() -> None:
     ap.add_argument("--workload", default="a", help=argparse.SUPPRESS)
     ap.add_argument("--width", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=None, help="interleaved repeats of the throughput timing (best kept)")
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -424,17 +479,19 @@ def main() -> None:
             print(f"[{key}] skipped: needs a GPU")
             continue
         res: dict[str, Any] = {"desc": w["desc"]}
-        for what in ("centralized", "sequential", "vectorised", "auto"):
-            print(f"[{key}] {what} ...", flush=True)
+        reps = args.reps or (1 if args.quick else 3)
+        print(f"[{key}] throughput: centralized / sequential / vectorised, best of {reps} interleaved ...", flush=True)
+        res["throughput"] = spawn([*base, "--what", "throughput", "--workload", key, "--reps", str(reps)], args.timeout)
+        for what in ("sequential", "vectorised", "auto"):
+            print(f"[{key}] fedrun run, engine={what}, {rounds} round(s) ...", flush=True)
             res[what] = spawn([*base, "--what", what, "--workload", key, "--rounds", str(rounds)], args.timeout)
-        central = res["centralized"].get("samples_per_s")
-        res["ratios"] = {
-            f"{e}_vs_centralized": ratio(res[e].get("samples_per_s"), central)
-            for e in ("sequential", "vectorised", "auto")
-        }
-        res["ratios"]["vectorised_vs_sequential"] = ratio(
-            res["vectorised"].get("samples_per_s"), res["sequential"].get("samples_per_s")
-        )
+        tp = res["throughput"]
+        central = tp.get("centralized", {}).get("samples_per_s")
+        rate = {e: tp.get(e, {}).get("samples_per_s") for e in ("sequential", "vectorised")}
+        chosen = res["auto"].get("auto", {}).get("engine")
+        rate["auto"] = rate.get(chosen) if chosen else None
+        res["ratios"] = {f"{e}_vs_centralized": ratio(v, central) for e, v in rate.items()}
+        res["ratios"]["vectorised_vs_sequential"] = ratio(rate["vectorised"], rate["sequential"])
         report["workloads"][key] = res
         print_workload(key, res)
     report["memory_per_width"] = []
@@ -492,27 +549,32 @@ def end_to_end(device: str, timeout: float) -> dict[str, Any]:
 
 
 def print_workload(key: str, res: dict[str, Any]) -> None:
-    c = res["centralized"]
+    tp = res["throughput"]
     print(f"[{key}] {res['desc']}")
-    print(f"    centralized        {fmt(c.get('samples_per_s'), ',.0f'):>9} samples/s  {c.get('error', '')}")
+    if "error" in tp:
+        print(f"    throughput error: {tp['error']}")
+    else:
+        print(f"    cohort of {tp['cohort']} clients, {tp['round_samples']:,} samples per round; training samples/s:")
+        c = tp["centralized"]["samples_per_s"]
+        print(f"    centralized        {c:>9,.0f}")
+        for e in ("sequential", "vectorised"):
+            if e in tp:
+                v = tp[e]
+                extra = f"  chunk {v['chunk_width']}, padded steps {v['waste']:.1%}" if "waste" in v else ""
+                print(f"    {e:<18} {v['samples_per_s']:>9,.0f}  ({v['samples_per_s'] / c:.2f}x centralized){extra}")
     for e in ("sequential", "vectorised", "auto"):
         r = res[e]
         if "error" in r:
-            print(f"    {e:<18} error: {r['error']}")
+            print(f"    run engine={e:<11} error: {r['error']}")
             continue
-        extra = ""
-        if "vectorised" in r:
-            extra = f", chunk {r['vectorised']['chunk_width']}, waste {r['vectorised']['waste']:.1%}"
-        if "auto" in r:
-            extra += f", auto chose {r['auto'].get('engine')}"
+        chose = f", auto chose {r['auto'].get('engine')}" if "auto" in r else ""
         print(
-            f"    {e:<18} {fmt(r['samples_per_s'], ',.0f'):>9} samples/s"
-            f" ({fmt(res['ratios'].get(f'{e}_vs_centralized'))}x centralized),"
-            f" round {fmt(r['round_wall_s'])} s,"
+            f"    run engine={e:<11} round {fmt(r['round_wall_s'])} s,"
             f" outside client compute {fmt(r['outside_client_compute_fraction'], '.1%')},"
-            f" peak RSS {fmt(r['peak_rss_gib'])} GiB{extra}"
+            f" peak RSS {fmt(r['peak_rss_gib'])} GiB, CUDA max {fmt(r['cuda_max_allocated_gib'])} GiB{chose}"
         )
-    print(f"    vectorised / sequential: {fmt(res['ratios']['vectorised_vs_sequential'])}x")
+    ratios = ", ".join(f"{k} {fmt(v)}" for k, v in res["ratios"].items())
+    print(f"    ratios: {ratios}")
 
 
 if __name__ == "__main__":
