@@ -560,7 +560,7 @@ def print_workload(key: str, res: dict[str, Any]) -> None:
         for e in ("sequential", "vectorised"):
             if e in tp:
                 v = tp[e]
-                extra = f"  chunk {v['chunk_width']}, padded steps {v['waste']:.1%}" if "waste" in v else ""
+                extra = f"  chunk {v['chunk_width']}, padded samples {v['waste']:.1%}" if "waste" in v else ""
                 print(f"    {e:<18} {v['samples_per_s']:>9,.0f}  ({v['samples_per_s'] / c:.2f}x centralized){extra}")
     for e in ("sequential", "vectorised", "auto"):
         r = res[e]

@@ -4,11 +4,14 @@ The cohort's parameters, optimizer buffers and client states are stacked along a
 dimension and the algorithm's own :meth:`Algorithm.client_step` is ``vmap``-ed over it, so every method
 built on the contract runs unchanged. Each client uses exactly the minibatches of :func:`batch_plan` (the
 sequential engine's plan): at local step ``t`` the chunk's batches are gathered as one ``[clients, batch]``
-index tensor, short batches are padded with per-sample weight ``w = 0``, and a client whose plan has
-ended keeps its values through ``torch.where`` (its padded step is computed and discarded; the share of
-such wasted client-steps is counted in :attr:`VectorisedEngine.stats`). Clients are sorted by step count
-before being cut into chunks of ``chunk`` clients, so clients of similar size share a chunk and little is
-wasted on Dirichlet splits; chunks bound the memory of large cohorts.
+index tensor and short batches (an epoch's last) are padded with per-sample weight ``w = 0``.
+
+Unequal clients (Dirichlet splits) are bucketed by step count: the cohort is sorted by size, largest
+first, before being cut into chunks of ``chunk`` clients, so inside a chunk the clients still training at
+step ``t`` are always a prefix. When a client's plan ends its final values are set aside and the stacked
+tensors shrink to the remaining prefix: a finished client stops updating and costs nothing afterwards.
+The only waste left is padding inside short batches, counted in :attr:`VectorisedEngine.stats`. Chunks
+bound the memory of large cohorts.
 """
 
 from __future__ import annotations
@@ -44,19 +47,18 @@ def vmap_blocker(algorithm: Algorithm) -> str | None:
 
 @dataclass
 class Plan:
-    """One chunk's local-training schedule, padded to a rectangle.
+    """One chunk's local-training schedule, padded to a rectangle (clients sorted by step count, descending).
 
     ``idx`` [S, c, B] global sample indices, ``w`` [S, c, B] 1 for real samples and 0 for padding,
-    ``active`` [S, c] whether client j still trains at step t, ``steps`` [c] its number of steps,
-    ``padded`` [S] whether step t has a short batch in an active client (then ``w`` goes in the batch).
+    ``steps`` [c] each client's number of steps, ``live[t]`` how many clients (a prefix) train at step t,
+    ``padded[t]`` whether one of them has a short batch then (only then does ``w`` go into the batch).
     """
 
     idx: torch.Tensor
     w: torch.Tensor
-    active: torch.Tensor
     steps: torch.Tensor
+    live: list[int]
     padded: list[bool]
-    all_active: list[bool]
     samples: int
 
 
@@ -64,6 +66,8 @@ def pad_plans(plans: list[list[torch.Tensor]], device: torch.device, dtype: torc
     """Stack per-client batch lists (ragged in steps and in the size of each epoch's last batch)."""
     c = len(plans)
     steps = [len(p) for p in plans]
+    if steps != sorted(steps, reverse=True):
+        raise ValueError(f"clients must come sorted by step count, descending; got {steps}")
     n_steps = max(steps, default=0)
     width = max((int(b.numel()) for p in plans for b in p), default=1)
     idx = torch.zeros(n_steps, c, width, dtype=torch.long, device=device)
@@ -76,25 +80,18 @@ def pad_plans(plans: list[list[torch.Tensor]], device: torch.device, dtype: torc
     steps_t = torch.tensor(steps, dtype=torch.long)
     active = torch.arange(n_steps).unsqueeze(1) < steps_t.unsqueeze(0)
     w = (torch.arange(width).view(1, 1, -1) < lengths.unsqueeze(-1)).to(dtype)
-    padded = ((lengths < width) & active).any(1).tolist()
     return Plan(
         idx=idx,
         w=w.to(device),
-        active=active.to(device),
         steps=steps_t,
-        padded=padded,
-        all_active=active.all(1).tolist(),
+        live=active.sum(1).tolist(),
+        padded=((lengths < width) & active).any(1).tolist(),
         samples=int(lengths.sum()),
     )
 
 
-def _select(mask: torch.Tensor, new: Tree, old: Tree) -> Tree:
-    """Per client: ``new`` where ``mask`` (shape [c]) else ``old`` (a finished client stops updating)."""
-
-    def pick(n: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        return torch.where(mask.view((-1,) + (1,) * (n.dim() - 1)), n, o)
-
-    return tree_map(pick, new, old)
+def _rows(tree: Tree, lo: int, hi: int) -> Tree:
+    return tree_map(lambda t: t[lo:hi], tree)
 
 
 def _expand(tree: Tree, c: int) -> Tree:
@@ -134,13 +131,13 @@ class VectorisedEngine(Engine):
         self._finish_vmappable = True
         self._client_bytes: int | None = None
         self._compiled: dict[Any, Callable[..., Any]] = {}
-        self.stats = {"client_steps": 0, "slot_steps": 0, "chunks": 0, "chunk_width": 0}
+        self.stats = {"samples": 0, "sample_slots": 0, "chunks": 0, "chunk_width": 0}
 
     @property
     def waste(self) -> float:
-        """Fraction of computed client-steps that were padding (a finished client's discarded step)."""
-        slots = self.stats["slot_steps"]
-        return 1.0 - self.stats["client_steps"] / slots if slots else 0.0
+        """Fraction of computed sample slots that were padding (in short batches)."""
+        slots = self.stats["sample_slots"]
+        return 1.0 - self.stats["samples"] / slots if slots else 0.0
 
     def chunk_width(self, params: Tensors, states: Tree, cohort: int) -> int:
         if self.chunk is not None:
@@ -201,30 +198,33 @@ class VectorisedEngine(Engine):
         elif fl.momentum:
             opt = _expand(tree_map(torch.zeros_like, params), c)
         has_opt = opt is not None
+        opt = opt if has_opt else {}
         state = states
         step = self._step_fn(params, extras, lr, has_opt)
         loss_sum = torch.zeros(c, dtype=torch.float64, device=data.device)
-        for t in range(plan.idx.shape[0]):
-            batch = data.batch(plan.idx[t])
+        finished: list[tuple[Tree, Tree, Tree]] = []  # rows set aside when their clients' plans end
+        live = c
+        for t, k in enumerate(plan.live):
+            if k < live:
+                finished.append((_rows(w, k, live), _rows(opt, k, live), _rows(state, k, live)))
+                w, opt, state = _rows(w, 0, k), _rows(opt, 0, k), _rows(state, 0, k)
+                live = k
+            batch = data.batch(plan.idx[t, :k])
             if plan.padded[t]:
-                batch["w"] = plan.w[t]
-            new_w, new_opt, new_state, loss = step(w, opt if has_opt else {}, batch, state)
-            if plan.all_active[t]:
-                w, state = new_w, new_state
-                opt = new_opt if has_opt else None
-                loss_sum += loss.detach().to(torch.float64)
-            else:
-                act = plan.active[t]
-                w, state = _select(act, new_w, w), _select(act, new_state, state)
-                opt = _select(act, new_opt, opt) if has_opt else None
-                loss_sum += torch.where(act, loss.detach().to(torch.float64), 0.0)
+                batch["w"] = plan.w[t, :k]
+            w, opt, state, loss = step(w, opt, batch, state)
+            loss_sum[:k] += loss.detach().to(torch.float64)
+        if finished:
+            finished.append((w, opt, state))
+            w, opt, state = (_cat([part[i] for part in reversed(finished)]) for i in range(3))
+        opt = opt if has_opt else None
         steps = plan.steps.to(data.device)
         ctx = ClientContext(params, extras, state, lr)
         uploads, new_states = self._finish(params, w, ctx, steps)
         if fl.keep_momentum and opt is not None:
             new_states = {**new_states, "_momentum": opt}
-        self.stats["client_steps"] += int(plan.steps.sum())
-        self.stats["slot_steps"] += int(plan.idx.shape[0]) * c
+        self.stats["samples"] += plan.samples
+        self.stats["sample_slots"] += sum(plan.live) * int(plan.idx.shape[-1])
         self.stats["chunks"] += 1
         self.stats["chunk_width"] = max(self.stats["chunk_width"], c)
         return uploads, new_states, plan.steps, plan.samples, loss_sum

@@ -95,14 +95,19 @@ def test_every_algorithm_matches_sequential_fp32(name: str, experiment: Callable
 
 
 def expected_waste(exp: Experiment, rounds: int, chunk: int) -> float:
-    """Share of padded client-steps when each round's cohort is sorted by size and cut into chunks."""
+    """Share of padded sample slots when each round's cohort is sorted by size and cut into chunks.
+
+    A chunk computes, per step, one batch of width min(batch, largest client) for each client still
+    training; clients that finished cost nothing, so only short last batches are padding.
+    """
     fl, used, slots = exp.spec.fl, 0, 0
     for rnd in range(rounds):
-        clients = sample_clients(fl, exp.spec.seed, rnd)
-        steps = sorted((num_local_steps(int(exp.fed.sizes[c]), fl) for c in clients), reverse=True)
-        for lo in range(0, len(steps), chunk):
-            used += sum(steps[lo : lo + chunk])
-            slots += steps[lo] * len(steps[lo : lo + chunk])
+        sizes = sorted((int(exp.fed.sizes[c]) for c in sample_clients(fl, exp.spec.seed, rnd)), reverse=True)
+        for lo in range(0, len(sizes), chunk):
+            part = sizes[lo : lo + chunk]
+            width = min(fl.batch_size, part[0])
+            used += sum(part) * fl.local_epochs
+            slots += sum(num_local_steps(n, fl) for n in part) * width
     return 1 - used / slots
 
 
@@ -118,7 +123,7 @@ def test_fixed_local_steps_with_reshuffles_match(experiment: Callable[..., Exper
     exp = experiment("fl.local_steps=40", "fl.momentum=0.9", "fl.weighting=uniform")
     vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=3)
     assert_same_run(exp, vec, rounds=1, rtol=1e-4, atol=2e-5)
-    assert vec.waste == 0.0  # equal step counts: nothing padded
+    assert vec.waste == 0.0  # every batch full: nothing padded
 
 
 def test_clients_smaller_than_one_batch_match(experiment: Callable[..., Experiment]) -> None:
@@ -195,23 +200,28 @@ def test_divergent_client_is_named(experiment: Callable[..., Experiment]) -> Non
 
 
 # ---- padding ---------------------------------------------------------------------------------------------------
-def test_pad_plans_masks_short_batches_and_finished_clients() -> None:
+def test_pad_plans_pads_short_batches_and_counts_live_clients() -> None:
     plans = [
-        [torch.tensor([1, 2, 3]), torch.tensor([4])],
         [torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10]), torch.tensor([11, 12])],
-        [],
+        [torch.tensor([1, 2, 3]), torch.tensor([4])],
         [torch.tensor([20, 21])],  # a client smaller than one batch
+        [],
     ]
     p = pad_plans(plans, torch.device("cpu"), torch.float32)
     assert p.idx.shape == (3, 4, 3)
-    assert p.steps.tolist() == [2, 3, 0, 1]
-    assert p.active.tolist() == [[True, True, False, True], [True, True, False, False], [False, True, False, False]]
-    assert p.w[1, 0].tolist() == [1.0, 0.0, 0.0]
-    assert p.w[2, 1].tolist() == [1.0, 1.0, 0.0]
-    assert p.idx[1, 1].tolist() == [8, 9, 10]
-    assert p.idx[0, 3, :2].tolist() == [20, 21] and p.w[0, 3].tolist() == [1.0, 1.0, 0.0]
+    assert p.steps.tolist() == [3, 2, 1, 0]
+    assert p.live == [3, 2, 1]
+    assert p.idx[1, 0].tolist() == [8, 9, 10]
+    assert p.w[1, 1].tolist() == [1.0, 0.0, 0.0]
+    assert p.w[2, 0].tolist() == [1.0, 1.0, 0.0]
+    assert p.idx[0, 2, :2].tolist() == [20, 21] and p.w[0, 2].tolist() == [1.0, 1.0, 0.0]
     assert p.padded == [True, True, True]
     assert p.samples == 14
+
+
+def test_pad_plans_needs_clients_sorted_by_steps() -> None:
+    with pytest.raises(ValueError, match="sorted"):
+        pad_plans([[torch.tensor([1])], [torch.tensor([2]), torch.tensor([3])]], torch.device("cpu"), torch.float32)
 
 
 # ---- models that cannot be vmapped ------------------------------------------------------------------------------
