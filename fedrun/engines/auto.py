@@ -1,9 +1,10 @@
 """Building the configured engine, and ``engine=auto``: the faster engine for this run, by measurement.
 
-``auto`` times a few local steps of the run's own model, algorithm, data and first cohort (up to one chunk
-of clients) on the sequential and the vectorised engine, and keeps the faster. The choice is cached in
-memory and in ``<cache_dir>/engine-auto.json`` under a key of everything that decides it (device, torch
-version, threads, model, algorithm, batch size, cohort width, precision), so a sweep measures once.
+``auto`` times a few local steps of the run's own model, algorithm, data and first cohort (up to one
+chunk, at most ``PROBE_CLIENTS`` clients) on the sequential and the vectorised engine, and keeps the
+faster. The choice is cached in memory and in ``<cache_dir>/engine-auto.json`` under a key of everything
+that decides it (device, torch version, threads, model, algorithm, batch size, cohort width, precision),
+so a sweep measures once.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from fedrun.registry import ENGINES
 from fedrun.sampling import sample_clients
 from fedrun.tree import Tensors, Tree, tree_map, zeros_like
 
-PROBE_STEPS = 3
+PROBE_STEPS = 2  # local steps per client in the probe
+PROBE_CLIENTS = 16  # at most this many clients: enough to show vmap's batching, cheap for a CNN on a CPU
+PROBE_REPS = 2
 _CHOICES: dict[str, dict[str, Any]] = {}
 
 
@@ -67,22 +70,17 @@ def probe_key(hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl:
     return json.dumps(parts, sort_keys=True)
 
 
-def _time_engine(
-    engine: Engine, algorithm: Algorithm, clients: torch.Tensor, states: Tree, hw: HardwareConfig
-) -> float:
-    """Seconds for one probe round (after a warm-up round that is not timed)."""
+def _time_round(engine: Engine, clients: torch.Tensor, states: Tree, hw: HardwareConfig) -> float:
+    """Seconds for one probe round of ``clients`` on ``engine``."""
+    algorithm = engine.algorithm
     params = algorithm.model.init_params()
     extras = algorithm.broadcast(params, algorithm.server_init(params))
-    best = float("inf")
     with precision_context(hw.precision, engine.data.device):
-        for rep in range(3):
-            sync(engine.data.device)
-            t0 = time.perf_counter()
-            engine.train_cohort(0, params, extras, clients, states, engine.fl.lr)
-            sync(engine.data.device)
-            if rep:
-                best = min(best, time.perf_counter() - t0)
-    return best
+        sync(engine.data.device)
+        t0 = time.perf_counter()
+        engine.train_cohort(0, params, extras, clients, states, engine.fl.lr)
+        sync(engine.data.device)
+    return time.perf_counter() - t0
 
 
 def sync(device: torch.device) -> None:
@@ -101,20 +99,32 @@ def stacked_states(algorithm: Algorithm, fl: FLConfig, params: Tensors, c: int) 
 def measure(
     hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, width: int
 ) -> dict[str, Any]:
-    """Time ``PROBE_STEPS`` local steps of ``width`` clients of round 0's cohort on both engines."""
+    """Time ``PROBE_STEPS`` local steps of up to ``PROBE_CLIENTS`` clients of round 0's cohort on both engines.
+
+    After an untimed warm-up on two clients (one-time imports, allocator growth), the engines are timed in
+    turn ``PROBE_REPS`` times and each keeps its best, so a burst of load from other processes does not
+    decide alone.
+    """
     probe_fl = dataclasses.replace(fl, local_steps=PROBE_STEPS)
-    vec = VectorisedEngine(algorithm, data, probe_fl, seed, chunk=hw.chunk, compile=hw.compile)
-    seq = SequentialEngine(algorithm, data, probe_fl, seed)
-    clients = torch.as_tensor(sample_clients(fl, seed, 0), dtype=torch.long)[:width]
+    engines = {
+        "vectorised": VectorisedEngine(algorithm, data, probe_fl, seed, chunk=hw.chunk, compile=hw.compile),
+        "sequential": SequentialEngine(algorithm, data, probe_fl, seed),
+    }
+    clients = torch.as_tensor(sample_clients(fl, seed, 0), dtype=torch.long)[: min(width, PROBE_CLIENTS)]
     states = stacked_states(algorithm, fl, algorithm.model.init_params(), len(clients))
-    t_vec = _time_engine(vec, algorithm, clients, states, hw)
-    t_seq = _time_engine(seq, algorithm, clients, states, hw)
+    few = tree_map(lambda t: t[:2], states)
+    for engine in engines.values():
+        _time_round(engine, clients[:2], few, hw)
+    best = {name: float("inf") for name in engines}
+    for _ in range(PROBE_REPS):
+        for name, engine in engines.items():
+            best[name] = min(best[name], _time_round(engine, clients, states, hw))
     return {
-        "engine": "vectorised" if t_vec < t_seq else "sequential",
+        "engine": min(best, key=best.__getitem__),
         "clients": len(clients),
         "steps": PROBE_STEPS,
-        "vectorised_s": t_vec,
-        "sequential_s": t_seq,
+        "vectorised_s": best["vectorised"],
+        "sequential_s": best["sequential"],
     }
 
 

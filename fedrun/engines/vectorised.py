@@ -130,7 +130,7 @@ class VectorisedEngine(Engine):
         self.compile = compile
         self._finish_vmappable = True
         self._client_bytes: int | None = None
-        self._compiled: dict[Any, Callable[..., Any]] = {}
+        self._steps: dict[bool, Callable[..., Any]] = {}
         self.stats = {"samples": 0, "sample_slots": 0, "chunks": 0, "chunk_width": 0}
 
     @property
@@ -147,17 +147,27 @@ class VectorisedEngine(Engine):
         return auto_chunk(self._client_bytes, self.data.device, cohort)
 
     # ---- the batched step --------------------------------------------------------------------------------
-    def _step_fn(self, global_params: Tensors, extras: Tree, lr: float, has_opt: bool) -> Callable[..., Any]:
+    def _step_fn(self, has_opt: bool) -> Callable[..., Any]:
+        """The batched step f(w, opt, batch, state, w^t, extras, lr), built (and compiled) once per engine.
+
+        w^t, extras and lr are arguments rather than closure values so that a compiled step is reused
+        across rounds instead of recompiled for each round's new tensors.
+        """
+        if has_opt in self._steps:
+            return self._steps[has_opt]
         algo = self.algorithm
 
-        def one_client(p: Tensors, opt: Tensors, batch: dict[str, torch.Tensor], state: Tree) -> Any:
-            ctx = ClientContext(global_params, extras, state, lr)
+        def one_client(
+            p: Tensors, opt: Tensors, batch: dict[str, torch.Tensor], state: Tree, start: Tensors, extras: Tree, lr: Any
+        ) -> Any:
+            ctx = ClientContext(start, extras, state, lr)
             p, opt_out, new_state, loss = algo.client_step(p, opt if has_opt else None, batch, ctx)
             return p, (opt_out if has_opt else {}), new_state, loss
 
-        fn = vmap(one_client, randomness="different")
+        fn = vmap(one_client, in_dims=(0, 0, 0, 0, None, None, None), randomness="different")
         if self.compile:
-            fn = torch.compile(fn, dynamic=False)
+            fn = torch.compile(fn)
+        self._steps[has_opt] = fn
         return fn
 
     def _finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
@@ -200,7 +210,9 @@ class VectorisedEngine(Engine):
         has_opt = opt is not None
         opt = opt if has_opt else {}
         state = states
-        step = self._step_fn(params, extras, lr, has_opt)
+        step = self._step_fn(has_opt)
+        # compiled: lr as a tensor, or every new lr value (a decay schedule) would trigger a recompile
+        step_lr = torch.tensor(lr, dtype=dtype, device=data.device) if self.compile else lr
         loss_sum = torch.zeros(c, dtype=torch.float64, device=data.device)
         finished: list[tuple[Tree, Tree, Tree]] = []  # rows set aside when their clients' plans end
         live = c
@@ -212,7 +224,7 @@ class VectorisedEngine(Engine):
             batch = data.batch(plan.idx[t, :k])
             if plan.padded[t]:
                 batch["w"] = plan.w[t, :k]
-            w, opt, state, loss = step(w, opt, batch, state)
+            w, opt, state, loss = step(w, opt, batch, state, params, extras, step_lr)
             loss_sum[:k] += loss.detach().to(torch.float64)
         if finished:
             finished.append((w, opt, state))
