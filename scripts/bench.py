@@ -505,7 +505,7 @@ def main() -> None:
             f" {fmt(r.get('samples_per_s'), ',.0f')} samples/s {r.get('error', '')}"
         )
     if not args.quick and "a" in args.workloads.split(","):
-        report["end_to_end_a_8_rounds"] = end_to_end(device, args.timeout)
+        report["end_to_end_a_8_rounds"] = end_to_end(device, args.threads, args.timeout)
         e2e = report["end_to_end_a_8_rounds"]
         print(f"end to end, workload (a), 8 rounds through the CLI: {fmt(e2e.get('wall_s'), '.1f')} s")
     report["meta"]["loadavg_end"] = os.getloadavg()
@@ -517,7 +517,7 @@ def main() -> None:
     return None
 
 
-def end_to_end(device: str, timeout: float) -> dict[str, Any]:
+def end_to_end(device: str, threads: int, timeout: float) -> dict[str, Any]:
     """``fedrun`` on workload (a) for 8 rounds, as a user runs it (engine=auto, evaluation every round)."""
     with tempfile.TemporaryDirectory(prefix="fedrun-e2e-") as tmp:
         cmd = [
@@ -528,6 +528,7 @@ def end_to_end(device: str, timeout: float) -> dict[str, Any]:
             *WORKLOADS["a"]["overrides"],
             "fl.rounds=8",
             f"hardware.device={device}",
+            f"hardware.threads={threads}",
             "hardware.engine=auto",
             "output.quiet=true",
             "output.plots=false",
@@ -540,6 +541,7 @@ def end_to_end(device: str, timeout: float) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         summary = json.loads((Path(tmp) / "run" / "summary.json").read_text()) if p.returncode == 0 else {}
     return {
+        "threads": threads,
         "wall_s": wall,
         "returncode": p.returncode,
         "engine": summary.get("engine"),

@@ -248,7 +248,7 @@ class VectorisedEngine(Engine):
         ids = clients.tolist()
         m = len(ids)
         sizes = self.data.sizes[clients]
-        # similar step counts in one chunk: little padding; a stable sort keeps the cohort order otherwise
+        # largest first: in every chunk the clients still training are a prefix (see the module docstring)
         order = torch.sort(sizes, descending=True, stable=True).indices
         width = self.chunk_width(params, states, m)
         uploads, new_states, steps, loss_parts = [], [], [], []
