@@ -25,6 +25,10 @@ run: install data
 test: install data
 	$(BIN)/pytest
 
+## Throughput vs centralized training, per engine, on this machine: JSON in outputs/bench/ (BENCH_ARGS=--quick)
+bench: install data
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
 lint: install
 	$(BIN)/ruff check fedrun tests scripts
 

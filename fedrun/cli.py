@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedrun.config import validate
+from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.errors import ConfigError, DataError, ResumeError
 from fedrun.outputs import atomic_write, write_json
 
@@ -173,6 +174,7 @@ def _fail(message: str) -> NoReturn:
 
 
 def main() -> None:
+    tune_glibc_malloc()  # before any large allocation: see fedrun/engines/allocator.py
     hydra_utils.run_and_report = _run_and_report
     args = sys.argv[1:]
     dirs = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]

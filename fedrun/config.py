@@ -98,14 +98,17 @@ class HardwareConfig:
     """Where and how clients are simulated (``hardware.*``)."""
 
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
-    engine: str = "sequential"
+    engine: str = "sequential"  # sequential | vectorised | auto (the faster of the two, measured)
     threads: int = 0  # torch intra-op threads; 0 leaves torch's default
-    precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast on CUDA only)
+    precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
+    chunk: int | None = None  # vectorised engine: clients trained at once (None: sized from free memory)
+    compile: bool = False  # vectorised engine: torch.compile the batched client step
 
     def __post_init__(self) -> None:
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
             raise ConfigError("device", f"invalid value {self.device!r}; valid: cpu, cuda, cuda:N, auto")
         positive("threads", self.threads, allow_zero=True)
+        positive("chunk", self.chunk)
         one_of("precision", self.precision, ("fp32", "fp64", "bf16"))
 
 

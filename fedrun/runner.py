@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,18 +24,18 @@ from rich.progress import (
 from fedrun.algorithms.base import Algorithm, RoundInfo
 from fedrun.algorithms.ima import IMA
 from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, fingerprint, load_checkpoint, save_checkpoint, to_device
-from fedrun.config import RunSpec
+from fedrun.config import FLConfig, RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.federated import FederatedData
 from fedrun.data.partition import class_counts, make_partition, partition_stats
 from fedrun.data.partitions.longtail import apply_longtail
 from fedrun.data.proxy import ProxySet, carve_proxy
+from fedrun.engines.auto import EngineFactory, precision_context
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
 from fedrun.metrics.evaluate import evaluate
 from fedrun.models.base import FunctionalModel
 from fedrun.outputs import plot_curves, write_json, write_metrics, write_partition
-from fedrun.registry import ENGINES
 from fedrun.report.partition import domain_breakdown, domain_counts, write_domain_table
 from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
@@ -69,11 +70,9 @@ def build_model(spec: RunSpec, data: Dataset, device: torch.device) -> Functiona
     return FunctionalModel(module.to(device=device, dtype=DTYPES[spec.hardware.precision]))
 
 
-def select_engine(spec: RunSpec) -> type[Engine]:
-    name = spec.hardware.engine
-    if name == "auto":
-        name = "sequential"
-    return ENGINES.get(name).obj
+def select_engine(spec: RunSpec) -> Callable[[Algorithm, FederatedData, FLConfig, int], Engine]:
+    """A builder of the configured engine; for ``engine=auto`` it times both engines on this run (cached)."""
+    return EngineFactory(spec.hardware, spec.cache_dir)
 
 
 @dataclass
@@ -239,7 +238,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                 extras = algo.broadcast(params, server_state)
                 cohort_states = states.gather(clients) if states else {}
                 t_train = time.perf_counter()
-                res = engine.train_cohort(rnd, params, extras, clients, cohort_states, lr)
+                with precision_context(spec.hardware.precision, exp.device):
+                    res = engine.train_cohort(rnd, params, extras, clients, cohort_states, lr)
                 train_time += time.perf_counter() - t_train
                 samples += res.samples
                 if not math.isfinite(res.loss):

@@ -1,0 +1,583 @@
+"""``make bench``: fedrun's throughput against centralized training, per engine, on this machine.
+
+Workloads (batch 50, 1 local epoch, FedAvg, real Fashion-MNIST):
+  a  MLP 784-200-200-10, 10 clients x 6000 samples (IID), all clients each round
+  b  the same with 100 clients of 600
+  c  McMahan CNN, 50 clients Dirichlet(0.1), 10% participation
+  d  ResNet-18-GN on CIFAR-10-shaped random data, 10 clients (only with a GPU)
+
+For each workload, in fresh subprocesses (so peak memory is per measurement):
+- throughput: training samples/s of centralized training of the same model at the same batch size with
+  ``torch.optim.SGD`` (the limit for equal work), of the sequential and of the vectorised engine on round
+  0's cohort; the three are timed in turn several times and each keeps its best (other processes' load
+  changes from second to second; interleaving gives each the same chances);
+- ``fedrun.runner.run`` with ``engine=sequential``, ``vectorised`` and ``auto`` (evaluating every round):
+  per-round wall time, the share of round time outside client compute (sampling, aggregation,
+  evaluation, logging), peak RSS (and CUDA max allocated), and which engine ``auto`` chose.
+Then peak memory per cohort width (McMahan CNN, 100 clients of 600) and, without ``--quick``, the
+end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included). Writes
+``outputs/bench/bench-<timestamp>.json``.
+
+    python scripts/bench.py [--quick] [--workloads a,b,c] [--rounds 2] [--out outputs/bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from fedrun.engines.allocator import tune_glibc_malloc  # noqa: E402
+
+COMMON = ["algorithm=fedavg", "fl.batch_size=50", "fl.local_epochs=1", "fl.lr=0.05", "fl.momentum=0.0", "seed=0"]
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "a": {
+        "desc": "FedAvg, FMNIST, MLP 784-200-200-10, 10 clients x 6000, full participation, 1 epoch, batch 50",
+        "overrides": ["data=fmnist", "model=mlp", "partition=iid", "fl.clients=10", "fl.participation=1.0"],
+    },
+    "b": {
+        "desc": "FedAvg, FMNIST, MLP 784-200-200-10, 100 clients x 600, full participation, 1 epoch, batch 50",
+        "overrides": ["data=fmnist", "model=mlp", "partition=iid", "fl.clients=100", "fl.participation=1.0"],
+    },
+    "c": {
+        "desc": "FedAvg, FMNIST, McMahan CNN, 50 clients Dirichlet(0.1), 10% participation, 1 epoch, batch 50",
+        "overrides": [
+            "data=fmnist",
+            "model=cnn",
+            "partition=dirichlet",
+            "partition.alpha=0.1",
+            "fl.clients=50",
+            "fl.participation=0.1",
+        ],
+    },
+    "d": {
+        "desc": "FedAvg, CIFAR-10-shaped random data, ResNet-18-GN, 10 clients, 1 epoch, batch 50 (GPU only)",
+        "overrides": ["data=cifar10", "model=resnet18", "partition=iid", "fl.clients=10", "fl.participation=1.0"],
+        "gpu_only": True,
+        "fake_data": True,
+    },
+}
+WIDTH_WORKLOAD = ["data=fmnist", "model=cnn", "partition=iid", "fl.clients=100", "fl.participation=1.0"]
+GIB = float(1 << 30)
+
+
+# ---- helpers used inside the measuring subprocess -----------------------------------------------------------------
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+
+
+def current_rss_gib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GIB
+
+
+def reset_peak_rss() -> bool:
+    """Restart the kernel's high-water mark (VmHWM) so a later peak excludes data loading (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def hwm_rss_gib() -> float:
+    with open("/proc/self/status") as f:
+        kib = next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+    return kib * 1024 / GIB
+
+
+def make_spec(overrides: list[str], device: str, run_dir: Path) -> Any:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedrun.cli import CONF_DIR
+    from fedrun.config import validate
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                *overrides,
+                f"hardware.device={device}",
+                "output.quiet=true",
+                "output.plots=false",
+                f"cache_dir={run_dir / 'cache'}",
+                "data.root=" + os.environ.get("FEDRUN_DATA", str(REPO / "data")),
+            ],
+        )
+    return validate(cfg)
+
+
+def fake_cifar(spec: Any) -> Any:
+    """CIFAR-10-shaped uint8 images with random labels: the throughput does not depend on the pixels."""
+    import torch
+
+    from fedrun.data.base import Dataset, Split
+
+    g = torch.Generator().manual_seed(0)
+    split = lambda n: Split(  # noqa: E731
+        torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=g),
+        torch.randint(0, 10, (n,), generator=g),
+    )
+    mean, std = (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)
+    return Dataset("cifar10-shaped", split(50_000), split(10_000), 10, (3, 32, 32), mean, std)
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cuda_peak_gib(device: Any) -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
+
+
+class Centralized:
+    """Plain PyTorch: module + torch.optim.SGD over shuffled batches of the device-resident training set."""
+
+    def __init__(self, spec: Any, exp: Any) -> None:
+        import torch
+
+        from fedrun import runner
+
+        self.spec, self.fed = spec, exp.fed
+        self.model = runner.build_model(spec, exp.data, exp.device).module
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.fl.lr, momentum=spec.fl.momentum)
+        self.g = torch.Generator().manual_seed(0)
+
+    def train(self, count: int) -> int:
+        import torch
+        import torch.nn.functional as F
+
+        from fedrun.engines.auto import precision_context
+
+        b, n, device = self.spec.fl.batch_size, len(self.fed.train), self.fed.device
+        done = 0
+        while done < count:
+            perm = torch.randperm(n, generator=self.g).to(device)
+            for i in range(0, n, b):
+                if done >= count:
+                    break
+                batch = self.fed.batch(perm[i : i + b])
+                with precision_context(self.spec.hardware.precision, device):
+                    loss = F.cross_entropy(self.model(batch["x"]), batch["y"])
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                done += int(batch["y"].numel())
+        return done
+
+
+def measure_throughput(spec: Any, reps: int) -> dict[str, Any]:
+    """Samples/s of centralized training, the sequential and the vectorised engine on round 0's cohort.
+
+    The three are timed in turn, ``reps`` times, and each keeps its best: on a shared machine the load of
+    other processes changes from second to second, and interleaving gives each the same chances.
+    """
+    import dataclasses
+
+    import torch
+
+    from fedrun import runner
+    from fedrun.engines.auto import build_engine, precision_context, stacked_states
+    from fedrun.sampling import sample_clients
+
+    exp = runner.build_experiment(
+        dataclasses.replace(spec, hardware=dataclasses.replace(spec.hardware, engine="sequential"))
+    )
+    algo, fl = exp.algorithm, spec.fl
+    params = exp.model.init_params()
+    extras = algo.broadcast(params, algo.server_init(params))
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, 0), dtype=torch.long)
+    states = stacked_states(algo, fl, params, len(clients))
+    engines = {"sequential": build_engine("sequential", spec.hardware, algo, exp.fed, fl, spec.seed)}
+    if not exp.model.buffers:
+        engines["vectorised"] = build_engine("vectorised", spec.hardware, algo, exp.fed, fl, spec.seed)
+    central = Centralized(spec, exp)
+    samples = int(exp.fed.sizes[clients].sum())
+    warm = dataclasses.replace(fl, local_steps=2)
+    for name in engines:  # one-time imports and allocations, not timed
+        build_engine(name, spec.hardware, algo, exp.fed, warm, spec.seed).train_cohort(
+            0, params, extras, clients[:2], {k: v[:2] for k, v in states.items()} if states else {}, fl.lr
+        )
+    central.train(20 * fl.batch_size)
+    best: dict[str, float] = {}
+    out: dict[str, Any] = {"cohort": len(clients), "round_samples": samples, "reps": reps}
+    for _ in range(reps):
+        for name in ("centralized", *engines):
+            sync(exp.device)
+            t0 = time.perf_counter()
+            if name == "centralized":
+                done = central.train(samples)
+            else:
+                with precision_context(spec.hardware.precision, exp.device):
+                    done = engines[name].train_cohort(0, params, extras, clients, states, fl.lr).samples
+            sync(exp.device)
+            best[name] = max(best.get(name, 0.0), done / (time.perf_counter() - t0))
+    for name, v in best.items():
+        out[name] = {"samples_per_s": v}
+    if "vectorised" in engines:
+        eng = engines["vectorised"]
+        out["vectorised"].update({"chunk_width": eng.stats["chunk_width"], "waste": eng.waste})
+    out["peak_rss_gib"] = peak_rss_gib()
+    out["cuda_max_allocated_gib"] = cuda_peak_gib(exp.device)
+    return out
+
+
+def warm_up(spec: Any, engine: str) -> None:
+    """One short round on a few clients: pays torch.func's one-time imports outside the measurement."""
+    import dataclasses
+
+    import torch
+
+    from fedrun import runner
+    from fedrun.engines.auto import build_engine
+
+    fl = dataclasses.replace(spec.fl, local_steps=2)
+    hw = dataclasses.replace(spec.hardware, engine="sequential")
+    exp = runner.build_experiment(dataclasses.replace(spec, fl=fl, hardware=hw))
+    params = exp.model.init_params()
+    for name in ("sequential", "vectorised") if engine != "sequential" else ("sequential",):
+        if name == "vectorised" and exp.model.buffers:
+            continue
+        eng = build_engine(name, spec.hardware, exp.algorithm, exp.fed, fl, spec.seed)
+        eng.train_cohort(0, params, {}, torch.arange(min(2, fl.clients)), {}, fl.lr)
+
+
+def measure_fl(spec: Any, engine: str, rounds: int, run_dir: Path) -> dict[str, Any]:
+    """``fedrun.runner.run`` for ``rounds`` rounds (evaluating every round); timings from its summary."""
+    import dataclasses
+
+    import torch
+
+    from fedrun import runner
+
+    spec = dataclasses.replace(
+        spec,
+        hardware=dataclasses.replace(spec.hardware, engine=engine),
+        fl=dataclasses.replace(spec.fl, rounds=rounds),
+    )
+    warm_up(spec, engine)
+    device = runner.resolve_device(spec.hardware.device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    built: list[Any] = []
+    build = runner.build_experiment
+
+    def capture(s: Any) -> Any:
+        t0 = time.perf_counter()
+        built.append(build(s))
+        built.append(time.perf_counter() - t0)
+        return built[0]
+
+    runner.build_experiment = capture
+    (run_dir / f"run-{engine}").mkdir(parents=True)
+    try:
+        s = runner.run(spec, run_dir / f"run-{engine}")
+    finally:
+        runner.build_experiment = build
+    exp, build_s = built
+    loop = s["loop_time_s"]
+    out = {
+        "engine_used": s["engine"],
+        "rounds": s["rounds_completed"],
+        "train_samples": s["train_samples"],
+        "samples_per_s": s["samples_per_s"],
+        "train_time_s": s["train_time_s"],
+        "round_wall_s": loop / max(s["rounds_completed"], 1),
+        "outside_client_compute_fraction": 1.0 - s["train_time_s"] / loop if loop else None,
+        "build_s": build_s,
+        "wall_time_s": s["wall_time_s"],
+        "test_acc_final": s.get("test_acc_final"),
+        "peak_rss_gib": peak_rss_gib(),
+        "cuda_max_allocated_gib": cuda_peak_gib(device),
+    }
+    eng = exp.engine
+    if hasattr(eng, "stats"):
+        out["vectorised"] = {**eng.stats, "waste": eng.waste}
+    if getattr(eng, "selection", None):
+        out["auto"] = {k: v for k, v in eng.selection.items() if k != "key"}
+    return out
+
+
+def measure_width(spec: Any, width: int, steps: int) -> dict[str, Any]:
+    """Peak memory of training ``width`` clients at once (0: the sequential engine, one client at a time)."""
+    import dataclasses
+
+    import torch
+
+    from fedrun import runner
+    from fedrun.engines.sequential import SequentialEngine
+    from fedrun.engines.vectorised import VectorisedEngine
+
+    fl = dataclasses.replace(spec.fl, local_steps=steps)
+    exp = runner.build_experiment(dataclasses.replace(spec, fl=fl))
+    params = exp.model.init_params()
+    m = max(width, 10)
+    clients = torch.arange(m)
+    eng = (
+        SequentialEngine(exp.algorithm, exp.fed, fl, spec.seed)
+        if width == 0
+        else VectorisedEngine(exp.algorithm, exp.fed, fl, spec.seed, chunk=width)
+    )
+    base = current_rss_gib()
+    reset = reset_peak_rss()
+    if exp.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(exp.device)
+    sync(exp.device)
+    t0 = time.perf_counter()
+    eng.train_cohort(0, params, {}, clients, {}, fl.lr)
+    sync(exp.device)
+    dt = time.perf_counter() - t0
+    return {
+        "width": width or "loop",
+        "clients": m,
+        "steps": steps,
+        "samples_per_s": m * steps * fl.batch_size / dt,
+        "rss_before_gib": base,
+        "peak_rss_gib": hwm_rss_gib() if reset else peak_rss_gib(),
+        "peak_rss_is_training_only": reset,
+        "cuda_max_allocated_gib": cuda_peak_gib(exp.device),
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    """Run one measurement and print it as JSON on the last line."""
+    tune_glibc_malloc()
+    import torch
+
+    from fedrun import runner
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="fedrun-bench-") as tmp:
+        run_dir = Path(tmp)
+        if args.what == "width":
+            spec = make_spec(COMMON + WIDTH_WORKLOAD, args.device, run_dir)
+            result = measure_width(spec, args.width, args.steps)
+        else:
+            w = WORKLOADS[args.workload]
+            spec = make_spec(COMMON + w["overrides"], args.device, run_dir)
+            if w.get("fake_data"):
+                runner.load_data = fake_cifar
+            if args.what == "throughput":
+                result = measure_throughput(spec, args.reps)
+            else:
+                result = measure_fl(spec, args.what, args.rounds, run_dir)
+    print(json.dumps(result))
+
+
+# ---- the parent: runs each measurement in its own process -----------------------------------------------------------
+def spawn(argv: list[str], timeout: float) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(
+            [sys.executable, __file__, "--child", *argv], capture_output=True, text=True, env=env, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+    out = json.loads(lines[-1])
+    out["process_s"] = time.perf_counter() - t0
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def fmt(v: Any, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--quick", action="store_true", help="1 throughput repeat, 1 round per run, widths 0 and 10, no end-to-end run"
+    )
+    ap.add_argument("--workloads", default="a,b,c,d")
+    ap.add_argument("--rounds", type=int, default=None, help="FL rounds per run (default 2, --quick 1)")
+    ap.add_argument("--widths", default=None, help="cohort widths for the memory table (default 0,10,50,100)")
+    ap.add_argument("--device", default="auto", help="cpu | cuda | auto")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads in every measurement (default 1: on a shared CPU, torch's spinning OpenMP threads "
+        "run up to 100x slower when another process takes a core; 0 = torch's default)",
+    )
+    ap.add_argument("--out", default=str(REPO / "outputs" / "bench"))
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
+    # internal: one measurement in a child process
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--what", default="sequential", help=argparse.SUPPRESS)
+    ap.add_argument("--workload", default="a", help=argparse.SUPPRESS)
+    ap.add_argument("--width", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=None, help="interleaved repeats of the throughput timing (best kept)")
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+
+    import torch
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    rounds = args.rounds or (1 if args.quick else 2)
+    widths = [int(w) for w in (args.widths or ("0,10" if args.quick else "0,10,50,100")).split(",")]
+    base = ["--device", device, "--threads", str(args.threads)]
+    report: dict[str, Any] = {
+        "meta": {
+            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "commit": git_commit(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+            "cpu_count": os.cpu_count(),
+            "threads": args.threads or torch.get_num_threads(),
+            "malloc_tuned": os.environ.get("FEDRUN_MALLOC") != "default",
+            "loadavg_start": os.getloadavg(),
+            "quick": args.quick,
+            "rounds": rounds,
+        },
+        "workloads": {},
+    }
+    print(f"fedrun bench on {device} ({report['meta']['device']}), load average {os.getloadavg()[0]:.1f}")
+    for key in args.workloads.split(","):
+        w = WORKLOADS[key]
+        if w.get("gpu_only") and device != "cuda":
+            report["workloads"][key] = {"desc": w["desc"], "skipped": "needs a GPU"}
+            print(f"[{key}] skipped: needs a GPU")
+            continue
+        res: dict[str, Any] = {"desc": w["desc"]}
+        reps = args.reps or (1 if args.quick else 3)
+        print(f"[{key}] throughput: centralized / sequential / vectorised, best of {reps} interleaved ...", flush=True)
+        res["throughput"] = spawn([*base, "--what", "throughput", "--workload", key, "--reps", str(reps)], args.timeout)
+        for what in ("sequential", "vectorised", "auto"):
+            print(f"[{key}] fedrun run, engine={what}, {rounds} round(s) ...", flush=True)
+            res[what] = spawn([*base, "--what", what, "--workload", key, "--rounds", str(rounds)], args.timeout)
+        tp = res["throughput"]
+        central = tp.get("centralized", {}).get("samples_per_s")
+        rate = {e: tp.get(e, {}).get("samples_per_s") for e in ("sequential", "vectorised")}
+        chosen = res["auto"].get("auto", {}).get("engine")
+        rate["auto"] = rate.get(chosen) if chosen else None
+        res["ratios"] = {f"{e}_vs_centralized": ratio(v, central) for e, v in rate.items()}
+        res["ratios"]["vectorised_vs_sequential"] = ratio(rate["vectorised"], rate["sequential"])
+        report["workloads"][key] = res
+        print_workload(key, res)
+    report["memory_per_width"] = []
+    print("peak memory per cohort width (McMahan CNN, 100 clients of 600, 3 local steps):")
+    for width in widths:
+        r = spawn([*base, "--what", "width", "--width", str(width), "--steps", "3"], args.timeout)
+        report["memory_per_width"].append(r)
+        print(
+            f"  width {r.get('width', width)!s:>5}: peak RSS while training {fmt(r.get('peak_rss_gib'))} GiB"
+            f" (RSS before {fmt(r.get('rss_before_gib'))}), CUDA max {fmt(r.get('cuda_max_allocated_gib'))} GiB,"
+            f" {fmt(r.get('samples_per_s'), ',.0f')} samples/s {r.get('error', '')}"
+        )
+    if not args.quick and "a" in args.workloads.split(","):
+        report["end_to_end_a_8_rounds"] = end_to_end(device, args.threads, args.timeout)
+        e2e = report["end_to_end_a_8_rounds"]
+        print(f"end to end, workload (a), 8 rounds through the CLI: {fmt(e2e.get('wall_s'), '.1f')} s")
+    report["meta"]["loadavg_end"] = os.getloadavg()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"bench-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(report, indent=1))
+    print(f"wrote {path}")
+    return None
+
+
+def end_to_end(device: str, threads: int, timeout: float) -> dict[str, Any]:
+    """``fedrun`` on workload (a) for 8 rounds, as a user runs it (engine=auto, evaluation every round)."""
+    with tempfile.TemporaryDirectory(prefix="fedrun-e2e-") as tmp:
+        cmd = [
+            sys.executable,
+            "-m",
+            "fedrun.cli",
+            *COMMON,
+            *WORKLOADS["a"]["overrides"],
+            "fl.rounds=8",
+            f"hardware.device={device}",
+            f"hardware.threads={threads}",
+            "hardware.engine=auto",
+            "output.quiet=true",
+            "output.plots=false",
+            f"cache_dir={tmp}/cache",
+            f"hydra.run.dir={tmp}/run",
+        ]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+        wall = time.perf_counter() - t0
+        summary = json.loads((Path(tmp) / "run" / "summary.json").read_text()) if p.returncode == 0 else {}
+    return {
+        "threads": threads,
+        "wall_s": wall,
+        "returncode": p.returncode,
+        "engine": summary.get("engine"),
+        "test_acc_final": summary.get("test_acc_final"),
+        "error": p.stderr.strip().splitlines()[-1] if p.returncode else None,
+    }
+
+
+def print_workload(key: str, res: dict[str, Any]) -> None:
+    tp = res["throughput"]
+    print(f"[{key}] {res['desc']}")
+    if "error" in tp:
+        print(f"    throughput error: {tp['error']}")
+    else:
+        print(f"    cohort of {tp['cohort']} clients, {tp['round_samples']:,} samples per round; training samples/s:")
+        c = tp["centralized"]["samples_per_s"]
+        print(f"    centralized        {c:>9,.0f}")
+        for e in ("sequential", "vectorised"):
+            if e in tp:
+                v = tp[e]
+                extra = f"  chunk {v['chunk_width']}, padded samples {v['waste']:.1%}" if "waste" in v else ""
+                print(f"    {e:<18} {v['samples_per_s']:>9,.0f}  ({v['samples_per_s'] / c:.2f}x centralized){extra}")
+    for e in ("sequential", "vectorised", "auto"):
+        r = res[e]
+        if "error" in r:
+            print(f"    run engine={e:<11} error: {r['error']}")
+            continue
+        chose = f", auto chose {r['auto'].get('engine')}" if "auto" in r else ""
+        print(
+            f"    run engine={e:<11} round {fmt(r['round_wall_s'])} s,"
+            f" outside client compute {fmt(r['outside_client_compute_fraction'], '.1%')},"
+            f" peak RSS {fmt(r['peak_rss_gib'])} GiB, CUDA max {fmt(r['cuda_max_allocated_gib'])} GiB{chose}"
+        )
+    ratios = ", ".join(f"{k} {fmt(v)}" for k, v in res["ratios"].items())
+    print(f"    ratios: {ratios}")
+
+
+if __name__ == "__main__":
+    main()
