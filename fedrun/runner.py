@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable
@@ -36,6 +38,7 @@ from fedrun.errors import ConfigError, DivergenceError
 from fedrun.metrics.evaluate import evaluate
 from fedrun.models.base import FunctionalModel
 from fedrun.outputs import plot_curves, write_json, write_metrics, write_partition
+from fedrun.registry import ENGINES
 from fedrun.report.partition import domain_breakdown, domain_counts, write_domain_table
 from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
@@ -70,9 +73,23 @@ def build_model(spec: RunSpec, data: Dataset, device: torch.device) -> Functiona
     return FunctionalModel(module.to(device=device, dtype=DTYPES[spec.hardware.precision]))
 
 
-def select_engine(spec: RunSpec) -> Callable[[Algorithm, FederatedData, FLConfig, int], Engine]:
-    """A builder of the configured engine; for ``engine=auto`` it times both engines on this run (cached)."""
-    return EngineFactory(spec.hardware, spec.cache_dir)
+def select_engine(
+    spec: RunSpec, pinned: str | None = None
+) -> Callable[[Algorithm, FederatedData, FLConfig, int], Engine]:
+    """A builder of the configured engine; for ``engine=auto`` it times both engines on this run (cached).
+
+    ``pinned`` replaces ``auto`` with the engine a resumed run used before: the engines agree to float
+    tolerance, not bit for bit, so a resume must not switch engines.
+    """
+    hw = spec.hardware
+    if pinned is not None and hw.engine == "auto":
+        hw = dataclasses.replace(hw, engine=pinned)
+    return EngineFactory(hw, spec.cache_dir)
+
+
+def engine_name(engine: Engine) -> str:
+    """The registry name of an engine instance (``sequential``, ``vectorised``...)."""
+    return next(n for n in ENGINES.names() if isinstance(engine, ENGINES.get(n).obj))
 
 
 @dataclass
@@ -89,7 +106,7 @@ class Experiment:
     engine: Engine
 
 
-def build_experiment(spec: RunSpec) -> Experiment:
+def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experiment:
     hw = spec.hardware
     if hw.threads:
         torch.set_num_threads(hw.threads)
@@ -106,7 +123,7 @@ def build_experiment(spec: RunSpec) -> Experiment:
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup({"device": device, "seed": spec.seed, "data": fed, "proxy": proxy})
-    engine = select_engine(spec)(algorithm, fed, spec.fl, spec.seed)
+    engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(spec, device, data, parts, fed, model, algorithm, engine)
 
 
@@ -146,6 +163,16 @@ def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
     return int(clients[hit[0]]) if hit.numel() else None
 
 
+def pinned_engine(run_dir: Path) -> str | None:
+    """The engine an interrupted run in ``run_dir`` used (None when there is nothing to resume)."""
+    if not (run_dir / CHECKPOINT_FILE).is_file() or not (run_dir / "summary.json").is_file():
+        return None
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("engine")
+    except (OSError, ValueError):
+        return None
+
+
 def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[str, Any]:
     """Run one experiment, writing metrics.csv, summary.json, partition and curve files to ``run_dir``.
 
@@ -154,7 +181,7 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     """
     t0 = time.perf_counter()
     console = console or Console(stderr=True)
-    exp = build_experiment(spec)
+    exp = build_experiment(spec, pinned_engine(run_dir))
     fl, algo, engine = spec.fl, exp.algorithm, exp.engine
     counts = class_counts(exp.data.train.y.numpy(), exp.parts, exp.data.num_classes)
     write_partition(run_dir, counts, spec.output.plots)
@@ -168,7 +195,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         "model": spec.model.name,
         "partition": spec.partition.name,
         "seed": spec.seed,
-        "engine": type(engine).__name__,
+        "engine": engine_name(engine),
+        "engine_selection": getattr(engine, "selection", {}),
         "device": str(exp.device),
         "model_params": exp.model.num_params(),
         "partition_stats": partition_stats(counts),

@@ -152,7 +152,7 @@ class _PoisonRound3(SequentialEngine):
 def test_divergence_stops_names_round_and_client_and_keeps_last_checkpoint(
     tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fedrun.runner.select_engine", lambda spec: _PoisonRound3)
+    monkeypatch.setattr("fedrun.runner.select_engine", lambda spec, pinned=None: _PoisonRound3)
     summary = run(make_spec(*SMALL), tmp_path)
     assert summary["status"] == "diverged"
     assert summary["diverged_round"] == 3

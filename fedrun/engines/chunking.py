@@ -45,7 +45,10 @@ def activation_bytes(algorithm: Algorithm, data: FederatedData, batch_size: int)
     try:
         n = min(batch_size, len(data.train))
         idx = torch.arange(n, device=data.device)
-        with torch.no_grad():
+        # a probe must not draw from the global RNG (dropout): it runs in whichever round comes first in this
+        # process, so a resumed run would otherwise see other masks than the uninterrupted one
+        devices = [data.device] if data.device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
             x = data.batch(idx)["x"]
             total += x.numel() * x.element_size()
             model.module(x)

@@ -93,7 +93,7 @@ def test_runner_gives_the_same_metrics_on_both_engines(make_spec: Callable[..., 
     assert len(loss["sequential"]) == 2
     assert loss["vectorised"] == pytest.approx(loss["sequential"], rel=1e-5)
     assert out["vectorised"]["test_acc_final"] == pytest.approx(out["sequential"]["test_acc_final"], abs=1e-2)
-    assert out["vectorised"]["engine"] == "VectorisedEngine"
+    assert out["vectorised"]["engine"] == "vectorised"
 
 
 def test_bf16_autocast_stays_close_to_fp32(make_spec: Callable[..., RunSpec], tmp_path: Path) -> None:

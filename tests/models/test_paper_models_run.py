@@ -51,7 +51,7 @@ def test_batchnorm_resnet_trains_end_to_end(make_spec, tmp_path: Path) -> None: 
     )
     (tmp_path / "run").mkdir()
     summary = run(spec, tmp_path / "run")
-    assert summary["status"] == "completed" and summary["engine"] == "SequentialEngine"
+    assert summary["status"] == "completed" and summary["engine"] == "sequential"
     assert math.isfinite(summary["test_loss_final"])
 
 
