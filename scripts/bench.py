@@ -282,9 +282,9 @@ def measure_fl(spec: Any, engine: str, rounds: int, run_dir: Path) -> dict[str, 
     built: list[Any] = []
     build = runner.build_experiment
 
-    def capture(s: Any) -> Any:
+    def capture(s: Any, pinned_engine: str | None = None) -> Any:
         t0 = time.perf_counter()
-        built.append(build(s))
+        built.append(build(s, pinned_engine))
         built.append(time.perf_counter() - t0)
         return built[0]
 
