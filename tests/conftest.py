@@ -26,10 +26,16 @@ def compose_cfg(overrides: list[str]):  # noqa: ANN201 - a DictConfig
 
 @pytest.fixture
 def make_spec(tmp_path: Path) -> Callable[..., RunSpec]:
-    """``make_spec("algorithm=fedprox", ...)`` -> a validated RunSpec (quiet, no plots, cache in tmp)."""
+    """``make_spec("algorithm=fedprox", ...)`` -> a validated RunSpec (quiet, no plots, cache in tmp).
+
+    The engine defaults to ``sequential`` here: ``auto`` decides by timing, so two specs compared bit for
+    bit could otherwise run on different engines. Tests of other engines say so in their overrides.
+    """
 
     def _make(*overrides: str) -> RunSpec:
-        cfg = compose_cfg(["output.quiet=true", "output.plots=false", f"cache_dir={tmp_path / 'cache'}", *overrides])
+        base = ["output.quiet=true", "output.plots=false", f"cache_dir={tmp_path / 'cache'}"]
+        base.append("hardware.engine=sequential")
+        cfg = compose_cfg([*base, *overrides])
         return validate(cfg)
 
     return _make

@@ -20,6 +20,7 @@ from fedrun.models.base import FunctionalModel
 from fedrun.runner import build_experiment, run
 
 TINY = (
+    "hardware.engine=auto",
     "data.max_train_samples=300",
     "data.max_test_samples=200",
     "fl.clients=4",
