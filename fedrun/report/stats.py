@@ -91,3 +91,35 @@ def std_across(
             }
         )
     return pd.DataFrame(rows)
+
+
+def rounds_saved_vs(
+    runs: pd.DataFrame,
+    baseline: str,
+    target: float,
+    key: str = "algorithm",
+    match: list[str] | tuple[str, ...] = ("seed",),
+    column: str = "test_acc",
+) -> pd.DataFrame:
+    """``runs`` (from :func:`fedrun.report.collect.load_runs`) with ``round_to_target``, ``baseline_round``
+    and ``rounds_saved`` columns: each run against the run whose ``key`` is ``baseline`` and whose ``match``
+    keys (seed, partition.alpha...) are equal. NaN where there is no single such baseline run or either run
+    misses ``target``; metrics are read from each run's metrics.csv."""
+    for col in [key, *match]:
+        if col not in runs:
+            raise ValueError(f"rounds_saved_vs: no column '{col}' in these runs")
+    curves = {d: load_metrics(Path(d)) for d in runs["run_dir"] if (Path(d) / "metrics.csv").is_file()}
+    base = runs[runs[key] == baseline]
+    out = []
+    for _, r in runs.iterrows():
+        cand = base[(base[list(match)] == r[list(match)]).all(axis=1)] if match else base
+        run_curve = curves.get(r["run_dir"])
+        row = {"round_to_target": np.nan, "baseline_round": np.nan, "rounds_saved": np.nan}
+        if run_curve is not None:
+            row["round_to_target"] = rounds_to_target(run_curve, target, column)
+        if len(cand) == 1 and run_curve is not None and cand["run_dir"].iloc[0] in curves:
+            s = rounds_saved(run_curve, curves[cand["run_dir"].iloc[0]], target, column)
+            row.update(baseline_round=s.baseline_round, rounds_saved=s.saved)
+        out.append(row)
+    extra = pd.DataFrame(out, index=runs.index).astype(float)
+    return pd.concat([runs.drop(columns=[c for c in extra if c in runs]), extra], axis=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedrun.report.stats import load_metrics, rounds_saved, rounds_to_target, std_across
+from fedrun.report.stats import load_metrics, rounds_saved, rounds_saved_vs, rounds_to_target, std_across
 
 
 def _curve(accs: list[float], every: int = 1) -> pd.DataFrame:
@@ -53,3 +53,23 @@ def test_std_across_settings_averages_seeds_first() -> None:
     assert sample.loc["fedavg", "std"] == pytest.approx(0.09 / math.sqrt(2))
     with pytest.raises(ValueError, match="no column 'fl.participation'"):
         std_across(runs, "fl.participation", "summary.test_acc_final")
+
+
+def test_rounds_saved_vs_pairs_each_run_with_its_baseline(tmp_path: Path) -> None:
+    curves = {
+        ("fedavg", 0): [0.2, 0.5, 0.7, 0.8],
+        ("fedavg", 1): [0.3, 0.6, 0.65, 0.72],
+        ("fedlaw", 0): [0.5, 0.75, 0.8, 0.8],
+        ("fedlaw", 1): [0.2, 0.3, 0.4, 0.5],
+    }
+    rows = []
+    for (algo, seed), accs in curves.items():
+        d = tmp_path / f"{algo}-{seed}"
+        d.mkdir()
+        (d / "metrics.csv").write_text(_curve(accs).to_csv(index=False))
+        rows.append({"algorithm": algo, "seed": seed, "run_dir": str(d)})
+    out = rounds_saved_vs(pd.DataFrame(rows), "fedavg", 0.7).set_index(["algorithm", "seed"])
+    assert out.loc[("fedlaw", 0), "rounds_saved"] == 1  # round 2 vs the seed-0 baseline's round 3
+    assert out.loc[("fedavg", 1), "rounds_saved"] == 0  # the baseline against itself
+    assert math.isnan(out.loc[("fedlaw", 1), "rounds_saved"])  # never reaches 0.7
+    assert out.loc[("fedlaw", 1), "baseline_round"] == 4
