@@ -288,9 +288,9 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                 sizes = exp.fed.sizes[clients].to(torch.float64)
                 weights = sizes / sizes.sum() if fl.weighting == "size" else torch.full_like(sizes, 1 / len(sizes))
                 info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
-                t_agg = time.perf_counter()
                 weights = weights.to(exp.device)
                 dyn = round_diagnostics(params, res.uploads, weights, res.steps, lr) if ev.diagnostics else {}
+                t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
                 params, server_state, diag = algo.aggregate(params, server_state, res.uploads, weights, info)
                 agg_seconds = time.perf_counter() - t_agg
                 agg_time += agg_seconds
