@@ -85,12 +85,16 @@ class EvalConfig:
     batch_size: int = 2048
     target: float | None = None  # test accuracy (in [0,1]) whose first reaching round is reported
     last_k: int = 10  # the summary's "last-k mean" (the papers use the last 10 evaluated rounds)
+    client_acc: bool = False  # per-client accuracy spread (FedSAM): client_acc_mean/_std... columns
+    client_acc_split: str = "test"  # test: the test split re-weighted to each client's data; train: own data
+    diagnostics: bool = False  # FedLAW coherence / global-gradient norm, FedIMA client-global distance
 
     def __post_init__(self) -> None:
         positive("every", self.every)
         positive("batch_size", self.batch_size)
         in_range("target", self.target, 0.0, 1.0)
         positive("last_k", self.last_k)
+        one_of("client_acc_split", self.client_acc_split, ("test", "train"))
 
 
 @dataclass
@@ -129,6 +133,19 @@ class OutputConfig:
 
     quiet: bool = False  # no progress bar or summary table (the default inside a multirun)
     plots: bool = True
+
+
+@dataclass
+class TrackingConfig:
+    """Experiment trackers that receive every metrics.csv row (``tracking.*``); the CSV is always written."""
+
+    tensorboard: bool = False  # event files in <run_dir>/tb (needs the tensorboard package: fedrun[tracking])
+
+    def __post_init__(self) -> None:
+        if self.tensorboard:
+            from fedrun.tracking import require_tensorboard
+
+            require_tensorboard()
 
 
 IMA_SCHEDULES = ("exd", "clr", "cd", "ed", "nad", "sd")
@@ -200,6 +217,7 @@ class FedrunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ima: IMAConfig = field(default_factory=IMAConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
 
@@ -234,6 +252,7 @@ class RunSpec:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ima: IMAConfig = field(default_factory=IMAConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 def _component(group: str, registry: Any, node: Any) -> Component:
@@ -267,6 +286,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
         raw=raw,
         ima=_section(IMAConfig, raw.get("ima"), "ima"),
         proxy=_section(ProxyConfig, raw.get("proxy"), "proxy"),
+        tracking=_section(TrackingConfig, raw.get("tracking"), "tracking"),
     )
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
         # the RNG keys take the seed modulo 2**32: larger seeds would silently repeat smaller ones

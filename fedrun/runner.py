@@ -35,6 +35,8 @@ from fedrun.data.proxy import ProxySet, carve_proxy
 from fedrun.engines.auto import EngineFactory, precision_context
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
+from fedrun.metrics.clients import ClientAccuracy
+from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
 from fedrun.models.base import FunctionalModel
 from fedrun.outputs import plot_curves, write_json, write_metrics, write_partition
@@ -43,6 +45,7 @@ from fedrun.report.partition import domain_breakdown, domain_counts, write_domai
 from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
 from fedrun.state import ClientStates
+from fedrun.tracking import Trackers
 from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, zeros_like
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
@@ -147,6 +150,9 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
     }
     if "train_acc" in rows[-1]:
         out["train_acc_final"] = float(rows[-1]["train_acc"])
+    for key in ("client_acc_mean", "client_acc_std"):  # eval.client_acc: FedSAM's "mean (std across clients)"
+        if key in rows[-1]:
+            out[f"{key}_final"] = float(rows[-1][key])
     if spec.eval.target is not None:
         hit = np.flatnonzero(acc >= spec.eval.target)
         out["round_to_target"] = int(rows[hit[0]]["round"]) if hit.size else None
@@ -241,6 +247,11 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         save_checkpoint(ckpt_path, Checkpoint(done, fp, params, server_state, states.state_dict(), rows, counters, rng))
 
     write_json(run_dir / "summary.json", {**base, "status": "running"})
+    ev = spec.eval
+    client_acc = None
+    if ev.client_acc:
+        client_acc = ClientAccuracy.build(exp.model, exp.fed, exp.parts, ev.client_acc_split, ev.batch_size)
+    trackers = Trackers.open(spec.tracking.tensorboard, run_dir)
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -277,8 +288,9 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                 sizes = exp.fed.sizes[clients].to(torch.float64)
                 weights = sizes / sizes.sum() if fl.weighting == "size" else torch.full_like(sizes, 1 / len(sizes))
                 info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
-                t_agg = time.perf_counter()
                 weights = weights.to(exp.device)
+                dyn = round_diagnostics(params, res.uploads, weights, res.steps, lr) if ev.diagnostics else {}
+                t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
                 params, server_state, diag = algo.aggregate(params, server_state, res.uploads, weights, info)
                 agg_seconds = time.perf_counter() - t_agg
                 agg_time += agg_seconds
@@ -303,10 +315,13 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                             "aggregate_seconds": agg_seconds,
                             "seconds": time.perf_counter() - t0,
                             **diag,
+                            **dyn,
+                            **(client_acc(params) if client_acc else {}),
                         }
                     )
                     rows.append(row)
                     write_metrics(run_dir / "metrics.csv", rows)
+                    trackers.log(row)
                     progress.update(task, acc=f"acc {acc:.4f}")
                 every = spec.checkpoint.every
                 if (every and (rnd + 1) % every == 0) or (rnd == fl.rounds - 1 and spec.checkpoint.keep_final):
@@ -321,6 +336,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         diverged = {"diverged_round": e.round_idx + 1, "diverged_client": e.client}
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"
+    finally:
+        trackers.close()
     wall = time.perf_counter() - t0
     summary = {
         **base,

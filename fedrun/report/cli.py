@@ -3,6 +3,7 @@
 fedrun-report outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
 fedrun-report DIR --table rows=algorithm cols=partition.alpha --metric best
 fedrun-report --partition RUN_DIR   (client-by-class heatmap and per-domain breakdown of one run)
+fedrun-report line|plane|landscape|coherence ...   (analysis plots: see fedrun/report/landscape.py)
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from fedrun.outputs import atomic_write
 from fedrun.report.collect import load_runs
 from fedrun.report.partition import report_partition
 from fedrun.report.tables import METRICS, make_table
+
+ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -31,7 +34,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ANALYSIS_COMMANDS:  # subcommands; any other first word is a run directory
+        from fedrun.report.landscape import main as analysis_main
+
+        return analysis_main(argv)
+    args = parse_args(argv)
     for item in args.table:
         key, _, value = item.partition("=")
         if key not in ("rows", "cols"):

@@ -1,0 +1,183 @@
+"""``fedrun-report line|plane|landscape|coherence ...``: the analysis plots of the papers, as PNG (+ NPZ/CSV).
+
+    fedrun-report line RUN_A RUN_B         loss/error along (1-a) w_A + a w_B (FedIMA Sec. 3.2, 1-D)
+    fedrun-report plane RUN_A RUN_B RUN_C  loss/error on the plane through three models (FedIMA Fig. 1)
+    fedrun-report landscape RUN            loss/error around one model along two random filter-normalised
+                                           directions (Li et al. 2018; FedGAM Fig. 4, FedSAM Fig. 3)
+    fedrun-report coherence RUN [RUN...]   per-round grad_coherence, global_grad_norm (FedLAW Figs. 5, 2) and
+                                           client_dist_mean/max (FedIMA locality); runs need eval.diagnostics=true
+
+A model is a run directory holding checkpoint.pt (or the checkpoint file); the first one's config.yaml
+rebuilds the architecture and data. Scores: mean cross-entropy and error rate (1 - accuracy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedrun.errors import ConfigError, DataError
+from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
+
+COMMANDS = ("line", "plane", "landscape", "coherence")
+
+
+def _plt():  # noqa: ANN202 - matplotlib, headless
+    from fedrun.outputs import _plt as plt
+
+    return plt()
+
+
+def _save(fig, path: Path) -> None:  # noqa: ANN001 - a matplotlib Figure
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+
+
+def plot_line(scan: dict[str, np.ndarray], path: Path, title: str) -> None:
+    """Loss (left axis) and error (right axis) against the interpolation coefficient; the models at 0 and 1."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(scan["alpha"], scan["loss"], color="tab:blue", marker=".", label="loss")
+    ax.set_xlabel("alpha:  (1 - alpha) w_A + alpha w_B")
+    ax.set_ylabel("cross-entropy", color="tab:blue")
+    ax2 = ax.twinx()
+    ax2.plot(scan["alpha"], 100 * scan["error"], color="tab:red", marker=".", label="error")
+    ax2.set_ylabel("error (%)", color="tab:red")
+    for a in (0.0, 1.0):
+        ax.axvline(a, color="grey", lw=0.8, ls="--")
+    ax.set_title(title)
+    _save(fig, path)
+
+
+def plot_plane(scan: dict[str, np.ndarray], anchors: np.ndarray, names: list[str], path: Path, title: str) -> None:
+    """Filled contours of loss and error over the grid, with the anchor models marked."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, key, label in ((axes[0], "loss", "cross-entropy"), (axes[1], "error", "error (%)")):
+        z = scan[key] * (100 if key == "error" else 1)
+        cs = ax.contourf(scan["x"], scan["y"], z, levels=20, cmap="viridis")
+        ax.contour(scan["x"], scan["y"], z, levels=20, colors="k", linewidths=0.3)
+        fig.colorbar(cs, ax=ax, label=label)
+        ax.scatter(anchors[:, 0], anchors[:, 1], c="white", edgecolors="k", zorder=3)
+        for (x, y), n in zip(anchors, names, strict=True):
+            ax.annotate(n, (x, y), textcoords="offset points", xytext=(5, 5), color="white")
+        ax.set_title(f"{title}: {key}")
+        ax.set_aspect("equal", adjustable="box")
+    _save(fig, path)
+
+
+def plot_diagnostics(runs: dict[str, pd.DataFrame], path: Path) -> list[str]:
+    """One panel per diagnostic column present in any run, each run a line; returns the columns drawn."""
+    cols = [c for c in DIAGNOSTIC_COLUMNS if any(c in df for df in runs.values())]
+    if not cols:
+        return []
+    plt = _plt()
+    fig, axes = plt.subplots(len(cols), 1, figsize=(7, 2.3 * len(cols)), sharex=True, squeeze=False)
+    for ax, col in zip(axes[:, 0], cols, strict=True):
+        for name, df in runs.items():
+            if col in df:
+                ax.plot(df["round"], df[col], label=name)
+        if col == "grad_coherence":
+            ax.axhline(0, color="grey", lw=0.8)
+        ax.set_ylabel(col)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    axes[-1, 0].set_xlabel("round")
+    _save(fig, path)
+    return cols
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def scored(name: str, n_models: int, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("models", nargs=n_models, type=Path, help="run dirs with checkpoint.pt, or checkpoint files")
+        p.add_argument("--split", choices=("test", "train"), default="test", help="samples scored (default: test)")
+        p.add_argument("--client", type=int, default=None, help="score on this client's training samples instead")
+        p.add_argument("--max-samples", type=int, default=None, help="a seeded random subset of the split")
+        p.add_argument("--batch-size", type=int, default=2048)
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--out", type=Path, default=None, help="PNG path (arrays go beside it as .npz/.csv)")
+        return p
+
+    p = scored("line", 2, "1-D loss/error between two models")
+    p.add_argument("--points", type=int, default=25)
+    p.add_argument("--range", nargs=2, type=float, default=(-0.25, 1.25), metavar=("LO", "HI"))
+    p = scored("plane", 3, "2-D loss/error on the plane through three models (FedIMA Fig. 1)")
+    p.add_argument("--points", type=int, default=21, help="grid points per axis")
+    p.add_argument("--margin", type=float, default=0.25, help="padding around the anchors, x their extent")
+    p = scored("landscape", 1, "2-D loss/error along two random filter-normalised directions (Li et al.)")
+    p.add_argument("--points", type=int, default=21, help="grid points per axis")
+    p.add_argument("--span", type=float, default=1.0, help="coordinates in [-span, span]")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random directions")
+    p = sub.add_parser("coherence", aliases=["diagnostics"], help="per-round diagnostics of runs (eval.diagnostics)")
+    p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if getattr(args, "points", 2) < 2:
+        ap.error("--points must be >= 2")
+    if getattr(args, "max_samples", None) is not None and args.max_samples < 1:
+        ap.error("--max-samples must be >= 1")
+    return args
+
+
+def _scan_models(args: argparse.Namespace) -> str:
+    """Run the line/plane/landscape scan of ``args``; returns what was written."""
+    from fedrun.metrics.landscape import grid_scan, line_scan, plane_axes, plane_through, random_plane
+    from fedrun.report.models import eval_set, load_params, load_spec
+
+    names = [m.name or str(m) for m in args.models]
+    es = eval_set(load_spec(args.models[0]), args.split, args.max_samples, args.client, args.device)
+    params = [es.check(load_params(m), str(m)) for m in args.models]
+    score = es.evaluator(args.batch_size)
+    where = f"client {args.client}" if args.client is not None else args.split
+    title = f"{where}, {len(es.split)} samples"
+    out = args.out or args.models[0] / f"landscape_{args.command}.png"
+    if args.command == "line":
+        scan = line_scan(params[0], params[1], np.linspace(*args.range, args.points), score)
+        plot_line(scan, out, f"{names[0]} -> {names[1]} ({title})")
+        pd.DataFrame(scan).to_csv(out.with_suffix(".csv"), index=False)
+        return f"{out}, {out.with_suffix('.csv')}"
+    if args.command == "plane":
+        plane = plane_through(*params)
+        xs, ys = plane_axes(plane.anchors, args.points, args.margin)
+        anchor_scores = [score(p) for p in params]
+    else:
+        plane = random_plane(params[0], args.seed)
+        xs = ys = np.linspace(-args.span, args.span, args.points)
+        anchor_scores = [score(params[0])]
+    scan = grid_scan(plane, xs, ys, score)
+    plot_plane(scan, plane.anchors, names, out, f"{args.command} ({title})")
+    sc = np.array(anchor_scores)
+    np.savez(out.with_suffix(".npz"), **scan, anchors=plane.anchors, anchor_loss=sc[:, 0], anchor_error=sc[:, 1])
+    return f"{out}, {out.with_suffix('.npz')}"
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    try:
+        if args.command in ("coherence", "diagnostics"):
+            runs = {}
+            for r in args.runs:
+                if not (r / "metrics.csv").is_file():
+                    raise DataError(f"{r}: no metrics.csv")
+                runs[r.name or str(r)] = pd.read_csv(r / "metrics.csv")
+            out = args.out or args.runs[0] / "diagnostics.png"
+            if not plot_diagnostics(runs, out):
+                raise DataError("no diagnostic columns in these runs: run them with eval.diagnostics=true")
+            written = str(out)
+        else:
+            written = _scan_models(args)
+    except (DataError, ConfigError, ValueError) as e:
+        print(f"fedrun-report {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    print(f"written: {written}")
+    return 0
