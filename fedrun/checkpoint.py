@@ -93,6 +93,7 @@ class Checkpoint:
     rows: list[dict[str, Any]] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
     torch_rng: torch.Tensor | None = None
+    buffers: Tree = field(default_factory=dict)  # the global model's buffers (BatchNorm running statistics)
 
 
 def to_cpu(tree: Tree) -> Tree:
@@ -115,6 +116,7 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
         "rows": plain(ck.rows),
         "counters": plain(ck.counters),
         "torch_rng": ck.torch_rng,
+        "buffers": to_cpu(ck.buffers),
     }
     buf = io.BytesIO()
     torch.save(state, buf)

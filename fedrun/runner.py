@@ -46,7 +46,7 @@ from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
 from fedrun.state import ClientStates
 from fedrun.tracking import Trackers
-from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, zeros_like
+from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, weighted_mean, zeros_like
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -159,6 +159,14 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
     return out
 
 
+def average_buffers(stacked: Tensors, weights: torch.Tensor) -> Tensors:
+    """The cohort's buffers combined like a state-dict FedAvg: float statistics (BatchNorm running mean and
+    variance) weighted like the parameters; integer counters take the cohort's maximum."""
+    return {
+        k: weighted_mean({k: v}, weights)[k] if v.is_floating_point() else v.max(0).values for k, v in stacked.items()
+    }
+
+
 def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
     """The first client of the cohort whose upload holds a NaN/inf (None when all are finite)."""
     bad = torch.zeros(len(clients), dtype=torch.bool)
@@ -234,6 +242,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         t0 -= ck.counters["elapsed"]  # timings continue from where the killed run stopped
         if ck.torch_rng is not None:
             torch.set_rng_state(ck.torch_rng)
+        if ck.buffers:
+            exp.model.set_buffers(to_device(ck.buffers, exp.device))
     # rows past the checkpoint (or a killed run's rows, when there is none) are computed again
     if rows:
         write_metrics(run_dir / "metrics.csv", rows)
@@ -244,7 +254,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
         counters = {"samples": samples, "train_time": train_time, "agg_time": agg_time}
         counters["elapsed"] = time.perf_counter() - t0
         rng = torch.get_rng_state()
-        save_checkpoint(ckpt_path, Checkpoint(done, fp, params, server_state, states.state_dict(), rows, counters, rng))
+        ck = Checkpoint(done, fp, params, server_state, states.state_dict(), rows, counters, rng, exp.model.buffers)
+        save_checkpoint(ckpt_path, ck)
 
     write_json(run_dir / "summary.json", {**base, "status": "running"})
     ev = spec.eval
@@ -292,6 +303,8 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
                 dyn = round_diagnostics(params, res.uploads, weights, res.steps, lr) if ev.diagnostics else {}
                 t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
                 params, server_state, diag = algo.aggregate(params, server_state, res.uploads, weights, info)
+                if "buffers" in res.uploads:
+                    exp.model.set_buffers(average_buffers(res.uploads["buffers"], weights))
                 agg_seconds = time.perf_counter() - t_agg
                 agg_time += agg_seconds
                 if not all_finite(params):

@@ -111,7 +111,7 @@ class FedFA(FedAvg):
         return {"anchors": server_state["anchors"], "flags": torch.stack([use_anchor, calibrate])}
 
     def _loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, z = self.features.forward(params, batch["x"])
+        logits, z = self.features.forward(params, batch["x"], batch.get("buffers"))
         ce = F.cross_entropy(logits, batch["y"], reduction="none")
         w = batch.get("w")
         ce = ce.mean() if w is None else (ce * w).sum() / w.sum().clamp_min(1.0)

@@ -68,12 +68,15 @@ class Moon(FedAvg):
         return {"prev": clone(params)}
 
     def local_loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> torch.Tensor:
-        logits, z = self.features.forward(params, batch["x"])
+        buffers = batch.get("buffers")
+        logits, z = self.features.forward(params, batch["x"], buffers)
         ce = F.cross_entropy(logits, batch["y"], reduction="none")
         if self.hp.mu == 0:
             return masked_mean(ce, batch.get("w"))
-        z_glob = self.features.features(ctx.global_params, batch["x"]).detach()
-        z_prev = self.features.features(ctx.state["prev"], batch["x"]).detach()
+        # the frozen models' passes get a throwaway copy of the BatchNorm statistics (None without BatchNorm)
+        frozen = lambda: None if buffers is None else clone(buffers)  # noqa: E731
+        z_glob = self.features.features(ctx.global_params, batch["x"], frozen()).detach()
+        z_prev = self.features.features(ctx.state["prev"], batch["x"], frozen()).detach()
         if self.hp.variant == "ima":
             con = contrastive_loss(z, z_glob, z_prev, self.hp.tau, batch_mean=True)
             return masked_mean(ce, batch.get("w")) + self.hp.mu * con

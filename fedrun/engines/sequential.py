@@ -9,7 +9,7 @@ from fedrun.data.federated import batch_plan
 from fedrun.engines.base import CohortResult, Engine
 from fedrun.errors import DivergenceError
 from fedrun.registry import ENGINES
-from fedrun.tree import Tensors, Tree, stack, tree_map, unstack, zeros_like
+from fedrun.tree import Tensors, Tree, clone, stack, tree_map, unstack, zeros_like
 
 
 @ENGINES.register("sequential")
@@ -30,8 +30,10 @@ class SequentialEngine(Engine):
             ctx = ClientContext(params, extras, state, lr)
             w = tree_map(lambda t: t.clone(), params)
             plan = batch_plan(self.data.clients[cid], fl, self.seed, rnd, cid)
+            buffers = clone(algo.model.buffers)  # this client's copy of the global BatchNorm statistics
             for idx in plan:
-                w, opt, new_state, loss = algo.client_step(w, opt, self.data.batch(idx), ctx)
+                batch = {**self.data.batch(idx), "buffers": buffers} if buffers else self.data.batch(idx)
+                w, opt, new_state, loss = algo.client_step(w, opt, batch, ctx)
                 ctx = ctx._replace(state=new_state)
                 loss_sum += float(loss)
                 loss_n += 1
@@ -40,6 +42,8 @@ class SequentialEngine(Engine):
                 raise DivergenceError(rnd, cid, "non-finite local loss")
             n_steps = torch.tensor(len(plan))
             upload, state = algo.client_finish(params, w, ctx, n_steps)
+            if buffers:
+                upload = {**upload, "buffers": buffers}
             if fl.keep_momentum and opt is not None:
                 state = {**state, "_momentum": opt}
             uploads.append(upload)

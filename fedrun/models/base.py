@@ -57,9 +57,19 @@ class FunctionalModel:
         return functional_call(self.module, state, (x,))
 
     def loss(self, params: Tensors, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Mean cross-entropy of a batch ``{x, y, w?}``."""
-        ce = F.cross_entropy(self.logits(params, batch["x"]), batch["y"], reduction="none")
+        """Mean cross-entropy of a batch ``{x, y, w?, buffers?}``.
+
+        ``buffers`` (a client's copy of e.g. BatchNorm running statistics) travel in the batch because it is
+        an argument of the differentiated function: ``torch.func`` lets a forward pass update arguments in
+        place, but not tensors it captured.
+        """
+        ce = F.cross_entropy(self.logits(params, batch["x"], batch.get("buffers")), batch["y"], reduction="none")
         return masked_mean(ce, batch.get("w"))
+
+    def set_buffers(self, buffers: Tensors) -> None:
+        """Make ``buffers`` the global model's (used in evaluation and copied to the next round's clients)."""
+        for k, v in buffers.items():
+            self.buffers[k].copy_(v)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.module.parameters())

@@ -1,7 +1,7 @@
 """DenseNet-121 for 32x32 inputs, as in FedLAW (ZexiLee/ICML-2023-FedLAW models_dict/densenet.py, after
 kuangliu/pytorch-cifar): a 3x3 conv stem with 2*growth channels, dense blocks of [6, 12, 24, 16]
 BN-ReLU-conv1x1(4*growth)-BN-ReLU-conv3x3(growth) bottlenecks, transitions BN-ReLU-conv1x1 (x0.5)-avgpool2,
-then BN-ReLU-avgpool-FC. growth = 32. BatchNorm uses batch statistics (see ``fedrun.models.resnet_cifar``).
+then BN-ReLU-avgpool-FC. growth = 32. BatchNorm statistics as in ``fedrun.models.resnet_cifar``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fedrun.models.base import require_image
-from fedrun.models.resnet_cifar import BNParams, bn
+from fedrun.models.resnet_cifar import BNParams, bn, with_bn_stats
 from fedrun.registry import MODELS
 
 
@@ -60,4 +60,4 @@ class DenseNet(nn.Module):
 def densenet121(p: BNParams, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """DenseNet-121 (blocks 6-12-24-16, growth 32) for 32x32 inputs."""
     require_image("densenet121", input_shape, size=32)
-    return DenseNet((6, 12, 24, 16), 32, input_shape[0], num_classes)
+    return with_bn_stats(DenseNet((6, 12, 24, 16), 32, input_shape[0], num_classes), p)

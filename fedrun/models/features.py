@@ -36,18 +36,21 @@ class FeatureModel:
         self.head_name, self.head = find_head(model.module)
         self.dim: int = self.head.in_features
 
-    def forward(self, params: Tensors, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits, z) of one functional call; z is flattened to [batch, dim]."""
+    def forward(
+        self, params: Tensors, x: torch.Tensor, buffers: Tensors | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, z) of one functional call; z is flattened to [batch, dim]. ``buffers``: as in
+        :meth:`FunctionalModel.loss` (the batch's copy of e.g. BatchNorm statistics)."""
         captured: list[torch.Tensor] = []
         hook = self.head.register_forward_pre_hook(lambda _m, args: captured.append(args[0]))
         try:
-            logits = self.model.logits(params, x)
+            logits = self.model.logits(params, x, buffers)
         finally:
             hook.remove()
         return logits, captured[-1].flatten(1)
 
-    def features(self, params: Tensors, x: torch.Tensor) -> torch.Tensor:
-        return self.forward(params, x)[1]
+    def features(self, params: Tensors, x: torch.Tensor, buffers: Tensors | None = None) -> torch.Tensor:
+        return self.forward(params, x, buffers)[1]
 
     def head_params(self, params: Tensors) -> Tensors:
         p = f"{self.head_name}."

@@ -6,12 +6,12 @@ FC(64k, C). depth = 6n + 2: ResNet8 (n=1), ResNet20 (3), ResNet56 (9), ResNet110
 width factor k=4 (the stem is widened too, as in FedLAW's WResNet_cifar). ResNet8 is used in FedLAW's
 tables but not in its repository; it is the same construction with n=1.
 
-BatchNorm statistics: FedLAW's code keeps running statistics (buffers updated in place during training).
-fedrun's engines take gradients with ``torch.func``, which forbids in-place updates of buffers captured by the
-transformed function, so by default (``running_stats: false``) BatchNorm normalises with the statistics of
-the current batch in training *and* evaluation (``track_running_stats=False``: no buffers, pure, works on
-every engine, vmap included). ``running_stats: true`` (FedLAW's behaviour) is refused with a ConfigError
-until an engine threads buffers through the client step; such models would set ``vmap_safe = False``.
+BatchNorm statistics: ``running_stats: true`` (default, FedLAW's code) keeps running statistics. The
+sequential engine passes each client's copy of them through the client step (so ``torch.func`` may update
+them in place), uploads them, and the server averages them with the aggregation weights like the rest of
+the state dict; evaluation uses the averaged statistics. Such models have buffers, so they run on the
+sequential engine only. ``running_stats: false`` normalises every batch by its own statistics in training
+*and* evaluation: no buffers, so every engine, vmap included, can run it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedrun.errors import ConfigError
 from fedrun.models.base import ModelParams, require_image
 from fedrun.registry import MODELS
 
@@ -30,22 +29,26 @@ DEPTHS = {"resnet8": (8, 1), "resnet20": (20, 1), "resnet56": (56, 1), "resnet11
 
 @dataclass
 class BNParams(ModelParams):
-    """``running_stats``: BatchNorm with running statistics (FedLAW's code; not supported by the engines yet)."""
+    """``running_stats``: BatchNorm with running statistics (FedLAW's code) or by batch statistics alone."""
 
-    running_stats: bool = False
-
-    def __post_init__(self) -> None:
-        if self.running_stats:
-            raise ConfigError(
-                "running_stats",
-                "BatchNorm running statistics need an engine that passes buffers through the client step "
-                "(torch.func forbids updating them in place); use running_stats=false (batch statistics)",
-            )
+    running_stats: bool = True
 
 
-def bn(channels: int, running_stats: bool = False) -> nn.BatchNorm2d:
-    """BatchNorm2d; without running statistics it has no buffers and normalises every batch by its own stats."""
-    return nn.BatchNorm2d(channels, track_running_stats=running_stats)
+def bn(channels: int) -> nn.BatchNorm2d:
+    """BatchNorm2d built without running statistics; :func:`with_bn_stats` adds them when configured."""
+    return nn.BatchNorm2d(channels, track_running_stats=False)
+
+
+def with_bn_stats(module: nn.Module, p: BNParams) -> nn.Module:
+    """Give every BatchNorm of ``module`` running statistics (zero mean, unit variance) when ``p.running_stats``."""
+    if p.running_stats:
+        for m in module.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.track_running_stats:
+                m.track_running_stats = True
+                m.register_buffer("running_mean", torch.zeros(m.num_features))
+                m.register_buffer("running_var", torch.ones(m.num_features))
+                m.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+    return module
 
 
 class BasicBlockBN(nn.Module):
@@ -88,9 +91,9 @@ class ResNetCIFAR(nn.Module):
 def _register(name: str, depth: int, k: int) -> None:
     def factory(p: BNParams, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         require_image(name, input_shape, size=32)
-        return ResNetCIFAR(depth, k, input_shape[0], num_classes)
+        return with_bn_stats(ResNetCIFAR(depth, k, input_shape[0], num_classes), p)
 
-    factory.__doc__ = f"FedLAW's {name}: CIFAR ResNet, depth {depth}, width x{k}, BatchNorm (batch statistics)."
+    factory.__doc__ = f"FedLAW's {name}: CIFAR ResNet, depth {depth}, width x{k}, BatchNorm."
     MODELS.register(name, BNParams)(factory)
 
 

@@ -152,17 +152,23 @@ def test_known_totals() -> None:
     assert densenet121_count(10) == 6_956_298  # kuangliu/pytorch-cifar DenseNet121
 
 
+BN = {"resnet20", "wrn56_4", "densenet121"}
+
+
 @pytest.mark.parametrize("name", ["resnet20", "wrn56_4", "densenet121", "vgg11", "digit5_cnn", "lstm"])
 def test_models_are_pure_functions(name: str) -> None:
-    """No buffers (BatchNorm by batch statistics), so every engine, vmap included, can run them."""
+    """No buffers (BatchNorm by batch statistics when asked), so every engine, vmap included, can run them."""
     shape = (3, 28, 28) if name == "digit5_cnn" else (80,) if name == "lstm" else (3, 32, 32)
-    model = FunctionalModel(build(name, shape, 10 if name != "lstm" else 80))
+    extra = {"running_stats": False} if name in BN else {}
+    model = FunctionalModel(build(name, shape, 10 if name != "lstm" else 80, **extra))
     assert model.buffers == {} and model.vmap_safe
 
 
-def test_batchnorm_running_stats_refused() -> None:
-    with pytest.raises(ConfigError, match="model.running_stats"):
-        build("resnet20", (3, 32, 32), 10, running_stats=True)
+@pytest.mark.parametrize("name", sorted(BN))
+def test_batchnorm_running_stats_are_buffers_for_the_sequential_engine(name: str) -> None:
+    model = FunctionalModel(build(name, (3, 32, 32), 10))  # running_stats defaults to FedLAW's true
+    n_bn = sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.module.modules())
+    assert len(model.buffers) == 3 * n_bn and not model.vmap_safe
 
 
 def test_lstm_under_functional_call() -> None:
@@ -191,7 +197,7 @@ def test_vmap_over_clients_matches_a_loop(name: str, shape: tuple, classes: int)
     from torch.func import grad, vmap
 
     torch.manual_seed(0)
-    model = FunctionalModel(build(name, shape, classes))
+    model = FunctionalModel(build(name, shape, classes, **({"running_stats": False} if name == "resnet8" else {})))
     params = model.init_params()
     x = torch.randint(0, classes, (2, 3, *shape)) if name == "lstm" else torch.randn(2, 3, *shape)
     y = torch.randint(0, classes, (2, 3))

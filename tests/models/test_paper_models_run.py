@@ -1,5 +1,5 @@
-"""The new models train end to end through the runner on tiny real-format files: a BatchNorm ResNet (batch
-statistics) and the LSTM on Shakespeare's natural clients."""
+"""The new models train end to end through the runner on tiny real-format files: a BatchNorm ResNet (with
+running statistics, as FedLAW) and the LSTM on Shakespeare's natural clients."""
 
 from __future__ import annotations
 
@@ -53,6 +53,37 @@ def test_batchnorm_resnet_trains_end_to_end(make_spec, tmp_path: Path) -> None: 
     summary = run(spec, tmp_path / "run")
     assert summary["status"] == "completed" and summary["engine"] == "sequential"
     assert math.isfinite(summary["test_loss_final"])
+
+
+def test_batchnorm_running_stats_are_averaged_like_the_parameters(make_spec, tmp_path: Path) -> None:  # noqa: ANN001
+    import torch
+
+    from fedrun.runner import average_buffers, build_experiment
+
+    tiny_cifar10(tmp_path / "data")
+    spec = make_spec(
+        "data=cifar10",
+        f"data.root={tmp_path / 'data'}",
+        "data.verify=false",
+        "model=resnet8",
+        "partition=iid",
+        "fl.clients=2",
+        "fl.batch_size=8",
+        "proxy.per_class=0",
+    )
+    exp = build_experiment(spec)
+    params = exp.model.init_params()
+    before = {k: v.clone() for k, v in exp.model.buffers.items()}
+    res = exp.engine.train_cohort(0, params, {}, torch.tensor([0, 1]), {}, 0.01)
+    ups = res.uploads["buffers"]
+    key = "stem.1.running_mean"
+    assert not torch.equal(ups[key][0], before[key])  # each client updated its own copy...
+    assert not torch.equal(ups[key][0], ups[key][1])  # ...on its own data
+    assert torch.equal(exp.model.buffers[key], before[key])  # and the global statistics did not move
+    w = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    avg = average_buffers(ups, w)
+    torch.testing.assert_close(avg[key], 0.25 * ups[key][0] + 0.75 * ups[key][1])
+    assert avg["stem.1.num_batches_tracked"] == ups["stem.1.num_batches_tracked"].max()
 
 
 def test_lstm_runs_on_shakespeare_roles(make_spec, tmp_path: Path) -> None:  # noqa: ANN001
