@@ -15,7 +15,7 @@ import torch
 from fedrun.algorithms.base import Algorithm
 from fedrun.config import FLConfig
 from fedrun.data.federated import FederatedData
-from fedrun.tree import Tensors, Tree, nbytes
+from fedrun.tree import Tensors, Tree, leaves, nbytes
 
 # per client: w, grad, new w, where-result (+ opt buffer and its new value when momentum is on)
 PARAM_COPIES = 4
@@ -62,7 +62,7 @@ def client_bytes(algorithm: Algorithm, data: FederatedData, fl: FLConfig, params
     """Estimated bytes one client adds to a chunk."""
     p = nbytes(params)
     opt = OPT_COPIES * p if fl.momentum else 0
-    m = max(int(next(iter(states.values())).shape[0]), 1) if states else 1
+    m = max(int(leaves(states)[0].shape[0]), 1) if leaves(states) else 1  # states may nest (_momentum)
     state = 2 * nbytes(states) // m if states else 0
     return PARAM_COPIES * p + opt + state + ACTIVATION_COPIES * activation_bytes(algorithm, data, fl.batch_size)
 

@@ -1,0 +1,177 @@
+"""The Ray engine: 2 CPU actors reproduce the vectorised engine bit for bit, and leave no process behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import ray
+import torch
+
+from fedrun.config import RunSpec
+from fedrun.engines.distributed import RayEngine, shard_chunks, split_contiguous
+from fedrun.engines.vectorised import VectorisedEngine
+from fedrun.errors import DivergenceError
+from fedrun.runner import build_experiment, run
+from fedrun.sampling import sample_clients
+from fedrun.tree import leaves, tree_map
+from tests.engines.test_vectorised_engine import SMALL
+
+RUN = (*SMALL, "fl.rounds=3", "fl.momentum=0.5", "fl.keep_momentum=true", "checkpoint.every=0")
+TIMINGS = ["round_seconds", "aggregate_seconds", "seconds"]
+RAY = ("hardware=ray", "hardware.engine=ray", "hardware.actors=2")  # the engine override beats SMALL's
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (the Ray head processes a driver starts, and their workers)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {c for c, p in parent.items() if p in frontier} - found
+        found |= frontier
+    return {p for p in found if alive(p)}
+
+
+def wait_gone(pids: set[int], limit_s: float = 60.0) -> set[int]:
+    """The pids still alive after waiting up to ``limit_s`` for them to exit (a bound, not a timing)."""
+    end = time.monotonic() + limit_s
+    while any(alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.2)
+    return {p for p in pids if alive(p)}
+
+
+def watch_close(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
+    """Record, at each RayEngine.close, the actor and Ray head process ids that must not outlive it."""
+    seen: list[set[int]] = []
+    close = RayEngine.close
+
+    def spy(self: RayEngine) -> None:
+        seen.append(set(self.worker_pids()) | descendants(os.getpid()))
+        close(self)
+
+    monkeypatch.setattr(RayEngine, "close", spy)
+    return seen
+
+
+# ---- sharding (no Ray) -------------------------------------------------------------------------------------------
+def test_shards_are_whole_size_sorted_chunks_balanced_by_samples() -> None:
+    sizes = [5, 90, 40, 40, 7, 60, 10]
+    shards = shard_chunks(sizes, width=2, actors=2)
+    # sorted: 1(90) 5(60) 2(40) 3(40, after 2: stable) 6(10) 4(7) 0(5) -> chunks [1,5] [2,3] [6,4] [0]
+    assert shards == [[1, 5], [2, 3, 6, 4, 0]]
+    assert sorted(i for s in shards for i in s) == list(range(7))
+    for s in shards:  # each shard stays sorted, so the actor's engine cuts the same chunks
+        assert [sizes[i] for i in s] == sorted((sizes[i] for i in s), reverse=True)
+    assert shard_chunks([3, 3], width=4, actors=3) == [[0, 1]]  # idle actors get nothing
+    assert split_contiguous(5, 2) == [[0, 1], [2, 3, 4]] and split_contiguous(1, 4) == [[0]]
+
+
+# ---- exactness and cleanup ------------------------------------------------------------------------------------------
+def test_two_actors_equal_the_vectorised_engine_exactly(
+    make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(*RUN, "fl.participation=0.8")
+    exp = build_experiment(spec)
+    fl, algo = spec.fl, exp.algorithm
+    hw = dataclasses.replace(spec.hardware, engine="ray", actors=2, chunk=2)
+    engine = RayEngine(algo, exp.fed, fl, spec.seed, hw=hw)
+    vec = VectorisedEngine(algo, exp.fed, fl, spec.seed, chunk=2)
+    seen = watch_close(monkeypatch)
+    try:
+        params = exp.model.init_params()
+        states = {"_momentum": tree_map(lambda t: torch.zeros(4, *t.shape), params)}
+        pids = None
+        for rnd in range(2):
+            clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+            a = vec.train_cohort(rnd, params, {}, clients, states, 0.05)
+            b = engine.train_cohort(rnd, params, {}, clients, states, 0.05)
+            assert a.loss == b.loss and a.samples == b.samples and torch.equal(a.steps, b.steps)
+            for x, y in zip(leaves(a.uploads) + leaves(a.states), leaves(b.uploads) + leaves(b.states), strict=True):
+                assert torch.equal(x, y)
+            assert pids is None or engine.worker_pids() == pids  # the same actors every round
+            pids = engine.worker_pids()
+            params, states = tree_map(lambda t: t.mean(0), b.uploads["params"]), b.states
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        bad = tree_map(lambda t: torch.full_like(t, float("nan")), params)
+        with pytest.raises(DivergenceError, match="round 2, client"):  # raised in an actor, re-raised here
+            engine.train_cohort(2, bad, {}, clients, states, 0.05)
+    finally:
+        engine.close()
+    engine.close()  # idempotent
+    assert not ray.is_initialized()
+    assert wait_gone(seen[0]) == set()
+
+
+@pytest.fixture
+def local_cluster() -> Iterator[None]:
+    """A Ray cluster the test owns (an engine must kill its actors in it, and leave it running)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_runner_ends_the_actors_on_normal_exit_ctrl_c_and_failure(
+    make_spec: Callable[..., RunSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_cluster: None
+) -> None:
+    actors: list[set[int]] = []
+    close = RayEngine.close
+
+    def spy(self: RayEngine) -> None:
+        actors.append(set(self.worker_pids()))
+        close(self)
+
+    monkeypatch.setattr(RayEngine, "close", spy)
+    out = {}
+    for name in ("ray", "vectorised"):
+        (tmp_path / name).mkdir()
+        summary = run(
+            make_spec(*RUN, *(RAY if name == "ray" else ("hardware.engine=vectorised",)), "hardware.chunk=2"),
+            tmp_path / name,
+        )
+        assert summary["status"] == "completed" and summary["engine"] == name
+        out[name] = pd.read_csv(tmp_path / name / "metrics.csv").drop(columns=TIMINGS)
+    pd.testing.assert_frame_equal(out["ray"], out["vectorised"], check_exact=True)  # the whole run, bit for bit
+
+    calls = {"n": 0}
+
+    def evaluate_then(exc: type[BaseException]) -> Callable[..., object]:
+        def fake(*args: object, **kwargs: object) -> object:
+            calls["n"] += 1
+            if calls["n"] % 2 == 0:  # in the second round, with the actors up
+                raise exc("stop")
+            return 0.5, 1.0
+
+        return fake
+
+    (tmp_path / "ctrl-c").mkdir()
+    (tmp_path / "failed").mkdir()
+    monkeypatch.setattr("fedrun.runner.evaluate", evaluate_then(KeyboardInterrupt))  # Ctrl-C in the driver
+    assert run(make_spec(*RUN, *RAY), tmp_path / "ctrl-c")["status"] == "interrupted"
+    monkeypatch.setattr("fedrun.runner.evaluate", evaluate_then(RuntimeError))
+    with pytest.raises(RuntimeError, match="stop"):
+        run(make_spec(*RUN, *RAY), tmp_path / "failed")
+    assert len(actors) == 3 and all(len(a) == 2 for a in actors)
+    assert wait_gone(set().union(*actors)) == set()
+    assert ray.is_initialized()  # the test's cluster: not the engine's to shut down
