@@ -15,6 +15,7 @@ import torch
 
 from fedrun.config import RunSpec
 from fedrun.engines.distributed import RayEngine, shard_chunks, split_contiguous
+from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.errors import DivergenceError
 from fedrun.runner import build_experiment, run
@@ -132,7 +133,20 @@ def local_cluster() -> Iterator[None]:
         ray.shutdown()
 
 
-def test_runner_ends_the_actors_on_normal_exit_ctrl_c_and_failure(
+def stop_in_round_2(exc: type[BaseException]) -> Callable[..., object]:
+    """A stand-in for the runner's ``evaluate`` that raises ``exc`` in round 2 (the engine is up by then)."""
+    calls = {"n": 0}
+
+    def fake(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise exc("stop")
+        return 0.5, 1.0
+
+    return fake
+
+
+def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
     make_spec: Callable[..., RunSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_cluster: None
 ) -> None:
     actors: list[set[int]] = []
@@ -146,32 +160,32 @@ def test_runner_ends_the_actors_on_normal_exit_ctrl_c_and_failure(
     out = {}
     for name in ("ray", "vectorised"):
         (tmp_path / name).mkdir()
-        summary = run(
-            make_spec(*RUN, *(RAY if name == "ray" else ("hardware.engine=vectorised",)), "hardware.chunk=2"),
-            tmp_path / name,
-        )
+        extra = RAY if name == "ray" else ("hardware.engine=vectorised",)
+        summary = run(make_spec(*RUN, *extra, "hardware.chunk=2"), tmp_path / name)
         assert summary["status"] == "completed" and summary["engine"] == name
         out[name] = pd.read_csv(tmp_path / name / "metrics.csv").drop(columns=TIMINGS)
     pd.testing.assert_frame_equal(out["ray"], out["vectorised"], check_exact=True)  # the whole run, bit for bit
 
-    calls = {"n": 0}
-
-    def evaluate_then(exc: type[BaseException]) -> Callable[..., object]:
-        def fake(*args: object, **kwargs: object) -> object:
-            calls["n"] += 1
-            if calls["n"] % 2 == 0:  # in the second round, with the actors up
-                raise exc("stop")
-            return 0.5, 1.0
-
-        return fake
-
-    (tmp_path / "ctrl-c").mkdir()
     (tmp_path / "failed").mkdir()
-    monkeypatch.setattr("fedrun.runner.evaluate", evaluate_then(KeyboardInterrupt))  # Ctrl-C in the driver
-    assert run(make_spec(*RUN, *RAY), tmp_path / "ctrl-c")["status"] == "interrupted"
-    monkeypatch.setattr("fedrun.runner.evaluate", evaluate_then(RuntimeError))
+    monkeypatch.setattr("fedrun.runner.evaluate", stop_in_round_2(RuntimeError))
     with pytest.raises(RuntimeError, match="stop"):
         run(make_spec(*RUN, *RAY), tmp_path / "failed")
-    assert len(actors) == 3 and all(len(a) == 2 for a in actors)
+    assert len(actors) == 2 and all(len(a) == 2 for a in actors)
     assert wait_gone(set().union(*actors)) == set()
     assert ray.is_initialized()  # the test's cluster: not the engine's to shut down
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_runner_closes_the_engine_however_the_run_ends(
+    exc: type[BaseException], make_spec: Callable[..., RunSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same ``finally`` for every engine: checked without Ray (Ctrl-C is a KeyboardInterrupt in the driver)
+    closed: list[str] = []
+    monkeypatch.setattr(SequentialEngine, "close", lambda self: closed.append("closed"))
+    monkeypatch.setattr("fedrun.runner.evaluate", stop_in_round_2(exc))
+    if exc is KeyboardInterrupt:
+        assert run(make_spec(*RUN), tmp_path)["status"] == "interrupted"
+    else:
+        with pytest.raises(RuntimeError, match="stop"):
+            run(make_spec(*RUN), tmp_path)
+    assert closed == ["closed"]
