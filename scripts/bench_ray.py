@@ -61,7 +61,8 @@ def measure_ray(spec: Any, actor_counts: list[int], reps: int) -> dict[str, Any]
     out: dict[str, Any] = {"desc": RAY_DESC, "cohort": len(clients), "chunk": width, "reps": reps, "actors": {}}
     rate, first = best_rate(VectorisedEngine(algo, exp.fed, fl, spec.seed, chunk=width))
     out["single_process"] = {"samples_per_s": rate, "first_round_s": first}
-    ray.init(num_cpus=max(max(actor_counts), os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
+    cpus = max(max(actor_counts), os.cpu_count() or 1)
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     try:
         for n in actor_counts:
             rhw = dataclasses.replace(spec.hardware, engine="ray", actors=n, chunk=width)

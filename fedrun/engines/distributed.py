@@ -142,7 +142,7 @@ class RayEngine(Engine):
             ray.init(address=self.hw.address, log_to_driver=False)
         else:
             cpus = max(os.cpu_count() or 1, self.hw.actors or 1)
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)  # never RAY_ADDRESS
         self._owns_ray = True
 
     def n_actors(self) -> int:

@@ -17,7 +17,7 @@ from fedrun.config import RunSpec
 from fedrun.engines.distributed import RayEngine, shard_chunks, split_contiguous
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
-from fedrun.errors import DivergenceError
+from fedrun.errors import ConfigError, DivergenceError
 from fedrun.runner import build_experiment, run
 from fedrun.sampling import sample_clients
 from fedrun.tree import leaves, tree_map
@@ -87,6 +87,20 @@ def test_shards_are_whole_size_sorted_chunks_balanced_by_samples() -> None:
     assert split_contiguous(5, 2) == [[0, 1], [2, 3, 4]] and split_contiguous(1, 4) == [[0]]
 
 
+@pytest.mark.parametrize(
+    ("override", "field"), [("hardware.actors=-1", "hardware.actors"), ("hardware.address=' '", "hardware.address")]
+)
+def test_bad_ray_settings_name_the_field(override: str, field: str, make_spec: Callable[..., RunSpec]) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_spec("hardware=ray", override)
+    assert err.value.field == field and "\n" not in str(err.value)
+
+
+def test_the_ray_preset_selects_the_ray_engine(make_spec: Callable[..., RunSpec]) -> None:
+    hw = make_spec("hardware=ray").hardware
+    assert (hw.engine, hw.actors, hw.address) == ("ray", 0, None)
+
+
 # ---- exactness and cleanup ------------------------------------------------------------------------------------------
 def test_two_actors_equal_the_vectorised_engine_exactly(
     make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
@@ -126,7 +140,7 @@ def test_two_actors_equal_the_vectorised_engine_exactly(
 @pytest.fixture
 def local_cluster() -> Iterator[None]:
     """A Ray cluster the test owns (an engine must kill its actors in it, and leave it running)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
