@@ -141,7 +141,7 @@ class RayEngine(Engine):
         if self.hw.address:
             ray.init(address=self.hw.address, log_to_driver=False)
         else:
-            cpus = max(os.cpu_count() or 1, self.hw.actors or 1)
+            cpus = max(os.cpu_count() or 1, (self.hw.actors or 1) * max(self.hw.threads, 1))
             ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)  # never RAY_ADDRESS
         self._owns_ray = True
 
@@ -164,6 +164,14 @@ class RayEngine(Engine):
         cuda = self.data.device.type == "cuda"
         opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1} if cuda else {"num_cpus": max(self.hw.threads, 1)}
         hw = {"threads": self.hw.threads or 1, "precision": self.hw.precision, "compile": self.hw.compile}
+        key, per = ("GPU", opts["num_gpus"]) if cuda else ("CPU", opts["num_cpus"])
+        total = float(ray.cluster_resources().get(key, 0))
+        if n * per > total:  # Ray would wait forever for actors that cannot be placed
+            raise ConfigError(
+                "hardware.actors",
+                f"{n} actors x {per} {key} exceed the Ray cluster's {total:g} {key}s; lower hardware.actors"
+                + (" or hardware.threads" if key == "CPU" else ""),
+            )
         remote = ray.remote(ShardWorker).options(**opts)
         self.actors = [remote.remote(pieces, self.inner, self.width, hw) for _ in range(n)]
 

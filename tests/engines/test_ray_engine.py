@@ -130,6 +130,7 @@ def test_two_actors_equal_the_vectorised_engine_exactly(
         bad = tree_map(lambda t: torch.full_like(t, float("nan")), params)
         with pytest.raises(DivergenceError, match="round 2, client"):  # raised in an actor, re-raised here
             engine.train_cohort(2, bad, {}, clients, states, 0.05)
+
     finally:
         engine.close()
     engine.close()  # idempotent
@@ -187,6 +188,31 @@ def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
     assert len(actors) == 2 and all(len(a) == 2 for a in actors)
     assert wait_gone(set().union(*actors)) == set()
     assert ray.is_initialized()  # the test's cluster: not the engine's to shut down
+
+    # a model vmap cannot run: the actors run the sequential engine, each client computed as there
+    monkeypatch.setattr("fedrun.engines.distributed.vmap_blocker", lambda algorithm: "BatchNorm")
+    spec = make_spec(*RUN, "fl.participation=0.8")
+    exp = build_experiment(spec)
+    hw = dataclasses.replace(spec.hardware, engine="ray", actors=2)
+    params, clients = exp.model.init_params(), torch.tensor([3, 0, 4, 1])
+    states = {"_momentum": tree_map(lambda t: torch.zeros(4, *t.shape), params)}
+    seq = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=hw)
+    try:
+        a = SequentialEngine(exp.algorithm, exp.fed, spec.fl, spec.seed).train_cohort(
+            0, params, {}, clients, states, 0.1
+        )
+        b = seq.train_cohort(0, params, {}, clients, states, 0.1)
+        assert seq.inner == "sequential" and len(seq.actors) == 2
+    finally:
+        seq.close()
+    assert a.samples == b.samples and torch.equal(a.steps, b.steps) and b.loss == pytest.approx(a.loss, rel=1e-12)
+    for x, y in zip(leaves(a.uploads) + leaves(a.states), leaves(b.uploads) + leaves(b.states), strict=True):
+        assert torch.equal(x, y)
+
+    too_many = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=dataclasses.replace(hw, actors=3))
+    with pytest.raises(ConfigError, match="3 actors x 1 CPU exceed the Ray cluster's 2 CPUs"):
+        too_many.train_cohort(0, params, {}, clients, states, 0.1)  # not a silent wait for a third CPU
+    too_many.close()
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
