@@ -145,13 +145,19 @@ class RayEngine(Engine):
             ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)  # never RAY_ADDRESS
         self._owns_ray = True
 
+    def _resources(self) -> tuple[str, int, dict[str, Any]]:
+        """What one actor reserves: (resource that bounds the actor count, amount, Ray actor options)."""
+        if self.data.device.type == "cuda":
+            return "GPU", 1, {"num_cpus": 1, "num_gpus": 1}
+        cpus = max(self.hw.threads, 1)
+        return "CPU", cpus, {"num_cpus": cpus}
+
     def n_actors(self) -> int:
-        """``hardware.actors``, or one per GPU (cuda) / per CPU of the cluster."""
+        """``hardware.actors``, or as many as the cluster's GPUs (cuda) or CPUs hold."""
+        key, per, _ = self._resources()
         if self.hw.actors:
             return self.hw.actors
-        res = self.ray.cluster_resources()
-        key = "GPU" if self.data.device.type == "cuda" else "CPU"
-        return max(int(res.get(key, 1)), 1)
+        return max(int(self.ray.cluster_resources().get(key, per)) // per, 1)
 
     def _start(self, params: Tensors, states: Tree, m: int) -> None:
         """Connect, fix the chunk width and start the actors (once: they serve every round)."""
@@ -159,12 +165,7 @@ class RayEngine(Engine):
             raise RuntimeError("the Ray engine was closed")
         self._connect()
         ray, n = self.ray, self.n_actors()
-        self.width = self.chunk_width(params, states, m, n)
-        pieces = ray.put((self.algorithm, self.data, self.fl, self.seed))
-        cuda = self.data.device.type == "cuda"
-        opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1} if cuda else {"num_cpus": max(self.hw.threads, 1)}
-        hw = {"threads": self.hw.threads or 1, "precision": self.hw.precision, "compile": self.hw.compile}
-        key, per = ("GPU", opts["num_gpus"]) if cuda else ("CPU", opts["num_cpus"])
+        key, per, opts = self._resources()
         total = float(ray.cluster_resources().get(key, 0))
         if n * per > total:  # Ray would wait forever for actors that cannot be placed
             raise ConfigError(
@@ -172,6 +173,9 @@ class RayEngine(Engine):
                 f"{n} actors x {per} {key} exceed the Ray cluster's {total:g} {key}s; lower hardware.actors"
                 + (" or hardware.threads" if key == "CPU" else ""),
             )
+        self.width = self.chunk_width(params, states, m, n)
+        pieces = ray.put((self.algorithm, self.data, self.fl, self.seed))  # once: every actor reads this copy
+        hw = {"threads": self.hw.threads or 1, "precision": self.hw.precision, "compile": self.hw.compile}
         remote = ray.remote(ShardWorker).options(**opts)
         self.actors = [remote.remote(pieces, self.inner, self.width, hw) for _ in range(n)]
 

@@ -101,6 +101,22 @@ def test_the_ray_preset_selects_the_ray_engine(make_spec: Callable[..., RunSpec]
     assert (hw.engine, hw.actors, hw.address) == ("ray", 0, None)
 
 
+def test_default_actor_count_fills_the_cluster(make_spec: Callable[..., RunSpec]) -> None:
+    spec = make_spec(*SMALL)
+    exp = build_experiment(spec)
+
+    class FakeRay:  # no cluster needed: only the arithmetic
+        @staticmethod
+        def cluster_resources() -> dict[str, float]:
+            return {"CPU": 8.0}
+
+    for threads, actors, expected in ((1, 0, 8), (2, 0, 4), (3, 0, 2), (1, 5, 5)):
+        hw = dataclasses.replace(spec.hardware, engine="ray", threads=threads, actors=actors)
+        engine = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=hw)
+        engine.ray = FakeRay()
+        assert engine.n_actors() == expected
+
+
 # ---- exactness and cleanup ------------------------------------------------------------------------------------------
 def test_two_actors_equal_the_vectorised_engine_exactly(
     make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
