@@ -102,11 +102,13 @@ class HardwareConfig:
     """Where and how clients are simulated (``hardware.*``)."""
 
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
-    engine: str = "sequential"  # sequential | vectorised | auto (the faster of the two, measured)
+    engine: str = "sequential"  # sequential | vectorised | auto (the faster of the two, measured) | ray
     threads: int = 0  # torch intra-op threads; 0 leaves torch's default
     precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
     chunk: int | None = None  # vectorised engine: clients trained at once (None: sized from free memory)
     compile: bool = False  # vectorised engine: torch.compile the batched client step
+    actors: int = 0  # ray engine: actors sharing the cohort (0: one per GPU with cuda, else one per cluster CPU)
+    address: str | None = None  # ray engine: an existing cluster's address (ray.init(address=...)); null: start one
 
     def __post_init__(self) -> None:
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
@@ -114,6 +116,9 @@ class HardwareConfig:
         positive("threads", self.threads, allow_zero=True)
         positive("chunk", self.chunk)
         one_of("precision", self.precision, ("fp32", "fp64", "bf16"))
+        positive("actors", self.actors, allow_zero=True)
+        if self.address is not None and not self.address.strip():
+            raise ConfigError("address", "must be a Ray address (auto, ray://host:port, host:port) or null")
 
 
 @dataclass

@@ -11,6 +11,9 @@ class ConfigError(ValueError):
         self.field = field
         self.message = message
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # picklable: crosses process boundaries (Ray actors)
+        return type(self), (self.field, self.message)
+
 
 class DataError(RuntimeError):
     """Missing or corrupt dataset files: names the file and how to get it."""
@@ -25,6 +28,9 @@ class DivergenceError(RuntimeError):
         self.round_idx = round_idx
         self.client = client
         self.what = what
+
+    def __reduce__(self) -> tuple[type, tuple[int, int | None, str]]:  # picklable, as ConfigError
+        return type(self), (self.round_idx, self.client, self.what)
 
 
 class ResumeError(RuntimeError):

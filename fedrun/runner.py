@@ -32,6 +32,7 @@ from fedrun.data.federated import FederatedData
 from fedrun.data.partition import class_counts, make_partition, partition_stats
 from fedrun.data.partitions.longtail import apply_longtail
 from fedrun.data.proxy import ProxySet, carve_proxy
+from fedrun.devices import job_device, multirun_job_num
 from fedrun.engines.auto import EngineFactory, precision_context
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
@@ -52,8 +53,8 @@ DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "auto":  # in a multirun: job n takes GPU n % n_gpus (fedrun/devices.py)
+        return torch.device(job_device(multirun_job_num(), torch.cuda.device_count()))
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("hardware.device", f"{name} requested but CUDA is not available here; valid: cpu, auto")
     return torch.device(name)
@@ -194,8 +195,15 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     writes are identical (timings aside) to those of an uninterrupted run.
     """
     t0 = time.perf_counter()
-    console = console or Console(stderr=True)
     exp = build_experiment(spec, pinned_engine(run_dir))
+    try:
+        return _run(spec, run_dir, exp, t0, console or Console(stderr=True))
+    finally:
+        exp.engine.close()  # Ray actors (and a cluster the engine started) end with the run, however it ends
+
+
+def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Console) -> dict[str, Any]:
+    """The round loop of :func:`run` on a built experiment."""
     fl, algo, engine = spec.fl, exp.algorithm, exp.engine
     counts = class_counts(exp.data.train.y.numpy(), exp.parts, exp.data.num_classes)
     write_partition(run_dir, counts, spec.output.plots)

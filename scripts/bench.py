@@ -24,6 +24,7 @@ end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up inc
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -38,6 +39,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench_ray import RAY_DESC, RAY_WORKLOAD, measure_ray, print_ray  # noqa: E402
 
 from fedrun.engines.allocator import tune_glibc_malloc  # noqa: E402
 
@@ -373,6 +376,9 @@ def child(args: argparse.Namespace) -> None:
         if args.what == "width":
             spec = make_spec(COMMON + WIDTH_WORKLOAD, args.device, run_dir)
             result = measure_width(spec, args.width, args.steps)
+        elif args.what == "ray":
+            spec = make_spec([*COMMON, *RAY_WORKLOAD, f"hardware.threads={args.threads or 0}"], args.device, run_dir)
+            result = measure_ray(spec, [int(n) for n in args.ray_actors.split(",")], args.reps or 2)
         else:
             w = WORKLOADS[args.workload]
             spec = make_spec(COMMON + w["overrides"], args.device, run_dir)
@@ -436,6 +442,13 @@ def main() -> None:
         help="torch threads in every measurement (default 1: on a shared CPU, torch's spinning OpenMP threads "
         "run up to 100x slower when another process takes a core; 0 = torch's default)",
     )
+    ap.add_argument(
+        "--ray",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="samples/s vs number of Ray actors (auto: when ray is installed)",
+    )
+    ap.add_argument("--ray-actors", default=None, help="actor counts for the Ray section (default 1,2,4; --quick 1,2)")
     ap.add_argument("--out", default=str(REPO / "outputs" / "bench"))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
     # internal: one measurement in a child process
@@ -504,6 +517,12 @@ def main() -> None:
             f" (RSS before {fmt(r.get('rss_before_gib'))}), CUDA max {fmt(r.get('cuda_max_allocated_gib'))} GiB,"
             f" {fmt(r.get('samples_per_s'), ',.0f')} samples/s {r.get('error', '')}"
         )
+    if args.ray == "yes" or (args.ray == "auto" and importlib.util.find_spec("ray") is not None):
+        actors = args.ray_actors or ("1,2" if args.quick else "1,2,4")
+        print(f"ray engine: samples/s vs actors ({RAY_DESC}) ...", flush=True)
+        reps = str(args.reps or (1 if args.quick else 2))
+        report["ray_scaling"] = spawn([*base, "--what", "ray", "--ray-actors", actors, "--reps", reps], args.timeout)
+        print_ray(report["ray_scaling"])
     if not args.quick and "a" in args.workloads.split(","):
         report["end_to_end_a_8_rounds"] = end_to_end(device, args.threads, args.timeout)
         e2e = report["end_to_end_a_8_rounds"]

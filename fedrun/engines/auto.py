@@ -48,6 +48,8 @@ def build_engine(
     """The engine registered as ``name``, given the ``hardware`` options it takes."""
     if name == "vectorised":
         return VectorisedEngine(algorithm, data, fl, seed, chunk=hw.chunk, compile=hw.compile)
+    if name == "ray":
+        return ENGINES.get(name).obj(algorithm, data, fl, seed, hw=hw)
     return ENGINES.get(name).obj(algorithm, data, fl, seed)
 
 

@@ -15,13 +15,18 @@ from fedrun.tree import Tensors, Tree
 
 @dataclass
 class CohortResult:
-    """``uploads`` and ``states`` are stacked trees (leading dim = cohort); ``steps`` local steps per client."""
+    """``uploads`` and ``states`` are stacked trees (leading dim = cohort); ``steps`` local steps per client.
+
+    ``client_loss`` (optional): each client's float64 sum of local losses, in cohort order, so an engine
+    that combines shards (``ray``) can form ``loss`` exactly as a single engine does.
+    """
 
     uploads: Tree
     states: Tree
     steps: torch.Tensor
     samples: int
     loss: float
+    client_loss: torch.Tensor | None = None
 
 
 class Engine(ABC):
@@ -38,3 +43,10 @@ class Engine(ABC):
         self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
     ) -> CohortResult:
         """Train every client in ``clients`` for round ``rnd`` starting from ``params``."""
+
+    def close(self) -> None:
+        """Release what the engine holds beyond this process (Ray actors, a local cluster); a no-op here.
+
+        The runner calls it when a run ends, however it ends; it must be safe to call more than once.
+        """
+        return None

@@ -279,4 +279,5 @@ class VectorisedEngine(Engine):
             steps=steps_all,
             samples=samples,
             loss=float(loss_all.sum()) / max(n_steps, 1),
+            client_loss=loss_all,
         )

@@ -1,0 +1,247 @@
+"""The Ray engine: 2 CPU actors reproduce the vectorised engine bit for bit, and leave no process behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import ray
+import torch
+
+from fedrun.config import RunSpec
+from fedrun.engines.distributed import RayEngine, shard_chunks, split_contiguous
+from fedrun.engines.sequential import SequentialEngine
+from fedrun.engines.vectorised import VectorisedEngine
+from fedrun.errors import ConfigError, DivergenceError
+from fedrun.runner import build_experiment, run
+from fedrun.sampling import sample_clients
+from fedrun.tree import leaves, tree_map
+from tests.engines.test_vectorised_engine import SMALL
+
+RUN = (*SMALL, "fl.rounds=3", "fl.momentum=0.5", "fl.keep_momentum=true", "checkpoint.every=0")
+TIMINGS = ["round_seconds", "aggregate_seconds", "seconds"]
+RAY = ("hardware=ray", "hardware.engine=ray", "hardware.actors=2")  # the engine override beats SMALL's
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (the Ray head processes a driver starts, and their workers)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {c for c, p in parent.items() if p in frontier} - found
+        found |= frontier
+    return {p for p in found if alive(p)}
+
+
+def wait_gone(pids: set[int], limit_s: float = 60.0) -> set[int]:
+    """The pids still alive after waiting up to ``limit_s`` for them to exit (a bound, not a timing)."""
+    end = time.monotonic() + limit_s
+    while any(alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.2)
+    return {p for p in pids if alive(p)}
+
+
+def watch_close(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
+    """Record, at each RayEngine.close, the actor and Ray head process ids that must not outlive it."""
+    seen: list[set[int]] = []
+    close = RayEngine.close
+
+    def spy(self: RayEngine) -> None:
+        seen.append(set(self.worker_pids()) | descendants(os.getpid()))
+        close(self)
+
+    monkeypatch.setattr(RayEngine, "close", spy)
+    return seen
+
+
+# ---- sharding (no Ray) -------------------------------------------------------------------------------------------
+def test_shards_are_whole_size_sorted_chunks_balanced_by_samples() -> None:
+    sizes = [5, 90, 40, 40, 7, 60, 10]
+    shards = shard_chunks(sizes, width=2, actors=2)
+    # sorted: 1(90) 5(60) 2(40) 3(40, after 2: stable) 6(10) 4(7) 0(5) -> chunks [1,5] [2,3] [6,4] [0]
+    assert shards == [[1, 5], [2, 3, 6, 4, 0]]
+    assert sorted(i for s in shards for i in s) == list(range(7))
+    for s in shards:  # each shard stays sorted, so the actor's engine cuts the same chunks
+        assert [sizes[i] for i in s] == sorted((sizes[i] for i in s), reverse=True)
+    assert shard_chunks([3, 3], width=4, actors=3) == [[0, 1]]  # idle actors get nothing
+    assert split_contiguous(5, 2) == [[0, 1], [2, 3, 4]] and split_contiguous(1, 4) == [[0]]
+
+
+@pytest.mark.parametrize(
+    ("override", "field"), [("hardware.actors=-1", "hardware.actors"), ("hardware.address=' '", "hardware.address")]
+)
+def test_bad_ray_settings_name_the_field(override: str, field: str, make_spec: Callable[..., RunSpec]) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_spec("hardware=ray", override)
+    assert err.value.field == field and "\n" not in str(err.value)
+
+
+def test_the_ray_preset_selects_the_ray_engine(make_spec: Callable[..., RunSpec]) -> None:
+    hw = make_spec("hardware=ray").hardware
+    assert (hw.engine, hw.actors, hw.address) == ("ray", 0, None)
+
+
+def test_default_actor_count_fills_the_cluster(make_spec: Callable[..., RunSpec]) -> None:
+    spec = make_spec(*SMALL)
+    exp = build_experiment(spec)
+
+    class FakeRay:  # no cluster needed: only the arithmetic
+        @staticmethod
+        def cluster_resources() -> dict[str, float]:
+            return {"CPU": 8.0}
+
+    for threads, actors, expected in ((1, 0, 8), (2, 0, 4), (3, 0, 2), (1, 5, 5)):
+        hw = dataclasses.replace(spec.hardware, engine="ray", threads=threads, actors=actors)
+        engine = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=hw)
+        engine.ray = FakeRay()
+        assert engine.n_actors() == expected
+
+
+# ---- exactness and cleanup ------------------------------------------------------------------------------------------
+def test_two_actors_equal_the_vectorised_engine_exactly(
+    make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(*RUN, "fl.participation=0.8")
+    exp = build_experiment(spec)
+    fl, algo = spec.fl, exp.algorithm
+    hw = dataclasses.replace(spec.hardware, engine="ray", actors=2, chunk=2)
+    engine = RayEngine(algo, exp.fed, fl, spec.seed, hw=hw)
+    vec = VectorisedEngine(algo, exp.fed, fl, spec.seed, chunk=2)
+    seen = watch_close(monkeypatch)
+    try:
+        params = exp.model.init_params()
+        states = {"_momentum": tree_map(lambda t: torch.zeros(4, *t.shape), params)}
+        pids = None
+        for rnd in range(2):
+            clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+            a = vec.train_cohort(rnd, params, {}, clients, states, 0.05)
+            b = engine.train_cohort(rnd, params, {}, clients, states, 0.05)
+            assert a.loss == b.loss and a.samples == b.samples and torch.equal(a.steps, b.steps)
+            for x, y in zip(leaves(a.uploads) + leaves(a.states), leaves(b.uploads) + leaves(b.states), strict=True):
+                assert torch.equal(x, y)
+            assert pids is None or engine.worker_pids() == pids  # the same actors every round
+            pids = engine.worker_pids()
+            params, states = tree_map(lambda t: t.mean(0), b.uploads["params"]), b.states
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        bad = tree_map(lambda t: torch.full_like(t, float("nan")), params)
+        with pytest.raises(DivergenceError, match="round 2, client"):  # raised in an actor, re-raised here
+            engine.train_cohort(2, bad, {}, clients, states, 0.05)
+
+    finally:
+        engine.close()
+    engine.close()  # idempotent
+    assert not ray.is_initialized()
+    assert wait_gone(seen[0]) == set()
+
+
+@pytest.fixture
+def local_cluster() -> Iterator[None]:
+    """A Ray cluster the test owns (an engine must kill its actors in it, and leave it running)."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def stop_in_round_2(exc: type[BaseException]) -> Callable[..., object]:
+    """A stand-in for the runner's ``evaluate`` that raises ``exc`` in round 2 (the engine is up by then)."""
+    calls = {"n": 0}
+
+    def fake(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise exc("stop")
+        return 0.5, 1.0
+
+    return fake
+
+
+def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
+    make_spec: Callable[..., RunSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_cluster: None
+) -> None:
+    actors: list[set[int]] = []
+    close = RayEngine.close
+
+    def spy(self: RayEngine) -> None:
+        actors.append(set(self.worker_pids()))
+        close(self)
+
+    monkeypatch.setattr(RayEngine, "close", spy)
+    out = {}
+    for name in ("ray", "vectorised"):
+        (tmp_path / name).mkdir()
+        extra = RAY if name == "ray" else ("hardware.engine=vectorised",)
+        summary = run(make_spec(*RUN, *extra, "hardware.chunk=2"), tmp_path / name)
+        assert summary["status"] == "completed" and summary["engine"] == name
+        out[name] = pd.read_csv(tmp_path / name / "metrics.csv").drop(columns=TIMINGS)
+    pd.testing.assert_frame_equal(out["ray"], out["vectorised"], check_exact=True)  # the whole run, bit for bit
+
+    (tmp_path / "failed").mkdir()
+    monkeypatch.setattr("fedrun.runner.evaluate", stop_in_round_2(RuntimeError))
+    with pytest.raises(RuntimeError, match="stop"):
+        run(make_spec(*RUN, *RAY), tmp_path / "failed")
+    assert len(actors) == 2 and all(len(a) == 2 for a in actors)
+    assert wait_gone(set().union(*actors)) == set()
+    assert ray.is_initialized()  # the test's cluster: not the engine's to shut down
+
+    # a model vmap cannot run: the actors run the sequential engine, each client computed as there
+    monkeypatch.setattr("fedrun.engines.distributed.vmap_blocker", lambda algorithm: "BatchNorm")
+    spec = make_spec(*RUN, "fl.participation=0.8")
+    exp = build_experiment(spec)
+    hw = dataclasses.replace(spec.hardware, engine="ray", actors=2)
+    params, clients = exp.model.init_params(), torch.tensor([3, 0, 4, 1])
+    states = {"_momentum": tree_map(lambda t: torch.zeros(4, *t.shape), params)}
+    seq = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=hw)
+    try:
+        a = SequentialEngine(exp.algorithm, exp.fed, spec.fl, spec.seed).train_cohort(
+            0, params, {}, clients, states, 0.1
+        )
+        b = seq.train_cohort(0, params, {}, clients, states, 0.1)
+        assert seq.inner == "sequential" and len(seq.actors) == 2
+    finally:
+        seq.close()
+    assert a.samples == b.samples and torch.equal(a.steps, b.steps) and b.loss == pytest.approx(a.loss, rel=1e-12)
+    for x, y in zip(leaves(a.uploads) + leaves(a.states), leaves(b.uploads) + leaves(b.states), strict=True):
+        assert torch.equal(x, y)
+
+    too_many = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=dataclasses.replace(hw, actors=3))
+    with pytest.raises(ConfigError, match="3 actors x 1 CPU exceed the Ray cluster's 2 CPUs"):
+        too_many.train_cohort(0, params, {}, clients, states, 0.1)  # not a silent wait for a third CPU
+    too_many.close()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_runner_closes_the_engine_however_the_run_ends(
+    exc: type[BaseException], make_spec: Callable[..., RunSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same ``finally`` for every engine: checked without Ray (Ctrl-C is a KeyboardInterrupt in the driver)
+    closed: list[str] = []
+    monkeypatch.setattr(SequentialEngine, "close", lambda self: closed.append("closed"))
+    monkeypatch.setattr("fedrun.runner.evaluate", stop_in_round_2(exc))
+    if exc is KeyboardInterrupt:
+        assert run(make_spec(*RUN), tmp_path)["status"] == "interrupted"
+    else:
+        with pytest.raises(RuntimeError, match="stop"):
+            run(make_spec(*RUN), tmp_path)
+    assert closed == ["closed"]
