@@ -29,12 +29,13 @@ def make_spec(tmp_path: Path) -> Callable[..., RunSpec]:
     """``make_spec("algorithm=fedprox", ...)`` -> a validated RunSpec (quiet, no plots, cache in tmp).
 
     The engine defaults to ``sequential`` here: ``auto`` decides by timing, so two specs compared bit for
-    bit could otherwise run on different engines. Tests of other engines say so in their overrides.
+    bit could otherwise run on different engines. Tests naming a hardware preset or engine get theirs.
     """
 
     def _make(*overrides: str) -> RunSpec:
         base = ["output.quiet=true", "output.plots=false", f"cache_dir={tmp_path / 'cache'}"]
-        base.append("hardware.engine=sequential")
+        if not any(o.startswith(("hardware=", "hardware.engine=")) for o in overrides):
+            base.append("hardware.engine=sequential")
         cfg = compose_cfg([*base, *overrides])
         return validate(cfg)
 
