@@ -202,6 +202,7 @@ class FedrunConfig:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
+    tags: dict[str, Any] = field(default_factory=dict)  # free report labels (method, preset); no effect on a run
 
 
 ConfigStore.instance().store(name="fedrun_schema", node=FedrunConfig)
