@@ -36,8 +36,13 @@ TRAIN_SIZE = {
     "pacs": 8000,
     "shakespeare": 400000,
 }  # digit5/pacs/shakespeare: rough
-# measured seconds per client-sample on this CPU (2 shared cores, nice 19; see README); other models: unmeasured
-SEC_PER_SAMPLE = {"mlp": 1.3e-5, "fedcos_mlp": 1.3e-5, "cnn": 1.6e-4, "ima_cnn": 1.6e-4, "lenet": 6e-5}
+# Cost model, measured on this machine's CPU (2 shared cores, nice 19): wall seconds per client-sample of a
+# full-length run (training + per-round evaluation), by model; models not measured use the slowest measured rate
+# and are listed as a lower bound. Plus a fixed cost per run and per `fedrun -m` invocation (start-up, data load),
+# measured on a -smoke target (fedcos-table2: ~4 s start-up + ~12 s first-job data load, then ~1.5-2 s per run).
+SEC_PER_SAMPLE = {"mlp": 1.4e-5, "fedcos_mlp": 1.4e-5}
+RUN_OVERHEAD_S = 2.0
+INVOCATION_OVERHEAD_S = 15.0
 
 
 def preset_cfg(preset: str) -> dict[str, Any]:
@@ -137,27 +142,36 @@ def client_samples(target: Target, smoke: bool = False) -> float:
     return total
 
 
-def cost_hours(target: Target, smoke: bool = False) -> tuple[float, bool]:
-    """(estimated CPU hours, whether every model's rate was measured); unmeasured models use the CNN rate."""
+def cost_seconds(target: Target, smoke: bool = False) -> tuple[float, bool]:
+    """(estimated CPU seconds, whether every model's rate was measured): client-samples x the model's measured
+    rate, plus the fixed cost of each run and each multirun invocation."""
     models = {preset_cfg(p)["model"]["name"] for p in target.presets}
     measured = models <= set(SEC_PER_SAMPLE)
-    rate = max(SEC_PER_SAMPLE.get(mdl, SEC_PER_SAMPLE["cnn"]) for mdl in models)
-    return client_samples(target, smoke) * rate / 3600, measured
+    rate = max(SEC_PER_SAMPLE.get(mdl, max(SEC_PER_SAMPLE.values())) for mdl in models)
+    invocations = len(target.presets) * len(target.methods)
+    fixed = target.runs(smoke) * RUN_OVERHEAD_S + invocations * INVOCATION_OVERHEAD_S
+    return client_samples(target, smoke) * rate + fixed, measured
 
 
 def list_targets() -> str:
     """The table ``make reproduce-list`` prints."""
     lines = [
-        "| target | paper | runs | smoke runs | client-samples | est. CPU h | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| target | paper | runs | client-samples | est. CPU h | -smoke runs | est. -smoke min | notes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for t in TARGETS:
-        hours, measured = cost_hours(t)
-        est = f"{hours:.1f}" if measured else f">= {hours:.1f}"
+        full, measured = cost_seconds(t)
+        smoke, _ = cost_seconds(t, smoke=True)
+        est = f"{full / 3600:.1f}" if measured else f">= {full / 3600:.1f}"
         lines.append(
-            f"| reproduce-{t.name} | {t.paper} | {t.runs()} | {t.runs(True)} | "
-            f"{client_samples(t):.2e} | {est} | {t.note} |"
+            f"| reproduce-{t.name} | {t.paper} | {t.runs()} | {client_samples(t):.2e} | {est} | "
+            f"{t.runs(True)} | {smoke / 60:.1f} | {t.note} |"
         )
+    lines.append(
+        "\nCost = client-samples x measured s/sample of the model (a full FMNIST-MLP run; '>=': model not measured,"
+        " the slowest measured rate is used) + per-run and per-invocation start-up measured on a -smoke target."
+        " CPU only; GPU not measured."
+    )
     return "\n".join(lines)
 
 
