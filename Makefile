@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install data run test lint bench clean
+.PHONY: install data run test lint bench clean reproduce-list
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,20 @@ test: install data
 ## Throughput vs centralized training, per engine, on this machine: JSON in outputs/bench/ (BENCH_ARGS=--quick)
 bench: install data
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+## Paper tables (registry: fedrun/repro/registry.py; presets: conf/experiment/<paper>_<table>_*.yaml)
+##   make reproduce-list                   every target: paper, run count, estimated CPU cost
+##   make reproduce-fedlaw-table3          the whole sweep (Hydra multirun), then the table in the paper's layout
+##   make reproduce-fedlaw-table3-smoke    the same sweep shrunk (2 rounds, <= 10 clients, 2000 samples)
+##   REPRO_ARGS="--dry-run" / "--methods FedAvg,FedLAW" / "--presets fedlaw_table3_fmnist_mlp" narrow a target
+reproduce-list: install
+	$(BIN)/python scripts/reproduce.py list
+
+reproduce-%-smoke: install data
+	$(BIN)/python scripts/reproduce.py $* --smoke $(REPRO_ARGS)
+
+reproduce-%: install data
+	$(BIN)/python scripts/reproduce.py $* $(REPRO_ARGS)
 
 lint: install
 	$(BIN)/ruff check fedrun tests scripts

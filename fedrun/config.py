@@ -225,6 +225,7 @@ class FedrunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
+    tags: dict[str, Any] = field(default_factory=dict)  # free report labels (method, preset); no effect on a run
 
 
 ConfigStore.instance().store(name="fedrun_schema", node=FedrunConfig)

@@ -1,0 +1,320 @@
+"""Which runs regenerate each results table: presets (conf/experiment/), methods, swept settings, seeds, layout.
+
+A target runs, for every preset and method, one Hydra multirun over ``sweep`` (settings and seeds). Each run is
+labelled ``tags.method`` and ``tags.preset`` so that ``fedrun-report --layout <paper>`` can lay the table out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of a table: its label as the paper prints it and the overrides that select it."""
+
+    label: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    """``make reproduce-<name>``: presets x methods x sweep values x seeds, reported with ``layout``."""
+
+    name: str
+    paper: str
+    presets: tuple[str, ...]
+    methods: tuple[Method, ...]
+    sweep: tuple[tuple[str, str], ...] = ()  # (key, comma-separated values) for Hydra multirun
+    seeds: tuple[int, ...] = (0,)
+    layout: str = "fedlaw"
+    select: str | None = None  # a hyperparameter picked per method/setting by mean over seeds
+    note: str = ""
+    extra: tuple[str, ...] = field(default_factory=tuple)  # overrides common to every run
+
+    @property
+    def report_cols(self) -> list[str]:
+        """Config keys that separate the table's columns (the preset, then swept settings)."""
+        skip = {"seed", "ima.enabled", self.select}
+        keys = [k for k, _ in self.sweep if k not in skip]
+        return (["tags.preset"] if len(self.presets) > 1 else []) + keys
+
+    def runs(self, smoke: bool = False) -> int:
+        """Number of runs of the full sweep (smoke: first seed only)."""
+        per_method = sum(_product(meth.overrides) for meth in self.methods)
+        return (
+            len(self.presets)
+            * per_method
+            * _product(f"{k}={v}" for k, v in self.sweep)
+            * (1 if smoke else len(self.seeds))
+        )
+
+
+def _product(overrides: tuple[str, ...] | object) -> int:
+    """Runs a list of overrides expands to: the product of the comma-separated value counts."""
+    n = 1
+    for item in overrides:  # type: ignore[attr-defined]
+        n *= len(item.partition("=")[2].split(","))
+    return n
+
+
+def m(label: str, *overrides: str) -> Method:
+    """Shorthand for a Method."""
+    return Method(label, tuple(overrides))
+
+
+IMA_METHODS = (
+    m("FedAvg", "algorithm=fedavg"),
+    m("FedProx", "algorithm=fedprox", "algorithm.mu=0.1,0.01,0.001"),
+    m("FedASAM", "algorithm=fedasam"),
+    m("FedFA", "algorithm=fedfa"),
+    m("FedNova", "algorithm=fednova"),
+    m("FedAdam", "algorithm=fedadam"),
+    m("FedYogi", "algorithm=fedyogi"),
+    m("FedGMA", "algorithm=fedgma"),
+)
+GAM_METHODS = (
+    m("FedAvg", "algorithm=fedavg"),
+    m("FedProx", "algorithm=fedprox", "algorithm.mu=0.1"),
+    m("MOON", "algorithm=moon", "algorithm.tau=0.5"),
+    m("FedSAM", "algorithm=fedsam", "algorithm.rho=0.1"),
+    m("FedGAM", "algorithm=fedgam"),
+    m("FedGAM-CV", "algorithm=fedgam_cv"),
+)
+
+
+def cos_methods(mus: tuple[float, ...], prox: float) -> tuple[Method, ...]:
+    """FedCos tables: baselines, FedCos(mu) and each baseline + FedCos(last mu)."""
+    mu = mus[-1]
+    return (
+        m("FedAvg", "algorithm=fedavg"),
+        m(f"FedProx({prox})", "algorithm=fedprox", f"algorithm.mu={prox}"),
+        m("FedAvgM(0.5)", "algorithm=fedavgm", "algorithm.beta=0.5", "algorithm.form=cos"),
+        m("FedOpt(1.5)", "algorithm=fedopt", "algorithm.server_lr=1.5"),
+        *(m(f"FedCos({x})", "algorithm=fedcos", f"algorithm.mu={x}") for x in mus),
+        m(f"FedProx({prox})+FedCos({mu})", "algorithm=fedcos", f"algorithm.mu={mu}", f"algorithm.prox_mu={prox}"),
+        m(f"FedAvgM(0.5)+FedCos({mu})", "algorithm=fedcos", f"algorithm.mu={mu}", "algorithm.server=avgm"),
+        m(f"FedOpt(1.5)+FedCos({mu})", "algorithm=fedcos", f"algorithm.mu={mu}", "algorithm.server=opt"),
+    )
+
+
+LAW_METHODS = (
+    m("FedAvg", "algorithm=fedavg"),
+    m("FedProx", "algorithm=fedprox", "algorithm.mu=0.001"),
+    m("FedDyn", "algorithm=feddyn", "algorithm.alpha=0.01"),
+    m("FedDF", "algorithm=feddf"),
+    m("FedBE", "algorithm=fedbe"),
+    m("Server-FT", "algorithm=serverft"),
+    m("FedLAW", "algorithm=fedlaw"),
+    m("FedLAW (SWA)", "algorithm=fedlaw_swa"),
+)
+SAM_METHODS = (
+    m("FedAvg", "algorithm=fedavg"),
+    m("SCAFFOLD", "algorithm=scaffold"),
+    m("FedRobust", "algorithm=fedrobust"),
+    m("FedCM", "algorithm=fedcm"),
+    m("MimeLite", "algorithm=mimelite"),
+    m("FedSAM", "algorithm=fedsam"),
+    m("MoFedSAM", "algorithm=mofedsam"),
+)
+LAW_SEEDS = (8, 9, 10)
+IMA = (("ima.enabled", "false,true"),)
+IMA_T1 = (
+    "fmnist_cnn_shards",
+    "fmnist_cnn_dir",
+    "cifar10_cnn_shards",
+    "cifar10_cnn_dir",
+    "cifar10_resnet18_shards",
+    "cifar10_resnet18_dir",
+    "cifar100_vgg11",
+    "cifar100_resnet18",
+    "digit5_cnn",
+    "pacs_alexnet",
+)
+GAM_T3 = tuple(f"{d}_{s}" for d in ("mnist", "fmnist", "cifar10") for s in ("dir0.3", "dir0.7", "iid"))
+LAW_T3 = (
+    "fmnist_mlp",
+    "fmnist_lenet",
+    "cifar10_simplecnn",
+    "cifar10_resnet20",
+    "cifar100_simplecnn",
+    "cifar100_resnet20",
+)
+NONIID4 = (("partition.iid_fraction", "0.0,0.1,0.3,1.0"),)
+
+TARGETS: tuple[Target, ...] = (
+    Target(
+        "fedima-table1",
+        "FedIMA",
+        tuple(f"fedima_table1_{p}" for p in IMA_T1),
+        IMA_METHODS,
+        IMA,
+        layout="fedima",
+        select="algorithm.mu",
+        note="FedProx's mu is picked per setting from {0.1, 0.01, 0.001} by mean (FedIMA Table V)",
+    ),
+    Target(
+        "fedima-table2",
+        "FedIMA",
+        ("fedima_table2_cifar10_cnn",),
+        (m("FedAvg+IMA", "algorithm=fedavg"),),
+        (("ima.start", "0.375,0.5,0.625,0.75"),),
+        layout="rounds",
+    ),
+    Target(
+        "fedima-table3",
+        "FedIMA",
+        ("fedima_table3_cifar10_cnn",),
+        (m("FedAvg+IMA", "algorithm=fedavg"),),
+        (("ima.schedule", "exd,clr,cd,ed,nad"),),
+        layout="fedlaw",
+    ),
+    Target("fedgam-table3", "FedGAM", tuple(f"fedgam_table3_{p}" for p in GAM_T3), GAM_METHODS, layout="fedgam"),
+    Target(
+        "fedgam-table4",
+        "FedGAM",
+        ("fedgam_table4_fmnist_dir0.3",),
+        GAM_METHODS,
+        (("fl.local_epochs", "5,10,15,20"),),
+        layout="fedgam",
+    ),
+    Target(
+        "fedgam-table5",
+        "FedGAM",
+        ("fedgam_table5_fmnist_dir0.3",),
+        GAM_METHODS,
+        (("fl.participation", "0.2,0.4,0.6,0.8,1.0"),),
+        layout="fedgam",
+    ),
+    Target(
+        "fedcos-table1",
+        "FedCos",
+        ("fedcos_table1_cifar10_cnn",),
+        cos_methods((0.01, 0.02), 0.1),
+        NONIID4,
+        layout="fedcos",
+    ),
+    Target(
+        "fedcos-table2",
+        "FedCos",
+        ("fedcos_table2_fmnist_mlp",),
+        cos_methods((0.01, 0.02), 0.1),
+        NONIID4,
+        layout="fedcos",
+    ),
+    Target(
+        "fedcos-table3",
+        "FedCos",
+        ("fedcos_table3_cifar100_resnet18",),
+        cos_methods((0.01, 0.02), 0.01),
+        (("partition.iid_fraction", "0.0,0.1,1.0"),),
+        layout="fedcos",
+    ),
+    Target(
+        "fedcos-table4",
+        "FedCos",
+        ("fedcos_table4_cifar10_cnn", "fedcos_table4_fmnist_mlp"),
+        cos_methods((0.02, 0.05), 0.1),
+        (("fl.participation", "0.1,0.2"),),
+        layout="fedcos_bestlast",
+    ),
+    Target(
+        "fedcos-table5",
+        "FedCos",
+        ("fedcos_table5_shakespeare_lstm",),
+        (
+            m("FedAvg", "algorithm=fedavg"),
+            m("FedProx(0.01)", "algorithm=fedprox", "algorithm.mu=0.01"),
+            m("FedCos(0.005)", "algorithm=fedcos", "algorithm.mu=0.005"),
+            m("FedCos(0.01)", "algorithm=fedcos", "algorithm.mu=0.01"),
+        ),
+        (("fl.participation", "0.1,0.2"),),
+        layout="fedcos_bestlast",
+    ),
+    Target(
+        "fedlaw-table2",
+        "FedLAW",
+        ("fedlaw_table2_cifar10_simplecnn",),
+        (m("FedAvg", "algorithm=fedavg"), m("Adaptive GWS", "algorithm=fedlaw_gamma")),
+        (("fl.weight_decay", "0,5e-5,1e-4,5e-4,1e-3"), ("partition.alpha", "100,1")),
+        LAW_SEEDS,
+    ),
+    Target(
+        "fedlaw-table3",
+        "FedLAW",
+        tuple(f"fedlaw_table3_{p}" for p in LAW_T3),
+        LAW_METHODS,
+        (("partition.alpha", "100,0.1"),),
+        LAW_SEEDS,
+    ),
+    Target(
+        "fedlaw-table4",
+        "FedLAW",
+        ("fedlaw_table4_cifar10_resnet20",),
+        LAW_METHODS,
+        (("fl.clients", "50,100"), ("partition.alpha", "100,1")),
+        LAW_SEEDS,
+    ),
+    Target(
+        "fedlaw-table5",
+        "FedLAW",
+        ("fedlaw_table5_cifar10",),
+        LAW_METHODS,
+        (("model", "resnet20,resnet56,resnet110,wrn56_4,densenet121"),),
+        LAW_SEEDS,
+    ),
+    Target(
+        "fedlaw-table6",
+        "FedLAW",
+        ("fedlaw_table6_cifar10_simplecnn",),
+        LAW_METHODS,
+        (("proxy.balanced_sampling", "false,true"), ("partition.alpha", "100,1")),
+        LAW_SEEDS,
+    ),
+    Target(
+        "fedlaw-table7",
+        "FedLAW",
+        ("fedlaw_table7_cifar10_simplecnn",),
+        LAW_METHODS,
+        (("partition.alpha", "100,1"),),
+        LAW_SEEDS,
+    ),
+    Target(
+        "fedlaw-table10",
+        "FedLAW",
+        ("fedlaw_table10_cifar10_simplecnn",),
+        (
+            *(m(f"FedAvg (global lr {g})", "algorithm=fedopt", f"algorithm.server_lr={g}") for g in (0.5, 1, 1.5)),
+            m("Adaptive GWS (global lr 1)", "algorithm=fedlaw_gamma"),
+        ),
+        (("partition.alpha", "100,1"),),
+        LAW_SEEDS,
+        note="adaptive GWS with a global lr other than 1 is not implemented",
+    ),
+    Target(
+        "fedsam-table1",
+        "FedSAM",
+        ("fedsam_table1_emnist", "fedsam_table1_cifar10", "fedsam_table1_cifar100"),
+        SAM_METHODS,
+        layout="fedsam",
+    ),
+    Target(
+        "fedsam-table2",
+        "FedSAM",
+        ("fedsam_table2_cifar10",),
+        SAM_METHODS,
+        (("partition.alpha", "1e6,0.6,0.3"),),
+        layout="fedsam",
+        note="IID column = dirichlet_equal with alpha 1e6 (equal sizes, uniform class prior)",
+    ),
+    Target(
+        "fedsam-appf",
+        "FedSAM",
+        ("fedsam_appf_emnist", "fedsam_appf_cifar100"),
+        SAM_METHODS,
+        (("partition.alpha", "1e6,0.6,0.3"),),
+        layout="fedsam",
+        note="IID column = dirichlet_equal with alpha 1e6",
+    ),
+)
+BY_NAME = {t.name: t for t in TARGETS}

@@ -1,0 +1,69 @@
+"""Every paper preset composes and validates with each of its target's methods (no data is loaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedrun.repro.registry import BY_NAME, TARGETS
+from fedrun.repro.run import commands, list_targets, preset_cfg, smoke_overrides
+
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml"))
+
+
+def first_values(overrides: tuple[str, ...]) -> list[str]:
+    """A multirun override list reduced to one run: the first of each comma-separated value list."""
+    return [f"{k}={v.split(',')[0]}" for k, _, v in (o.partition("=") for o in overrides)]
+
+
+def test_every_target_preset_exists_and_every_paper_preset_is_used() -> None:
+    used = {p for t in TARGETS for p in t.presets}
+    assert used <= set(PRESETS)
+    assert {p for p in PRESETS if p.split("_")[0] in {"fedima", "fedgam", "fedcos", "fedlaw", "fedsam"}} == used
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_presets_validate_with_methods_and_sweeps(target, make_spec) -> None:
+    sweep = first_values(tuple(f"{k}={v}" for k, v in target.sweep))
+    for i, preset in enumerate(target.presets):
+        methods = target.methods if i == 0 else target.methods[:1]  # all methods once, every preset once
+        for meth in methods:
+            spec = make_spec(f"experiment={preset}", *first_values(meth.overrides), *sweep, f"++tags.method={i}")
+            assert spec.fl.rounds >= 100 and spec.eval.last_k == 10
+    last = [f"{k}={v.split(',')[-1]}" for k, v in target.sweep]
+    method = first_values(target.methods[-1].overrides)
+    assert make_spec(f"experiment={target.presets[0]}", *method, *last).fl.rounds >= 100
+
+
+def test_preset_values_follow_the_papers(make_spec) -> None:
+    law = make_spec("experiment=fedlaw_table3_fmnist_mlp")
+    assert (law.fl.clients, law.fl.rounds, law.fl.local_epochs, law.fl.batch_size, law.seed) == (20, 200, 3, 128, 8)
+    assert (law.fl.lr, law.fl.momentum, law.fl.lr_decay, law.fl.keep_momentum) == (0.08, 0.9, 0.99, True)
+    assert law.partition.params.variant == "no_resample" and law.model.name == "mlp"
+    ima = make_spec("experiment=fedima_table1_fmnist_cnn_shards")
+    assert (ima.fl.clients, ima.fl.participation, ima.fl.local_epochs, ima.fl.weight_decay) == (100, 0.1, 5, 1e-3)
+    assert ima.partition.name == "shards" and ima.fl.rounds == 300
+    cos = make_spec("experiment=fedcos_table2_fmnist_mlp")
+    assert (cos.fl.local_steps, cos.fl.batch_size, cos.fl.weighting, cos.fl.momentum) == (400, 128, "uniform", 0.0)
+    sam = make_spec("experiment=fedsam_table2_cifar10")
+    assert (sam.fl.sampling, sam.fl.participation, sam.partition.name) == ("bernoulli", 0.2, "dirichlet_equal")
+    gam = make_spec("experiment=fedgam_table3_fmnist_dir0.3")
+    assert (gam.fl.clients, gam.fl.local_epochs, gam.partition.params.alpha, gam.eval.train_acc) == (100, 15, 0.3, True)
+
+
+def test_run_counts_commands_and_smoke_shrink(tmp_path: Path) -> None:
+    law = BY_NAME["fedlaw-table3"]
+    assert law.runs() == 6 * 8 * 2 * 3 and law.runs(smoke=True) == 6 * 8 * 2
+    assert BY_NAME["fedima-table1"].runs() == 10 * (7 + 3) * 2  # FedProx sweeps mu over 3 values
+    cmds = commands(law, tmp_path, smoke=True, methods=["FedAvg"], presets=["fedlaw_table3_fmnist_mlp"])
+    assert len(cmds) == 1
+    cmd = cmds[0]
+    assert "seed=8" in cmd and "partition.alpha=100,0.1" in cmd and "fl.rounds=2" in cmd
+    assert f"hydra.sweep.dir={tmp_path / 'fedlaw_table3_fmnist_mlp' / 'm00'}" in cmd
+    full = commands(law, tmp_path, methods=["FedLAW"], presets=["fedlaw_table3_fmnist_mlp"])[0]
+    assert "seed=8,9,10" in full and not any(c.startswith("fl.rounds") for c in full)
+    shrink = smoke_overrides(preset_cfg("fedcos_table2_fmnist_mlp"), set())
+    assert "fl.local_steps=5" in shrink and "fl.clients=7" in shrink
+    listing = list_targets()
+    assert all(f"reproduce-{t.name} |" in listing for t in TARGETS)
