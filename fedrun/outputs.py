@@ -51,20 +51,36 @@ def _plt():  # noqa: ANN202 - matplotlib imported lazily and headless
     return plt
 
 
-def plot_partition(counts: np.ndarray, path: Path, title: str = "samples per client and class") -> None:
+def save_figure(fig, path: Path, dpi: int = 100) -> None:  # noqa: ANN001 - a matplotlib Figure
+    """Lay out, write atomically (temp file, then rename) and close ``fig``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    _plt().close(fig)
+    os.replace(tmp, path)
+
+
+def plot_partition(
+    counts: np.ndarray,
+    path: Path,
+    title: str = "samples per client and class",
+    xlabel: str = "class",
+    xticks: list[str] | None = None,
+) -> None:
+    """Heatmap of a client-by-column count matrix (classes by default; domains with ``xticks`` names)."""
     plt = _plt()
-    n_clients, n_classes = counts.shape
-    fig, ax = plt.subplots(figsize=(max(4, 0.35 * n_classes + 2), max(3, 0.22 * n_clients + 1.5)))
+    n_clients, n_cols = counts.shape
+    col_width = 0.35 if xticks is None else 0.8
+    fig, ax = plt.subplots(figsize=(max(4, col_width * n_cols + 2), max(3, 0.22 * n_clients + 1.5)))
     im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set_xlabel("class")
+    if xticks is not None:
+        ax.set_xticks(range(n_cols), xticks, rotation=30, ha="right")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("client")
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label="samples")
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -79,8 +95,4 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)

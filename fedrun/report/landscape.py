@@ -22,6 +22,7 @@ import pandas as pd
 
 from fedrun.errors import ConfigError, DataError
 from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
+from fedrun.outputs import save_figure
 
 COMMANDS = ("line", "plane", "landscape", "coherence")
 
@@ -33,10 +34,7 @@ def _plt():  # noqa: ANN202 - matplotlib, headless
 
 
 def _save(fig, path: Path) -> None:  # noqa: ANN001 - a matplotlib Figure
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _plt().close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def plot_line(scan: dict[str, np.ndarray], path: Path, title: str) -> None:

@@ -55,24 +55,7 @@ def write_domain_table(run_dir: Path, counts: np.ndarray, names: list[str] | Non
 
 def plot_domains(counts: np.ndarray, names: list[str], path: Path) -> None:
     """Heatmap of samples per client (rows) and domain (columns, labelled by name)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n_clients, n_dom = counts.shape
-    fig, ax = plt.subplots(figsize=(max(4, 0.8 * n_dom + 2), max(3, 0.22 * n_clients + 1.5)))
-    im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set_xticks(range(n_dom), names, rotation=30, ha="right")
-    ax.set_xlabel("domain")
-    ax.set_ylabel("client")
-    ax.set_title("samples per client and domain")
-    fig.colorbar(im, ax=ax, label="samples")
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    plot_partition(counts, path, title="samples per client and domain", xlabel="domain", xticks=list(names))
 
 
 def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:
