@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fedrun import autodiff
 from fedrun.config import FLConfig
 from fedrun.models.base import FunctionalModel
 from fedrun.tree import Tensors, Tree, tree_map, weighted_mean
@@ -72,11 +73,14 @@ def sgd_step(
         factor = torch.clamp(grad_clip / (total + 1e-6), max=1.0)
         grads = {k: g * factor for k, g in grads.items()}
     if weight_decay:
-        grads = {k: g + weight_decay * params[k] for k, g in grads.items()}
+        grads = {k: torch.add(g, params[k], alpha=weight_decay) for k, g in grads.items()}
     if momentum and buf is not None:
         buf = {k: momentum * buf[k] + g for k, g in grads.items()}
         grads = buf
-    return {k: params[k] - lr * grads[k] for k in params}, buf
+    if isinstance(lr, torch.Tensor):  # a compiled step takes lr as a tensor
+        return {k: params[k] - lr * grads[k] for k in params}, buf
+    # one fused kernel and no lr * g temporary (torch.optim.SGD's own form)
+    return {k: torch.add(params[k], grads[k], alpha=-lr) for k in params}, buf
 
 
 class Algorithm:
@@ -123,7 +127,7 @@ class Algorithm:
 
     def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:
         """(gradient of the local objective, loss): overridden by SAM-style and control-variate methods."""
-        return torch.func.grad_and_value(self.local_loss)(params, batch, ctx)
+        return autodiff.grad_and_value(self.local_loss)(params, batch, ctx)
 
     def client_step(
         self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext

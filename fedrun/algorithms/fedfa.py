@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config import FLConfig
@@ -126,7 +127,7 @@ class FedFA(FedAvg):
         self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
     ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
         fl, st, anchors = self.fl, ctx.state, ctx.extras["anchors"]
-        grads, (loss, z) = torch.func.grad_and_value(self._loss, has_aux=True)(params, batch, ctx)
+        grads, (loss, z) = autodiff.grad_and_value(self._loss, has_aux=True)(params, batch, ctx)
         params, opt = sgd_step(params, grads, opt, ctx.lr, fl.momentum, fl.weight_decay, fl.grad_clip)
         params, st = self._calibrate(params, st, anchors, ctx.extras["flags"][1])
         # class means of this batch's features, accumulated for the anchor update
@@ -148,7 +149,7 @@ class FedFA(FedAvg):
         def calib_loss(h: Tensors) -> torch.Tensor:
             return F.cross_entropy(F.linear(anchors, h["weight"], h.get("bias")), target)
 
-        g = torch.func.grad(calib_loss)(head)
+        g = autodiff.grad(calib_loss)(head)
         b1, b2 = ADAM_BETAS
         t = st["adam_t"] + on
         m = {k: torch.where(on > 0, b1 * st["adam_m"][k] + (1 - b1) * g[k], st["adam_m"][k]) for k in head}

@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedsam import EPS, grad_at, sam_epsilon
@@ -56,11 +57,11 @@ def gam_official_grad(
     g0 = grad f(w); g1 = grad f(w + rho g0/|g0|); w2 = w + rho_n (g1-g0)/|g1-g0|; g2 = grad f(w2);
     g3 = grad f(w2 + rho g2/|g2|); d = b1 g1 + b3 g3; p = g0 + |b2| g2; return d - gamma (p - proj_d p).
     """
-    g0, loss = torch.func.grad_and_value(algo.local_loss)(params, batch, ctx)
+    g0, loss = autodiff.grad_and_value(algo.local_loss)(params, batch, ctx)
     g1 = grad_at(algo, params, sam_epsilon(g0, hp.rho), batch, ctx)
     e12 = sam_epsilon(tree_map(lambda a, b: a - b, g1, g0), hp.rho_norm)
     w2 = tree_map(lambda w, e: w + e.detach(), params, e12)
-    g2 = torch.func.grad(algo.local_loss)(w2, batch, ctx)
+    g2 = autodiff.grad(algo.local_loss)(w2, batch, ctx)
     g3 = grad_at(algo, w2, sam_epsilon(g2, hp.rho), batch, ctx)
     d = tree_map(lambda a, b: hp.beta1 * a + hp.beta3 * b, g1, g3)
     p = tree_map(lambda a, b: a + abs(hp.beta2) * b, g0, g2)
@@ -76,7 +77,7 @@ def gam_grad(
     """(grad f_GAM(w), f(w)): eq. 19, g + alpha rho grad f(w + rho g/||g||), or the official variant."""
     if hp.variant == "official":
         return gam_official_grad(algo, params, batch, ctx, hp)
-    g, loss = torch.func.grad_and_value(algo.local_loss)(params, batch, ctx)
+    g, loss = autodiff.grad_and_value(algo.local_loss)(params, batch, ctx)
     if hp.alpha == 0:
         return g, loss
     g_hat = grad_at(algo, params, sam_epsilon(g, hp.rho), batch, ctx)

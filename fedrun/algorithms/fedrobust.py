@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import torch
 
+from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.registry import ALGORITHMS, positive
@@ -84,7 +85,7 @@ class FedRobust(FedAvg):
     ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
         fl, hp = self.fl, self.hp
         adv = {"Lambda": ctx.state["Lambda"], "delta": ctx.state["delta"]}
-        (g_w, g_adv), loss = torch.func.grad_and_value(self.adv_loss, argnums=(0, 1))(params, adv, batch, ctx)
+        (g_w, g_adv), loss = autodiff.grad_and_value(self.adv_loss, argnums=(0, 1))(params, adv, batch, ctx)
         params, opt = sgd_step(params, g_w, opt, ctx.lr, fl.momentum, fl.weight_decay, fl.grad_clip)
         eye = torch.eye(adv["Lambda"].shape[-1], dtype=loss.dtype, device=loss.device)
         ident = eye if self.full else torch.ones_like(adv["delta"])

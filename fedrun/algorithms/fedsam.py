@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedcm import GlobalMomentum
@@ -36,7 +37,7 @@ def asam_epsilon(params: Tensors, grads: Tensors, rho: float, eta: float) -> Ten
 def grad_at(algo: FedAvg, params: Tensors, eps: Tensors, batch: Batch, ctx: ClientContext) -> Tensors:
     """Gradient of the local objective at w + eps (eps held fixed: SAM's first-order approximation)."""
     shifted = tree_map(lambda w, e: w + e.detach(), params, eps)
-    return torch.func.grad(algo.local_loss)(shifted, batch, ctx)
+    return autodiff.grad(algo.local_loss)(shifted, batch, ctx)
 
 
 @dataclass
