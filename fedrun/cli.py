@@ -9,10 +9,16 @@ Re-running the same command on the same run directory (or ``fedrun resume=<dir>`
 run's last checkpoint and skips a run that already finished; a directory holding a run of a different
 config is refused and left untouched. Re-running a sweep with the same ``hydra.sweep.dir`` does the same
 for each of its jobs.
+
+Each job returns its ``output.objective`` (summary.json's ``test_acc_last_k`` by default) to Hydra, so a
+sweeper such as Optuna's (``-m hydra/sweeper=optuna_tpe``, conf/hydra/sweeper/) can maximise it. A job that
+does not complete (bad input, failure, divergence) returns None: Optuna records that trial as FAIL and the
+study goes on; a study with no completed trial at all ends with one line and exit code 1.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -29,12 +35,13 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from fedrun.config import validate
+from fedrun.config import RunSpec, validate
 from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.errors import ConfigError, DataError, ResumeError
 from fedrun.outputs import atomic_write, write_json
 
 EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
 
 
 def one_line(message: str) -> str:
@@ -56,10 +63,43 @@ def _run_and_report(func: Any) -> Any:
     try:
         return func()
     except Exception as ex:  # noqa: BLE001 - every composition error is bad input
+        if _no_completed_trial(ex):
+            why = "each job's summary.json or error.txt says why"
+            print(f"fedrun: error: no trial of the study completed ({why})", file=sys.stderr)
+            sys.exit(EXIT_RUN_FAILED)
         # Hydra often says only "Error merging override x=y"; the why is in the cause
         cause = f": {ex.__cause__}" if ex.__cause__ is not None else ""
         print(f"fedrun: error: {one_line(str(ex) + cause)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+def _no_completed_trial(ex: BaseException) -> bool:
+    """Optuna's error for a study with no completed trial: the sweeper asks for the best one after the last.
+
+    Optuna words it after its storage ("No trials are completed yet.", "Record does not exist."), so it is
+    told by where it was raised: in ``Study.best_trial``.
+    """
+    frames = [frame for frame, _ in traceback.walk_tb(ex.__traceback__)]
+    return isinstance(ex, ValueError) and any(
+        f.f_code.co_name == "best_trial" and f.f_globals.get("__name__", "").startswith("optuna") for f in frames
+    )
+
+
+def sqlite_storage(path: str) -> str:
+    """``sqlite:///<absolute path>`` for an Optuna study in ``path``, its directory made first.
+
+    The Optuna sweeper preset (conf/hydra/sweeper/optuna_tpe.yaml) instantiates its ``storage`` with this:
+    SQLite does not create a missing directory.
+    """
+    file = Path(to_absolute_path(path))
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{file}"
+
+
+def objective(summary: dict[str, Any], spec: RunSpec) -> float | None:
+    """The value a completed run returns to a sweeper: summary.json's ``test_acc_<output.objective>``."""
+    value = summary.get(f"test_acc_{spec.output.objective}") if summary.get("status") == "completed" else None
+    return None if value is None else float(value)
 
 
 def _reject(run_dir: Path, message: str, multirun: bool, wipe: bool = True) -> None:
@@ -99,15 +139,18 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
-def _job(cfg: DictConfig) -> None:
+def _job(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]" if multirun else ""
-    execute(cfg, Path(hc.runtime.output_dir), multirun, label)
+    return execute(cfg, Path(hc.runtime.output_dir), multirun, label)
 
 
-def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> None:
-    """Validate, then start, continue or skip the run in ``run_dir``; report the outcome (exit codes)."""
+def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> float | None:
+    """Validate, then start, continue or skip the run in ``run_dir``; report the outcome (exit codes).
+
+    Returns the run's :func:`objective` (also for a completed run that is skipped), None for any other outcome.
+    """
     earlier = (run_dir / "config.yaml").is_file()  # an earlier run's files are never wiped
     try:
         spec = validate(cfg)
@@ -125,7 +168,7 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
             )
             if prior != "completed" and not multirun:
                 sys.exit(1)
-            return None
+            return objective(json.loads((run_dir / "summary.json").read_text()), spec)
         run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; a direct call may not have
         atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(spec.raw))
         summary = run(spec, run_dir)
@@ -151,7 +194,7 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
         print(f"fedrun: {label or run_dir}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
         if not multirun:
             sys.exit(1)
-    return None
+    return objective(summary, spec)
 
 
 def resume(run_dir: Path, overrides: list[str]) -> None:

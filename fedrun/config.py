@@ -132,12 +132,19 @@ class CheckpointConfig:
         positive("every", self.every, allow_zero=True)
 
 
+OBJECTIVES = ("last_k", "final", "best")  # summary.json's test_acc_last_k / _final / _best
+
+
 @dataclass
 class OutputConfig:
     """What a run prints and writes (``output.*``)."""
 
     quiet: bool = False  # no progress bar or summary table (the default inside a multirun)
     plots: bool = True
+    objective: str = "last_k"  # what a run returns to a Hydra sweeper (Optuna): summary.json's test_acc_<objective>
+
+    def __post_init__(self) -> None:
+        one_of("objective", self.objective, OBJECTIVES)
 
 
 @dataclass
