@@ -72,7 +72,7 @@ def commands(
 ) -> list[list[str]]:
     """One ``fedrun -m`` command per (preset, method); each sweeps settings and seeds into its own dir."""
     cmds = []
-    swept = {k for k, _ in target.sweep}
+    swept = dict(target.sweep)
     seeds = target.seeds[:1] if smoke else target.seeds
     for preset in target.presets:
         if presets and preset not in presets:
@@ -131,9 +131,8 @@ def cost_seconds(target: Target, smoke: bool = False) -> tuple[float, bool]:
     model's measured rate (unmeasured models: the FedIMA CNN's rate, a rough guess), plus the fixed cost of
     each run and each multirun invocation. ``smoke``: the -smoke sweep in one process (fedrun/repro/smoke.py)."""
     if smoke:
-        per_setting = target.runs(smoke=True) // (len(target.presets) * _settings(target))
         return SMOKE_START_S + sum(
-            smoke_seconds(preset_cfg(p), target.sweep, per_setting) for p in target.presets
+            smoke_seconds(preset_cfg(p), target.sweep, target.methods) for p in target.presets
         ), True
     total, measured = 0.0, True
     for preset in target.presets:
@@ -142,13 +141,6 @@ def cost_seconds(target: Target, smoke: bool = False) -> tuple[float, bool]:
         total += preset_samples(target, preset) * SEC_PER_SAMPLE.get(model, SEC_PER_SAMPLE["ima_cnn"])
     invocations = len(target.presets) * len(target.methods)
     return total + target.runs() * RUN_OVERHEAD_S + invocations * INVOCATION_OVERHEAD_S, measured
-
-
-def _settings(target: Target) -> int:
-    n = 1
-    for _, values in target.sweep:
-        n *= len(values.split(","))
-    return n
 
 
 def list_targets() -> str:

@@ -18,13 +18,13 @@ from omegaconf import OmegaConf
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 SMOKE = {
     "rounds": 2,
-    "clients": 10,
+    "clients": 5,
     "local_steps": 1,
     "batch_size": 4,
     "train": 300,
     "test": 100,
     "proxy_per_class": 1,
-    "server_epochs": 2,  # FedLAW (SWA) splits its epochs in two halves: 2 is the least that runs both
+    "server_epochs": 1,  # FedLAW (SWA) splits its epochs in two halves: it gets 2, the least that runs both
 }
 # Cost of a -smoke run on this CPU (2 shared cores), by model: CPU seconds per sample of a client step
 # (torch.func.grad of the loss, batch 10) and of evaluation (one batch of 200), one torch thread, inputs of the
@@ -49,17 +49,20 @@ SMOKE_SEC_PER_SAMPLE = {  # model: (train, eval)
     "wrn56_4": (7.6e-2, 3.5e-2),
     "densenet121": (8.3e-2, 5.0e-2),
 }
-SMOKE_START_S = 6.0  # Python, torch and Hydra imports, composing the presets
-SMOKE_RUN_S = 0.4  # per run: compose, validate, partition, model, files (measured: fedlaw-table3, FMNIST MLP)
+# Fixed costs, CPU seconds: start-up (imports, presets, first Fashion-MNIST load, report) of a 1-run target 4.3;
+# per run (compose, validate, partition, model, files) 0.15-1.0 over the Fashion-MNIST runs of 7 targets, whose
+# CPU time this model predicts within -30%..+80% (fedima-table1 40 runs: 24.9 s predicted, 32.7 s measured).
+SMOKE_START_S = 4.5
+SMOKE_RUN_S = 0.4
 CLASSES = {"cifar100": 100, "emnist": 62, "pacs": 7, "shakespeare": 80}  # others: 10
 
 
-def smoke_overrides(cfg: dict[str, Any], swept: set[str]) -> list[str]:
-    """Shrink a preset (``cfg``, composed): 2 rounds of at most 10 clients, each 1 local step of batch <= 8
-    whatever its epochs (a swept ``fl.local_epochs`` keeps its columns), a 500/200-sample subset evaluated once
-    at the end, a proxy set of <= 1 per class, the sequential engine (no timing probe) on one thread (batches
-    this small gain nothing from more, and on a busy CPU threads waiting for each other cost 10x), no
-    checkpoints. Keys in ``swept`` keep their swept values."""
+def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
+    """Shrink a preset (``cfg``, composed) by ``SMOKE``: 2 rounds of at most 5 clients (whole groups per domain),
+    each 1 local step of batch <= 4 whatever its epochs (a swept ``fl.local_epochs`` keeps its columns), a
+    300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
+    probe) on one thread (batches this small gain nothing from more, and on a busy CPU threads waiting for each
+    other cost 10x), no checkpoints. Keys in ``swept`` (key: comma-separated values) keep their swept values."""
     fl = cfg["fl"]
     shrink: dict[str, Any] = {
         "fl.rounds": SMOKE["rounds"],
@@ -71,13 +74,32 @@ def smoke_overrides(cfg: dict[str, Any], swept: set[str]) -> list[str]:
         "checkpoint.keep_final": "false",
         "hardware.engine": "sequential",
         "hardware.threads": 1,
-        "fl.clients": min(fl["clients"], SMOKE["clients"]),
+        "fl.clients": smoke_clients(cfg, swept),
         "fl.batch_size": min(fl["batch_size"], SMOKE["batch_size"]),
         "fl.local_steps": min(fl.get("local_steps") or SMOKE["local_steps"], SMOKE["local_steps"]),
     }
+    if cfg["partition"].get("clients_per_domain"):
+        shrink["partition.clients_per_domain"] = smoke_clients(cfg, swept) // len(cfg["data"]["domains"])
     if cfg["proxy"]["per_class"]:
         shrink["proxy.per_class"] = min(cfg["proxy"]["per_class"], SMOKE["proxy_per_class"])
     return [f"{k}={v}" for k, v in shrink.items() if k not in swept]
+
+
+def smoke_clients(cfg: dict[str, Any], swept: dict[str, str]) -> int:
+    """``SMOKE["clients"]``, or more where a fixed-size cohort of the (smallest swept) participation needs them
+    (0.1: 10), rounded up to whole groups per domain with ``partition=domains``; never more than the preset's."""
+    fl = cfg["fl"]
+    rate = min(float(p) for p in swept.get("fl.participation", str(fl["participation"])).split(","))
+    need = (
+        1
+        if fl.get("sampling") == "bernoulli"
+        else next((n for n in range(1, fl["clients"]) if int(rate * n)), fl["clients"])
+    )
+    clients = max(SMOKE["clients"], need)
+    if cfg["partition"].get("name") == "domains" and cfg["data"].get("domains"):
+        domains = len(cfg["data"]["domains"])
+        clients = -(-clients // domains) * domains
+    return min(clients, fl["clients"])
 
 
 def smoke_method_overrides(overrides: tuple[str, ...]) -> list[str]:
@@ -86,8 +108,13 @@ def smoke_method_overrides(overrides: tuple[str, ...]) -> list[str]:
     keys = {o.split("=", 1)[0] for o in overrides}
     node = algorithm_yaml(alg) if alg else {}
     if "server_epochs" in node and "algorithm.server_epochs" not in keys:
-        return [f"algorithm.server_epochs={min(node['server_epochs'], SMOKE['server_epochs'])}"]
+        return [f"algorithm.server_epochs={server_epochs(node)}"]
     return []
+
+
+def server_epochs(node: dict[str, Any]) -> int:
+    """An algorithm config's server epochs, shrunk (FedLAW's SWA variant: 2, one per half)."""
+    return min(node.get("server_epochs", 0), 2 * SMOKE["server_epochs"] if node.get("swa") else SMOKE["server_epochs"])
 
 
 @functools.cache
@@ -97,26 +124,37 @@ def algorithm_yaml(name: str) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}  # type: ignore[return-value]
 
 
-def smoke_run_seconds(cfg: dict[str, Any], settings: dict[str, str]) -> tuple[float, bool]:
+def smoke_run_seconds(cfg: dict[str, Any], settings: dict[str, str], algorithm: str = "fedavg") -> tuple[float, bool]:
     """(estimated seconds, whether the model's rate was measured) of one -smoke run of preset ``cfg`` with the
-    swept ``settings``: fixed cost + client samples x train rate + evaluated samples x eval rate."""
+    swept ``settings``: fixed cost + client samples x train rate + evaluated samples x eval rate + the server's
+    epochs on the proxy set (FedDF/FedBE: with every client model, and FedBE's two more, as teachers)."""
     fl = cfg["fl"]
     model = settings.get("model", cfg["model"]["name"])
-    clients = int(settings.get("fl.clients", min(fl["clients"], SMOKE["clients"])))
+    clients = int(settings.get("fl.clients", smoke_clients(cfg, settings)))
     cohort = max(int(float(settings.get("fl.participation", fl["participation"])) * clients), 1)
     steps = SMOKE["local_steps"] if not fl.get("local_steps") else min(fl["local_steps"], SMOKE["local_steps"])
     trained = SMOKE["rounds"] * cohort * steps * min(fl["batch_size"], SMOKE["batch_size"])
-    classes = CLASSES.get(cfg["data"]["name"], 10)
-    proxy = min(cfg["proxy"]["per_class"], SMOKE["proxy_per_class"]) * classes
+    proxy = min(cfg["proxy"]["per_class"], SMOKE["proxy_per_class"]) * CLASSES.get(cfg["data"]["name"], 10)
     evaluated = max(SMOKE["test"] - proxy, 0) + (SMOKE["train"] if cfg["eval"].get("train_acc") else 0)
+    epochs = server_epochs(algorithm_yaml(algorithm))
+    teachers = {"feddf": cohort, "fedbe": cohort + 2}.get(algorithm, 0)
     train_rate, eval_rate = SMOKE_SEC_PER_SAMPLE.get(model, SMOKE_SEC_PER_SAMPLE["resnet18"])
-    return SMOKE_RUN_S + trained * train_rate + evaluated * eval_rate, model in SMOKE_SEC_PER_SAMPLE
+    server = SMOKE["rounds"] * epochs * proxy * (train_rate + teachers * eval_rate)
+    seconds = SMOKE_RUN_S + trained * train_rate + evaluated * eval_rate + server
+    return seconds, model in SMOKE_SEC_PER_SAMPLE
 
 
-def smoke_seconds(cfg: dict[str, Any], sweep: tuple[tuple[str, str], ...], runs_per_setting: int) -> float:
-    """Estimated seconds of a preset's -smoke runs: every swept setting, ``runs_per_setting`` runs each."""
-    keys = [k for k, _ in sweep]
+def smoke_seconds(cfg: dict[str, Any], sweep: tuple[tuple[str, str], ...], methods: tuple[Any, ...]) -> float:
+    """Estimated seconds of a preset's -smoke runs: every method (``Method``, its own sweep counted) and
+    swept setting."""
+    keys, clients = [k for k, _ in sweep], str(smoke_clients(cfg, dict(sweep)))
     total = 0.0
-    for values in itertools.product(*(v.split(",") for _, v in sweep)):
-        total += runs_per_setting * smoke_run_seconds(cfg, dict(zip(keys, values, strict=True)))[0]
+    for meth in methods:
+        alg = next((o.split("=", 1)[1] for o in meth.overrides if o.startswith("algorithm=")), "fedavg")
+        runs = 1
+        for o in meth.overrides:
+            runs *= len(o.partition("=")[2].split(","))
+        for values in itertools.product(*(v.split(",") for _, v in sweep)):
+            settings = {"fl.clients": clients, **dict(zip(keys, values, strict=True))}
+            total += runs * smoke_run_seconds(cfg, settings, alg)[0]
     return total
