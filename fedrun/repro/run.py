@@ -27,7 +27,13 @@ from omegaconf import OmegaConf
 import fedrun.config  # noqa: F401 - registers the fedrun_schema structured config
 from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.repro.registry import BY_NAME, TARGETS, Target
-from fedrun.repro.smoke import SMOKE_START_S, smoke_method_overrides, smoke_overrides, smoke_seconds
+from fedrun.repro.smoke import (
+    SMOKE_SEC_PER_SAMPLE,
+    SMOKE_START_S,
+    smoke_method_overrides,
+    smoke_overrides,
+    smoke_seconds,
+)
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 # training-set sizes used for the cost estimate (approximate where marked)
@@ -131,9 +137,11 @@ def cost_seconds(target: Target, smoke: bool = False) -> tuple[float, bool]:
     model's measured rate (unmeasured models: the FedIMA CNN's rate, a rough guess), plus the fixed cost of
     each run and each multirun invocation. ``smoke``: the -smoke sweep in one process (fedrun/repro/smoke.py)."""
     if smoke:
-        return SMOKE_START_S + sum(
-            smoke_seconds(preset_cfg(p), target.sweep, target.methods) for p in target.presets
-        ), True
+        models = {preset_cfg(p)["model"]["name"] for p in target.presets} | set(
+            dict(target.sweep).get("model", "").split(",")
+        )
+        total = SMOKE_START_S + sum(smoke_seconds(preset_cfg(p), target.sweep, target.methods) for p in target.presets)
+        return total, models - {""} <= SMOKE_SEC_PER_SAMPLE.keys()
     total, measured = 0.0, True
     for preset in target.presets:
         model = preset_cfg(preset)["model"]["name"]
@@ -161,8 +169,8 @@ def list_targets() -> str:
         "\nCost = client-samples x measured s/sample of the model (FMNIST MLP and FedIMA CNN measured; '~': a model"
         " not measured, costed at the CNN's rate) + per-run and per-invocation start-up. -smoke: all runs in one"
         " process, per-model train/eval rates of the shrunk runs + per-run and start-up cost, all measured"
-        " (fedrun/repro/smoke.py), with every dataset on disk; a run whose dataset is missing fails in"
-        " milliseconds. CPU only; GPU not measured."
+        " (fedrun/repro/smoke.py), with every dataset on disk (a run whose dataset is missing fails in"
+        " ~0.1 s). CPU only; GPU not measured."
     )
     return "\n".join(lines)
 
