@@ -32,7 +32,7 @@ bench: install data
 ## Paper tables (registry: fedrun/repro/registry.py; presets: conf/experiment/<paper>_<table>_*.yaml)
 ##   make reproduce-list                   every target: paper, run count, estimated CPU cost
 ##   make reproduce-fedlaw-table3          the whole sweep (Hydra multirun), then the table in the paper's layout
-##   make reproduce-fedlaw-table3-smoke    the same sweep shrunk (2 rounds, <= 10 clients, 2000 samples)
+##   make reproduce-fedlaw-table3-smoke    the same sweep shrunk (2 rounds, <= 5 clients, 1 step, 300 samples), one process
 ##   REPRO_ARGS="--dry-run" / "--methods FedAvg,FedLAW" / "--presets fedlaw_table3_fmnist_mlp" narrow a target
 reproduce-list: install
 	$(BIN)/python scripts/reproduce.py list

@@ -29,6 +29,7 @@ from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, fingerprint, load_che
 from fedrun.config import FLConfig, RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.federated import FederatedData
+from fedrun.data.memo import load_source
 from fedrun.data.partition import class_counts, make_partition, partition_stats
 from fedrun.data.partitions.longtail import apply_longtail
 from fedrun.data.proxy import ProxySet, carve_proxy
@@ -62,7 +63,9 @@ def resolve_device(name: str) -> torch.device:
 
 def load_data(spec: RunSpec) -> Dataset:
     p = spec.data.params
-    data = spec.data.obj(p).cap(p.max_train_samples, p.max_test_samples, derive(spec.seed, "cap"))
+    data = load_source(spec.data.name, spec.data.obj, p).cap(
+        p.max_train_samples, p.max_test_samples, derive(spec.seed, "cap")
+    )
     if p.longtail_rho is not None:
         data = apply_longtail(data, p.longtail_rho, np_rng(spec.seed, "longtail"))
     check_clients_vs_samples(spec.fl.clients, len(data.train))

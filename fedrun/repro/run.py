@@ -2,6 +2,10 @@
 
 scripts/reproduce.py list                       every target: paper, runs, estimated CPU cost
 scripts/reproduce.py fedlaw-table3 [--smoke] [--dry-run] [--out DIR] [--methods FedAvg,FedLAW] [--presets P,...]
+
+A full sweep runs one ``fedrun -m`` process per (preset, method). ``--smoke`` adds the shrink of
+fedrun/repro/smoke.py to the same commands and runs their jobs in this process (fedrun/repro/sweep.py: same
+jobs, directories and results), so start-up and data loading are paid once, not per command.
 """
 
 from __future__ import annotations
@@ -21,10 +25,17 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import fedrun.config  # noqa: F401 - registers the fedrun_schema structured config
+from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.repro.registry import BY_NAME, TARGETS, Target
+from fedrun.repro.smoke import (
+    SMOKE_SEC_PER_SAMPLE,
+    SMOKE_START_S,
+    smoke_method_overrides,
+    smoke_overrides,
+    smoke_seconds,
+)
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
-SMOKE = {"rounds": 2, "clients": 10, "local_steps": 5, "train": 2000, "test": 600}
 # training-set sizes used for the cost estimate (approximate where marked)
 TRAIN_SIZE = {
     "fmnist": 60000,
@@ -62,32 +73,12 @@ def _preset_cfg(preset: str) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
 
 
-def smoke_overrides(cfg: dict[str, Any], swept: set[str]) -> list[str]:
-    """Shrink a preset: few rounds and clients, a data subset, at most a few local steps or one epoch."""
-    fl = cfg["fl"]
-    out = [
-        f"fl.rounds={SMOKE['rounds']}",
-        f"data.max_train_samples={SMOKE['train']}",
-        f"data.max_test_samples={SMOKE['test']}",
-        "eval.last_k=1",
-        "checkpoint.every=0",
-        "hardware.engine=sequential",
-    ]
-    if "fl.clients" not in swept:
-        out.append(f"fl.clients={min(fl['clients'], SMOKE['clients'])}")
-    if fl.get("local_steps"):
-        out.append(f"fl.local_steps={min(fl['local_steps'], SMOKE['local_steps'])}")
-    elif "fl.local_epochs" not in swept:
-        out.append("fl.local_epochs=1")
-    return out
-
-
 def commands(
     target: Target, out: Path, smoke: bool = False, methods: list[str] | None = None, presets: list[str] | None = None
 ) -> list[list[str]]:
     """One ``fedrun -m`` command per (preset, method); each sweeps settings and seeds into its own dir."""
     cmds = []
-    swept = {k for k, _ in target.sweep}
+    swept = dict(target.sweep)
     seeds = target.seeds[:1] if smoke else target.seeds
     for preset in target.presets:
         if presets and preset not in presets:
@@ -111,6 +102,7 @@ def commands(
                 "output.quiet=true",
                 "output.plots=false",
                 *extra,
+                *(smoke_method_overrides(meth.overrides) if smoke else []),
                 f"hydra.sweep.dir={out / preset / f'm{i:02d}'}",
             ]
             cmds.append(cmd)
@@ -123,38 +115,40 @@ def report_args(target: Target, out: Path) -> list[str]:
     return args + (["--select", target.select] if target.select else [])
 
 
-def preset_samples(target: Target, preset: str, smoke: bool = False) -> float:
+def preset_samples(target: Target, preset: str) -> float:
     """Client samples trained by the target's runs of one preset, from its rounds, cohort and local work."""
     cfg = preset_cfg(preset)
     fl = cfg["fl"]
-    clients = min(fl["clients"], SMOKE["clients"]) if smoke else fl["clients"]
-    rounds = SMOKE["rounds"] if smoke else fl["rounds"]
-    n = SMOKE["train"] if smoke else TRAIN_SIZE.get(cfg["data"]["name"], 50000)
-    steps = fl.get("local_steps")
-    if steps:
-        per_client = (min(steps, SMOKE["local_steps"]) if smoke else steps) * fl["batch_size"]
-    else:
-        per_client = (1 if smoke else fl["local_epochs"]) * n / clients
-    runs = target.runs(smoke) / len(target.presets)
-    return runs * rounds * max(int(fl["participation"] * clients), 1) * per_client
+    n = TRAIN_SIZE.get(cfg["data"]["name"], 50000)
+    per_client = (
+        fl["local_steps"] * fl["batch_size"] if fl.get("local_steps") else fl["local_epochs"] * n / fl["clients"]
+    )
+    runs = target.runs() / len(target.presets)
+    return runs * fl["rounds"] * max(int(fl["participation"] * fl["clients"]), 1) * per_client
 
 
-def client_samples(target: Target, smoke: bool = False) -> float:
+def client_samples(target: Target) -> float:
     """Client samples trained by the whole sweep."""
-    return sum(preset_samples(target, p, smoke) for p in target.presets)
+    return sum(preset_samples(target, p) for p in target.presets)
 
 
 def cost_seconds(target: Target, smoke: bool = False) -> tuple[float, bool]:
     """(estimated CPU seconds, whether every model's rate was measured): per preset, client-samples x the
     model's measured rate (unmeasured models: the FedIMA CNN's rate, a rough guess), plus the fixed cost of
-    each run and each multirun invocation."""
+    each run and each multirun invocation. ``smoke``: the -smoke sweep in one process (fedrun/repro/smoke.py)."""
+    if smoke:
+        models = {preset_cfg(p)["model"]["name"] for p in target.presets} | set(
+            dict(target.sweep).get("model", "").split(",")
+        )
+        total = SMOKE_START_S + sum(smoke_seconds(preset_cfg(p), target.sweep, target.methods) for p in target.presets)
+        return total, models - {""} <= SMOKE_SEC_PER_SAMPLE.keys()
     total, measured = 0.0, True
     for preset in target.presets:
         model = preset_cfg(preset)["model"]["name"]
         measured &= model in SEC_PER_SAMPLE
-        total += preset_samples(target, preset, smoke) * SEC_PER_SAMPLE.get(model, SEC_PER_SAMPLE["ima_cnn"])
+        total += preset_samples(target, preset) * SEC_PER_SAMPLE.get(model, SEC_PER_SAMPLE["ima_cnn"])
     invocations = len(target.presets) * len(target.methods)
-    return total + target.runs(smoke) * RUN_OVERHEAD_S + invocations * INVOCATION_OVERHEAD_S, measured
+    return total + target.runs() * RUN_OVERHEAD_S + invocations * INVOCATION_OVERHEAD_S, measured
 
 
 def list_targets() -> str:
@@ -173,8 +167,10 @@ def list_targets() -> str:
         )
     lines.append(
         "\nCost = client-samples x measured s/sample of the model (FMNIST MLP and FedIMA CNN measured; '~': a model"
-        " not measured, costed at the CNN's rate) + per-run and per-invocation start-up measured on a -smoke"
-        " target. CPU only; GPU not measured."
+        " not measured, costed at the CNN's rate) + per-run and per-invocation start-up. -smoke: all runs in one"
+        " process, per-model train/eval rates of the shrunk runs + per-run and start-up cost, all measured"
+        " (fedrun/repro/smoke.py), with every dataset on disk (a run whose dataset is missing fails in"
+        " ~0.1 s). CPU only; GPU not measured."
     )
     return "\n".join(lines)
 
@@ -183,7 +179,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="reproduce.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="'list' or a target name, e.g. fedlaw-table3")
     ap.add_argument(
-        "--smoke", action="store_true", help="the same sweep shrunk (2 rounds, <= 10 clients, 2000 samples)"
+        "--smoke",
+        action="store_true",
+        help="the same sweep shrunk to seconds per run (fedrun/repro/smoke.py), run in this process",
     )
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     ap.add_argument("--out", type=Path, default=None, help="sweep root (default outputs/reproduce/<target>[-smoke])")
@@ -213,10 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     methods = [x for x in args.methods.split(",") if x] or None
     presets = [x for x in args.presets.split(",") if x] or None
     cmds = commands(target, out, args.smoke, methods, presets)
-    for cmd in cmds:
-        print(shlex.join(cmd[1:]) if args.dry_run else f"[reproduce] {shlex.join(cmd[3:])}", flush=True)
-        if not args.dry_run and subprocess.run(cmd, check=False).returncode != 0:
+    if args.dry_run:
+        print("\n".join(shlex.join(cmd[1:]) for cmd in cmds))
+    elif args.smoke:  # seconds-long runs: one process for all, so start-up and data loading are paid once
+        from fedrun.repro.sweep import run_commands
+
+        tune_glibc_malloc()
+        if run_commands([cmd[4:] for cmd in cmds]):
             print("reproduce.py: a sweep failed; the table below shows which runs", file=sys.stderr)
+    else:
+        for cmd in cmds:
+            print(f"[reproduce] {shlex.join(cmd[3:])}", flush=True)
+            if subprocess.run(cmd, check=False).returncode != 0:
+                print("reproduce.py: a sweep failed; the table below shows which runs", file=sys.stderr)
     rep = report_args(target, out)
     if args.dry_run:
         print("fedrun-report " + shlex.join(rep))

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from fedrun.repro.registry import BY_NAME, TARGETS
-from fedrun.repro.run import commands, list_targets, preset_cfg, smoke_overrides
+from fedrun.repro.run import commands, list_targets, preset_cfg
+from fedrun.repro.smoke import SMOKE, smoke_overrides
 
 PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml"))
 
@@ -59,11 +60,11 @@ def test_run_counts_commands_and_smoke_shrink(tmp_path: Path) -> None:
     cmds = commands(law, tmp_path, smoke=True, methods=["FedAvg"], presets=["fedlaw_table3_fmnist_mlp"])
     assert len(cmds) == 1
     cmd = cmds[0]
-    assert "seed=8" in cmd and "partition.alpha=100,0.1" in cmd and "fl.rounds=2" in cmd
+    assert "seed=8" in cmd and "partition.alpha=100,0.1" in cmd and f"fl.rounds={SMOKE['rounds']}" in cmd
     assert f"hydra.sweep.dir={tmp_path / 'fedlaw_table3_fmnist_mlp' / 'm00'}" in cmd
     full = commands(law, tmp_path, methods=["FedLAW"], presets=["fedlaw_table3_fmnist_mlp"])[0]
     assert "seed=8,9,10" in full and not any(c.startswith("fl.rounds") for c in full)
-    shrink = smoke_overrides(preset_cfg("fedcos_table2_fmnist_mlp"), set())
-    assert "fl.local_steps=5" in shrink and "fl.clients=7" in shrink
+    shrink = smoke_overrides(preset_cfg("fedcos_table2_fmnist_mlp"), {})
+    assert f"fl.local_steps={SMOKE['local_steps']}" in shrink and f"fl.clients={min(7, SMOKE['clients'])}" in shrink
     listing = list_targets()
     assert all(f"reproduce-{t.name} |" in listing for t in TARGETS)

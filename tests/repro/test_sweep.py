@@ -1,0 +1,66 @@
+"""Sweeps run in-process (fedrun/repro/sweep.py) give the jobs, directories and results of ``fedrun -m``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedrun.outputs import TIMING_COLUMNS
+from fedrun.repro.sweep import expand, run_commands, split_command
+
+TINY = [
+    "data.max_train_samples=400",
+    "data.max_test_samples=100",
+    "fl.clients=4",
+    "fl.rounds=2",
+    "fl.local_steps=1",
+    "output.plots=false",
+    "hardware.engine=sequential",
+    "hardware.threads=1",
+    "checkpoint.every=0",
+]
+
+
+def test_expand_is_the_cartesian_product_in_override_order() -> None:
+    jobs = expand(["seed=1,2", "fl.rounds=3", "++tags.method='FedProx(0.1)+FedCos(0.02)'", "fl.lr=0.1,0.2"])
+    assert len(jobs) == 4
+    assert [j[0] for j in jobs] == ["seed=1", "seed=1", "seed=2", "seed=2"]
+    assert [j[-1] for j in jobs] == ["fl.lr=0.1", "fl.lr=0.2", "fl.lr=0.1", "fl.lr=0.2"]
+    assert all(j[2] == "++tags.method='FedProx(0.1)+FedCos(0.02)'" for j in jobs)
+
+
+def test_split_command_keeps_task_overrides_and_the_sweep_dir(tmp_path: Path) -> None:
+    sweep, overrides = split_command(["-m", "seed=1,2", "hydra.job.chdir=false", f"hydra.sweep.dir={tmp_path}"])
+    assert sweep == tmp_path and overrides == ["seed=1,2"]
+    with pytest.raises(ValueError, match="hydra.sweep.dir"):
+        split_command(["seed=1"])
+
+
+def test_in_process_jobs_equal_fedrun_multirun_jobs(run_cli, tmp_path: Path) -> None:
+    sweep = ["partition.alpha=100,0.1", "++tags.method='FedProx(0.1)'", *TINY, f"cache_dir={tmp_path / 'cache'}"]
+    r = run_cli("-m", *sweep, run_dir=tmp_path / "cli")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert run_commands([["-m", *sweep, f"hydra.sweep.dir={tmp_path / 'inproc'}"]], log=False) == 0
+    for job in ("0", "1"):
+        cli, mine = tmp_path / "cli" / job, tmp_path / "inproc" / job
+        read = lambda d: yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())  # noqa: E731
+        assert [o for o in read(cli) if not o.startswith("cache_dir")] == [
+            o for o in read(mine) if not o.startswith("cache_dir")
+        ]
+        a, b = (pd.read_csv(d / "metrics.csv").drop(columns=list(TIMING_COLUMNS), errors="ignore") for d in (cli, mine))
+        pd.testing.assert_frame_equal(a, b)
+        assert yaml.safe_load((cli / "config.yaml").read_text()) == yaml.safe_load((mine / "config.yaml").read_text())
+    assert yaml.safe_load((tmp_path / "inproc" / "1" / "config.yaml").read_text())["partition"]["alpha"] == 0.1
+
+
+def test_bad_command_is_one_line_and_the_other_commands_run(tmp_path: Path, capsys) -> None:
+    bad = ["-m", "algorithm=nope", f"hydra.sweep.dir={tmp_path / 'bad'}"]
+    missing = ["-m", "data=cifar10", f"data.root={tmp_path / 'none'}", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'ok'}"]
+    assert run_commands([bad, missing], log=False) == 1
+    err = capsys.readouterr().err
+    assert "fedrun: error: algorithm: unknown option 'nope'; valid:" in err and "fedavg" in err
+    assert "cifar10: folder cifar-10-batches-py not found" in (tmp_path / "ok" / "1" / "error.txt").read_text()
+    assert (tmp_path / "ok" / "0" / "error.txt").is_file() and not (tmp_path / "bad").exists()
