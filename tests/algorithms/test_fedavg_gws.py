@@ -15,7 +15,13 @@ from fedrun.outputs import TIMING_COLUMNS
 from fedrun.runner import build_experiment, run
 from fedrun.tree import stack
 
-SMALL = ("experiment=smoke", "data.max_train_samples=300", "data.max_test_samples=100", "fl.clients=3", "hardware.threads=1")
+SMALL = (
+    "experiment=smoke",
+    "data.max_train_samples=300",
+    "data.max_test_samples=100",
+    "fl.clients=3",
+    "hardware.threads=1",
+)
 
 
 def test_aggregate_is_gamma_times_fedavg(make_spec) -> None:
