@@ -208,6 +208,20 @@ class ProxyConfig:
 
 
 @dataclass
+class CorruptConfig:
+    """Corrupted-label clients (``corrupt.*``; FedLAW Table 8): round(``fraction`` x N) clients, chosen from the
+    seed, train with the two classes in ``labels`` swapped (see fedrun/data/corrupt.py). 0 = none."""
+
+    fraction: float = 0.0
+    labels: list[int] = field(default_factory=lambda: [0, 1])
+
+    def __post_init__(self) -> None:
+        in_range("fraction", self.fraction, 0.0, 1.0)
+        if len(self.labels) != 2 or self.labels[0] == self.labels[1] or min(self.labels) < 0:
+            raise ConfigError("labels", f"must be two different class ids >= 0, got {self.labels}")
+
+
+@dataclass
 class FedrunConfig:
     """The whole run configuration; component groups are free-form here and validated by their registry."""
 
@@ -222,6 +236,7 @@ class FedrunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ima: IMAConfig = field(default_factory=IMAConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
@@ -258,6 +273,7 @@ class RunSpec:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ima: IMAConfig = field(default_factory=IMAConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
@@ -292,6 +308,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
         raw=raw,
         ima=_section(IMAConfig, raw.get("ima"), "ima"),
         proxy=_section(ProxyConfig, raw.get("proxy"), "proxy"),
+        corrupt=_section(CorruptConfig, raw.get("corrupt"), "corrupt"),
         tracking=_section(TrackingConfig, raw.get("tracking"), "tracking"),
     )
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
