@@ -88,6 +88,7 @@ class EvalConfig:
     client_acc: bool = False  # per-client accuracy spread (FedSAM): client_acc_mean/_std... columns
     client_acc_split: str = "test"  # test: the test split re-weighted to each client's data; train: own data
     diagnostics: bool = False  # FedLAW coherence / global-gradient norm, FedIMA client-global distance
+    client_weights: bool = False  # each cohort client's weight in the aggregate per round: client_weights.csv
 
     def __post_init__(self) -> None:
         positive("every", self.every)

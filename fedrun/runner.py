@@ -37,6 +37,7 @@ from fedrun.devices import job_device, multirun_job_num
 from fedrun.engines.auto import EngineFactory, precision_context
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
+from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE, effective_weights, resumed_rows, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
@@ -267,6 +268,12 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
         write_metrics(run_dir / "metrics.csv", rows)
     else:
         (run_dir / "metrics.csv").unlink(missing_ok=True)
+    weights_path = run_dir / CLIENT_WEIGHTS_FILE
+    weight_log = resumed_rows(weights_path, start) if spec.eval.client_weights else []
+    if weight_log:
+        write_metrics(weights_path, weight_log)
+    else:
+        weights_path.unlink(missing_ok=True)
 
     def checkpoint(done: int) -> None:
         counters = {"samples": samples, "train_time": train_time, "agg_time": agg_time}
@@ -328,6 +335,10 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
                 if not all_finite(params):
                     bad = first_nonfinite_client(res.uploads, clients)
                     raise DivergenceError(rnd, bad, "non-finite global model after aggregation")
+                if ev.client_weights:
+                    coef = effective_weights(res.uploads["params"], params)
+                    weight_log += weight_rows(rnd, clients, sizes, weights, coef)
+                    write_metrics(weights_path, weight_log)
                 if (rnd + 1) % spec.eval.every == 0 or rnd == fl.rounds - 1:
                     acc, loss = evaluate(exp.model, params, exp.fed, exp.fed.test, spec.eval.batch_size)
                     row: dict[str, Any] = {"round": rnd + 1, "test_acc": acc, "test_loss": loss}
