@@ -35,11 +35,19 @@ _VOLATILE_DATA = ("root", "download")
 
 
 def comparable(raw: dict[str, Any]) -> dict[str, Any]:
-    """The part of a composed config that determines the results."""
+    """The part of a composed config that determines the results.
+
+    Sections added later are left out while off (no corrupted clients, no client-weight log), so runs
+    checkpointed before they existed still resume.
+    """
     out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
+    if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
+        out.pop("corrupt")
+    if isinstance(out.get("eval"), dict) and not out["eval"].get("client_weights"):
+        out["eval"].pop("client_weights", None)
     return out
 
 

@@ -88,6 +88,7 @@ class EvalConfig:
     client_acc: bool = False  # per-client accuracy spread (FedSAM): client_acc_mean/_std... columns
     client_acc_split: str = "test"  # test: the test split re-weighted to each client's data; train: own data
     diagnostics: bool = False  # FedLAW coherence / global-gradient norm, FedIMA client-global distance
+    client_weights: bool = False  # each cohort client's weight in the aggregate per round: client_weights.csv
 
     def __post_init__(self) -> None:
         positive("every", self.every)
@@ -215,6 +216,20 @@ class ProxyConfig:
 
 
 @dataclass
+class CorruptConfig:
+    """Corrupted-label clients (``corrupt.*``; FedLAW Table 8): round(``fraction`` x N) clients, chosen from the
+    seed, train with the two classes in ``labels`` swapped (see fedrun/data/corrupt.py). 0 = none."""
+
+    fraction: float = 0.0
+    labels: list[int] = field(default_factory=lambda: [0, 1])
+
+    def __post_init__(self) -> None:
+        in_range("fraction", self.fraction, 0.0, 1.0)
+        if len(self.labels) != 2 or self.labels[0] == self.labels[1] or min(self.labels) < 0:
+            raise ConfigError("labels", f"must be two different class ids >= 0, got {self.labels}")
+
+
+@dataclass
 class FedrunConfig:
     """The whole run configuration; component groups are free-form here and validated by their registry."""
 
@@ -229,6 +244,7 @@ class FedrunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ima: IMAConfig = field(default_factory=IMAConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
@@ -265,6 +281,7 @@ class RunSpec:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     ima: IMAConfig = field(default_factory=IMAConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
@@ -299,6 +316,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
         raw=raw,
         ima=_section(IMAConfig, raw.get("ima"), "ima"),
         proxy=_section(ProxyConfig, raw.get("proxy"), "proxy"),
+        corrupt=_section(CorruptConfig, raw.get("corrupt"), "corrupt"),
         tracking=_section(TrackingConfig, raw.get("tracking"), "tracking"),
     )
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:

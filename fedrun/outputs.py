@@ -32,11 +32,14 @@ def write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
     atomic_write(path, pd.DataFrame(rows).to_csv(index=False))
 
 
-def write_partition(run_dir: Path, counts: np.ndarray, plots: bool) -> None:
-    """The client-by-class count table (CSV) and its heatmap (PNG)."""
+def write_partition(run_dir: Path, counts: np.ndarray, plots: bool, corrupted: np.ndarray | None = None) -> None:
+    """The client-by-class count table (CSV) and its heatmap (PNG); with ``corrupted`` (client ids) a 0/1
+    ``corrupted`` column marks the clients whose labels are swapped (the counts are the true classes)."""
     df = pd.DataFrame(counts, columns=[f"class_{c}" for c in range(counts.shape[1])])
     df.index.name = "client"
     df.insert(0, "total", counts.sum(1))
+    if corrupted is not None:
+        df.insert(1, "corrupted", np.isin(np.arange(len(counts)), corrupted).astype(np.int64))
     atomic_write(run_dir / "partition.csv", df.to_csv())
     if plots:
         plot_partition(counts, run_dir / "partition.png")

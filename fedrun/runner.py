@@ -28,6 +28,7 @@ from fedrun.algorithms.ima import IMA
 from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, fingerprint, load_checkpoint, save_checkpoint, to_device
 from fedrun.config import FLConfig, RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
+from fedrun.data.corrupt import apply_corruption
 from fedrun.data.federated import FederatedData
 from fedrun.data.memo import load_source
 from fedrun.data.partition import class_counts, make_partition, partition_stats
@@ -37,6 +38,7 @@ from fedrun.devices import job_device, multirun_job_num
 from fedrun.engines.auto import EngineFactory, precision_context
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
+from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE, effective_weights, resumed_rows, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
@@ -101,7 +103,11 @@ def engine_name(engine: Engine) -> str:
 
 @dataclass
 class Experiment:
-    """Everything a run is built from (kept together so tests and tools can build one without running)."""
+    """Everything a run is built from (kept together so tests and tools can build one without running).
+
+    ``data`` is the dataset as loaded; ``fed`` holds what the clients train on, which differs from it only on
+    the ``corrupted`` clients' swapped labels (``corrupt.fraction`` > 0).
+    """
 
     spec: RunSpec
     device: torch.device
@@ -111,6 +117,7 @@ class Experiment:
     model: FunctionalModel
     algorithm: Algorithm
     engine: Engine
+    corrupted: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experiment:
@@ -124,14 +131,15 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experim
     if px.per_class:  # carved out for every method, so all are evaluated on the same test images
         proxy_split, test = carve_proxy(data.test, data.num_classes, px, spec.seed)
         proxy = ProxySet(proxy_split.to(device), data.num_classes, px.batch_size, px.balanced_sampling)
-    fed = FederatedData(data, parts, device, DTYPES[hw.precision], test=test)
+    client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
+    fed = FederatedData(client_data, parts, device, DTYPES[hw.precision], test=test)
     model = build_model(spec, data, device)
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup({"device": device, "seed": spec.seed, "data": fed, "proxy": proxy})
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
-    return Experiment(spec, device, data, parts, fed, model, algorithm, engine)
+    return Experiment(spec, device, data, parts, fed, model, algorithm, engine, corrupted)
 
 
 def lr_at(spec: RunSpec, rnd: int) -> float:
@@ -209,7 +217,7 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
     """The round loop of :func:`run` on a built experiment."""
     fl, algo, engine = spec.fl, exp.algorithm, exp.engine
     counts = class_counts(exp.data.train.y.numpy(), exp.parts, exp.data.num_classes)
-    write_partition(run_dir, counts, spec.output.plots)
+    write_partition(run_dir, counts, spec.output.plots, exp.corrupted if spec.corrupt.fraction else None)
     domains = exp.data.train.domain
     if domains is not None:
         dom, names = domains.numpy(), exp.data.domain_names
@@ -226,6 +234,9 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
         "model_params": exp.model.num_params(),
         "partition_stats": partition_stats(counts),
     }
+    if spec.corrupt.fraction:
+        base["corrupted_clients"] = exp.corrupted.tolist()
+        base["corrupt_labels"] = list(spec.corrupt.labels)
     if domains is not None:
         labels = exp.data.train.y.numpy()
         base["partition_domains"] = domain_breakdown(labels, dom, exp.parts, exp.data.num_classes, names)
@@ -260,6 +271,12 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
         write_metrics(run_dir / "metrics.csv", rows)
     else:
         (run_dir / "metrics.csv").unlink(missing_ok=True)
+    weights_path = run_dir / CLIENT_WEIGHTS_FILE
+    weight_log = resumed_rows(weights_path, start) if spec.eval.client_weights else []
+    if weight_log:
+        write_metrics(weights_path, weight_log)
+    else:
+        weights_path.unlink(missing_ok=True)
 
     def checkpoint(done: int) -> None:
         counters = {"samples": samples, "train_time": train_time, "agg_time": agg_time}
@@ -321,6 +338,10 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
                 if not all_finite(params):
                     bad = first_nonfinite_client(res.uploads, clients)
                     raise DivergenceError(rnd, bad, "non-finite global model after aggregation")
+                if ev.client_weights:
+                    coef = effective_weights(res.uploads["params"], params)
+                    weight_log += weight_rows(rnd, clients, sizes, weights, coef)
+                    write_metrics(weights_path, weight_log)
                 if (rnd + 1) % spec.eval.every == 0 or rnd == fl.rounds - 1:
                     acc, loss = evaluate(exp.model, params, exp.fed, exp.fed.test, spec.eval.batch_size)
                     row: dict[str, Any] = {"round": rnd + 1, "test_acc": acc, "test_loss": loss}

@@ -112,3 +112,11 @@ def test_check_run_dir(tmp_path: Path) -> None:
     assert check_run_dir(tmp_path, {**RAW, "output": {"quiet": True}}) == "completed"
     with pytest.raises(ResumeError, match=r"different config \(seed: 0 -> 1\)"):
         check_run_dir(tmp_path, {**RAW, "seed": 1})
+
+
+def test_later_sections_left_at_off_keep_older_fingerprints() -> None:
+    old = {**RAW, "eval": {"every": 1}}
+    off = {**old, "eval": {"every": 1, "client_weights": False}, "corrupt": {"fraction": 0.0, "labels": [0, 1]}}
+    assert fingerprint(off) == fingerprint(old)
+    assert fingerprint({**off, "corrupt": {"fraction": 0.25, "labels": [0, 1]}}) != fingerprint(old)
+    assert fingerprint({**off, "eval": {"every": 1, "client_weights": True}}) != fingerprint(old)

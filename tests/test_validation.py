@@ -71,6 +71,8 @@ MALFORMED = [
     ("fl.participation=0.01", "fl.participation"),  # 0.01 x 10 clients: nobody trains
     ("fl.clients=100000", "fl.clients"),  # more clients than training samples
     ("data=synthetic model=cnn", "model.name"),  # the model's input shape vs the dataset's
+    ("corrupt.fraction=2", "corrupt.fraction"),
+    ("corrupt.fraction=0.5 corrupt.labels=[0,10]", "corrupt.labels"),  # label 10 of a 10-class dataset
 ]
 
 

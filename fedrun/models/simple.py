@@ -1,4 +1,4 @@
-"""Small models of the papers: MLP, McMahan CNN, FedLAW's SimpleCNN and LeNet5."""
+"""Small models of the papers: MLP, McMahan CNN, FedLAW's SimpleCNN, LeNet5 and CIFAR AlexNet."""
 
 from __future__ import annotations
 
@@ -91,4 +91,29 @@ def lenet5(p: ModelParams, input_shape: tuple[int, ...], num_classes: int) -> nn
         nn.MaxPool2d(2),
         nn.Flatten(),
         nn.Linear(32 * 7 * 7, num_classes),
+    )
+
+
+@MODELS.register("alexnet_cifar", ModelParams)
+def alexnet_cifar(p: ModelParams, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """AlexNet for 32x32 RGB (FedLAW Tables 1/9): conv11(64,s4,p5)-pool-conv5(192,p2)-pool-conv3(384)-conv3(256)-
+    conv3(256)-pool-FC(256,C), ReLU after every conv, no normalisation. FedLAW's code has no AlexNet, so the
+    widely used CIFAR adaptation (torchvision's convs, FC head reduced to one layer) is taken."""
+    require_image("alexnet_cifar", input_shape, size=32)
+    return nn.Sequential(
+        nn.Conv2d(input_shape[0], 64, 11, stride=4, padding=5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 192, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(192, 384, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(256, num_classes),
     )

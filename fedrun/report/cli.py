@@ -6,6 +6,7 @@ fedrun-report --partition RUN_DIR   (client-by-class heatmap and per-domain brea
 fedrun-report line|plane|landscape|coherence ...   (analysis plots: see fedrun/report/landscape.py)
 fedrun-report DIR --layout fedlaw --rows tags.method --cols partition.alpha   (a paper's cell format)
 fedrun-report DIR --select algorithm.mu   (per method/setting, keep the mu with the best mean over seeds)
+fedrun-report DIR --layout fedlaw_corr --cols fl.local_epochs   (FedLAW Table 11: r of accumulated lambda)
 """
 
 from __future__ import annotations

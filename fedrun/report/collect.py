@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,18 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def natural_key(path: Path) -> list[str | int]:
+    """Sort key that orders numbered job folders numerically (.../2 before .../10): Hydra's sweep order."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
 def find_runs(paths: list[Path]) -> list[Path]:
-    """Every run directory (one holding config.yaml or error.txt, or summary.json) below ``paths``."""
+    """Every run directory (one holding config.yaml or error.txt, or summary.json) below ``paths``, in sweep order."""
     runs = set()
     for p in paths:
         for marker in ("summary.json", "error.txt"):
             runs.update(f.parent for f in p.rglob(marker))
-    return sorted(runs)
+    return sorted(runs, key=natural_key)
 
 
 def _hydra_overrides(run: Path) -> dict[str, Any]:

@@ -4,6 +4,8 @@ fedima          "acc (acc with IMA)": last-10 mean without / with ``ima.enabled`
 fedgam          train and test accuracy per setting; sigma(E) / sigma(C) across local epochs / participation
 fedcos          final accuracy "(gain)" over the same method without FedCos; fedcos_bestlast: Best and Last
 fedlaw          last-10 mean +- std over seeds
+fedlaw_gws      the same cells, the last --cols key across and the rest down (FedLAW Tables 1/9: gamma across)
+fedlaw_corr     Pearson r of accumulated lambda with data size / heterogeneity per setting (FedLAW Table 11)
 fedsam          Train, Validation "mean (std across clients)", Round (rounds to target, "-" = never)
 rounds          rounds to reach ``eval.target`` (FedIMA Table II)
 Cells of runs that did not complete show their status instead of a number; missing summary keys show "-".
@@ -13,9 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from fedrun.report.correlation import FACTORS, client_factors, correlations, format_r
 
 S = "summary."
 LAYOUT_METRIC = {
@@ -24,10 +29,13 @@ LAYOUT_METRIC = {
     "fedcos": "test_acc_final",
     "fedcos_bestlast": "test_acc_final",
     "fedlaw": "test_acc_last_k",
+    "fedlaw_gws": "test_acc_last_k",
+    "fedlaw_corr": "test_acc_last_k",
     "fedsam": "test_acc_final",
     "rounds": "test_acc_last_k",
 }
 SIGMA = {"fl.local_epochs": "σ(E)", "fl.participation": "σ(C)"}
+SHORT = {"fl.local_epochs": "E", "algorithm.gamma": "γ"}  # FedLAW's column names
 
 
 def _values(grp: pd.DataFrame, key: str, scale: float = 100.0) -> np.ndarray:
@@ -175,6 +183,52 @@ def fedlaw(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
     return _grid(runs, rows, cols, lambda g: {"": _bad(g) or mean_std(_values(g, "test_acc_last_k"))})
 
 
+def fedlaw_gws(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """FedLAW Tables 1/9: the ``fedlaw`` cells with the last column key (gamma) across; the other column keys
+    (alpha, model) and the row keys that take more than one value go down."""
+    if not cols:
+        return fedlaw(runs, rows, cols)
+    down = [k for k in rows if runs[k].nunique(dropna=False) > 1] + cols[:-1]
+    table = fedlaw(runs, down, cols[-1:])
+    key = cols[-1]
+    table.columns = [c.replace(f"{key.split('.')[-1]}=", f"{SHORT.get(key, key)}=") for c in table.columns]
+    return table
+
+
+def fedlaw_corr(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """FedLAW Table 11: factors (DS, HD, DS×HD) down, each column setting across plus all of them pooled
+    (the paper's "E=1&E=5"); cells: Pearson r of accumulated lambda with the factor, mean ± std over seeds."""
+    row_groups = _order(runs, rows)
+    table: dict[str, dict[str, str]] = {}
+    for r in row_groups:
+        sub = _select(runs, rows, r)
+        rs: dict[str, dict[str, list[float]]] = {}
+        pooled: dict[object, list[pd.DataFrame]] = {}
+        bad: dict[str, str] = {}
+        for c in _order(sub, cols):
+            grp = _select(sub, cols, c)
+            label = ", ".join(f"{SHORT.get(k, k.split('.')[-1])}={v}" for k, v in zip(cols, c, strict=True)) or "r"
+            rs[label] = {key: [] for _, key in FACTORS}
+            bad[label] = _bad(grp) or ""
+            for _, run in grp[grp["status"] == "completed"].iterrows():
+                clients = client_factors(Path(run["run_dir"]))
+                if clients is not None:
+                    for key, value in correlations(clients).items():
+                        rs[label][key].append(value)
+                    pooled.setdefault(run.get("seed", 0), []).append(clients)
+        if len(rs) > 1:
+            both = rs[" & ".join(rs)] = {key: [] for _, key in FACTORS}
+            for frames in pooled.values():
+                for key, value in correlations(pd.concat(frames)).items():
+                    both[key].append(value)
+        for title, key in FACTORS:
+            name = title if len(row_groups) == 1 else f"{_label(rows, r)}: {title}"
+            table[name] = {label: bad.get(label) or format_r(v[key]) for label, v in rs.items()}
+    out = pd.DataFrame.from_dict(table, orient="index")
+    out.index.name = "factor"
+    return out.fillna("-")
+
+
 def _rounds(grp: pd.DataFrame) -> str:
     col = S + "round_to_target"
     if col not in grp:
@@ -210,6 +264,8 @@ LAYOUTS: dict[str, Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]]
     "fedcos": fedcos,
     "fedcos_bestlast": lambda r, rows, cols: fedcos(r, rows, cols, best_last=True),
     "fedlaw": fedlaw,
+    "fedlaw_gws": fedlaw_gws,
+    "fedlaw_corr": fedlaw_corr,
     "fedsam": fedsam,
     "rounds": rounds,
 }

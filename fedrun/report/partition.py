@@ -63,7 +63,7 @@ def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:
         df = pd.read_csv(path, index_col="client")
     except (OSError, ValueError, KeyError) as e:
         raise DataError(f"{path}: cannot read the partition table ({e}); re-run the experiment to write it") from None
-    cols = [c for c in df.columns if c != "total"]
+    cols = [c for c in df.columns if c not in ("total", "corrupted")]
     return df[cols].to_numpy(dtype=np.int64), [c.split("_", 1)[1] for c in cols]
 
 

@@ -141,6 +141,9 @@ LAW_T3 = (
     "cifar100_resnet20",
 )
 NONIID4 = (("partition.iid_fraction", "0.0,0.1,0.3,1.0"),)
+LAW_GWS = (m("FedAvg + fixed GWS", "algorithm=fedavg_gws"),)  # FedLAW Tables 1/9: gamma swept, across
+LAW_GWS_SWEEP = (("model", "simplecnn,alexnet_cifar,resnet8"), ("algorithm.gamma", "1.0,0.99,0.97,0.95,0.93,0.9"))
+LAW_T8 = tuple(x for x in LAW_METHODS if x.label in ("FedAvg", "FedDF", "Server-FT", "FedLAW", "FedLAW (SWA)"))
 
 TARGETS: tuple[Target, ...] = (
     Target(
@@ -232,6 +235,15 @@ TARGETS: tuple[Target, ...] = (
         layout="fedcos_bestlast",
     ),
     Target(
+        "fedlaw-table1",
+        "FedLAW",
+        ("fedlaw_table1_cifar10",),
+        LAW_GWS,
+        (("partition.alpha", "100,1"), *LAW_GWS_SWEEP),
+        LAW_SEEDS,
+        layout="fedlaw_gws",
+    ),
+    Target(
         "fedlaw-table2",
         "FedLAW",
         ("fedlaw_table2_cifar10_simplecnn",),
@@ -280,6 +292,23 @@ TARGETS: tuple[Target, ...] = (
         LAW_SEEDS,
     ),
     Target(
+        "fedlaw-table8",
+        "FedLAW",
+        ("fedlaw_table8_cifar10_simplecnn",),
+        LAW_T8,
+        (("corrupt.fraction", "0.25,0.5,0.75"),),
+        LAW_SEEDS,
+    ),
+    Target(
+        "fedlaw-table9",
+        "FedLAW",
+        ("fedlaw_table9_cifar10",),
+        LAW_GWS,
+        (("partition.alpha", "10,0.5,0.2,0.1"), *LAW_GWS_SWEEP),
+        LAW_SEEDS,
+        layout="fedlaw_gws",
+    ),
+    Target(
         "fedlaw-table10",
         "FedLAW",
         ("fedlaw_table10_cifar10_simplecnn",),
@@ -290,6 +319,16 @@ TARGETS: tuple[Target, ...] = (
         (("partition.alpha", "100,1"),),
         LAW_SEEDS,
         note="adaptive GWS with a global lr other than 1 is not implemented",
+    ),
+    Target(
+        "fedlaw-table11",
+        "FedLAW",
+        ("fedlaw_table11_cifar10_simplecnn",),
+        (m("Attentive LAW", "algorithm=fedlaw_lambda"),),
+        (("fl.local_epochs", "1,5"),),
+        LAW_SEEDS,
+        layout="fedlaw_corr",
+        note="Pearson r of accumulated lambda (client_weights.csv) with data size / heterogeneity",
     ),
     Target(
         "fedsam-table1",

@@ -115,6 +115,13 @@ CASES = [
         {},
         sum(conv(a, b, k) + norm(b) for a, b, k in ALEX_CONVS) + fc(9216, 1024) + fc(1024, 128) + fc(128, 7),
     ),
+    (
+        "alexnet_cifar",
+        (3, 32, 32),
+        10,
+        {},
+        sum(conv(a, b, k) for a, b, k in ALEX_CONVS) + fc(256, 10),
+    ),
     ("resnet18", (3, 32, 32), 10, {"projector": True}, resnet18_gn_count(10, True)),
     ("resnet8", (3, 32, 32), 10, {}, resnet_cifar_count(1, 1, 10)),
     ("resnet20", (3, 32, 32), 10, {}, resnet_cifar_count(3, 1, 10)),
@@ -180,7 +187,13 @@ def test_lstm_under_functional_call() -> None:
 
 @pytest.mark.parametrize(
     ("name", "shape"),
-    [("lstm", (1, 28, 28)), ("vgg11", (80,)), ("digit5_cnn", (1, 28, 28)), ("alexnet", (3, 32, 32))],
+    [
+        ("lstm", (1, 28, 28)),
+        ("vgg11", (80,)),
+        ("digit5_cnn", (1, 28, 28)),
+        ("alexnet", (3, 32, 32)),
+        ("alexnet_cifar", (1, 28, 28)),
+    ],
 )
 def test_model_data_mismatch_is_a_config_error(name: str, shape: tuple) -> None:
     with pytest.raises(ConfigError) as e:
@@ -190,7 +203,13 @@ def test_model_data_mismatch_is_a_config_error(name: str, shape: tuple) -> None:
 
 @pytest.mark.parametrize(
     ("name", "shape", "classes"),
-    [("ima_cnn", (1, 28, 28), 10), ("digit5_cnn", (3, 28, 28), 10), ("resnet8", (3, 32, 32), 10), ("lstm", (10,), 80)],
+    [
+        ("ima_cnn", (1, 28, 28), 10),
+        ("digit5_cnn", (3, 28, 28), 10),
+        ("resnet8", (3, 32, 32), 10),
+        ("alexnet_cifar", (3, 32, 32), 10),
+        ("lstm", (10,), 80),
+    ],
 )
 def test_vmap_over_clients_matches_a_loop(name: str, shape: tuple, classes: int) -> None:
     """What the vectorised engine relies on: per-client gradients under vmap equal a per-client loop."""

@@ -68,3 +68,24 @@ def test_run_counts_commands_and_smoke_shrink(tmp_path: Path) -> None:
     assert f"fl.local_steps={SMOKE['local_steps']}" in shrink and f"fl.clients={min(7, SMOKE['clients'])}" in shrink
     listing = list_targets()
     assert all(f"reproduce-{t.name} |" in listing for t in TARGETS)
+
+
+def test_fedlaw_tables_1_8_9_11_follow_the_paper(make_spec) -> None:
+    t1, t9 = make_spec("experiment=fedlaw_table1_cifar10"), make_spec("experiment=fedlaw_table9_cifar10")
+    for spec in (t1, t9):
+        assert (spec.data.name, spec.fl.clients, spec.fl.local_epochs, spec.fl.rounds) == ("cifar10", 20, 2, 200)
+        assert spec.partition.params.variant == "no_resample" and spec.fl.keep_momentum
+    for name, alphas in (("fedlaw-table1", "100,1"), ("fedlaw-table9", "10,0.5,0.2,0.1")):
+        sweep = dict(BY_NAME[name].sweep)
+        assert sweep["partition.alpha"] == alphas and sweep["model"] == "simplecnn,alexnet_cifar,resnet8"
+        assert [float(g) for g in sweep["algorithm.gamma"].split(",")] == [1, 0.99, 0.97, 0.95, 0.93, 0.9]
+        assert BY_NAME[name].layout == "fedlaw_gws" and BY_NAME[name].report_cols[-1] == "algorithm.gamma"
+    t8 = make_spec("experiment=fedlaw_table8_cifar10_simplecnn")
+    assert (t8.fl.local_epochs, t8.partition.params.alpha, t8.proxy.per_class) == (3, 100.0, 10)
+    assert dict(BY_NAME["fedlaw-table8"].sweep) == {"corrupt.fraction": "0.25,0.5,0.75"}
+    labels = [x.label for x in BY_NAME["fedlaw-table8"].methods]
+    assert labels == ["FedAvg", "FedDF", "Server-FT", "FedLAW", "FedLAW (SWA)"]
+    t11 = make_spec("experiment=fedlaw_table11_cifar10_simplecnn", "algorithm=fedlaw_lambda")
+    assert t11.partition.name == "hybrid" and (t11.partition.params.alpha1, t11.partition.params.alpha2) == (10, 0.1)
+    assert t11.eval.client_weights and t11.algorithm.params.learn == "lambda"
+    assert dict(BY_NAME["fedlaw-table11"].sweep) == {"fl.local_epochs": "1,5"}
