@@ -137,7 +137,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experim
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
-    algorithm.setup({"device": device, "seed": spec.seed, "data": fed, "proxy": proxy})
+    algorithm.setup({"device": device, "seed": spec.seed, "data": fed, "proxy": proxy, "dataset": spec.data.name})
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(spec, device, data, parts, fed, model, algorithm, engine, corrupted)
 

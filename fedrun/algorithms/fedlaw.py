@@ -11,8 +11,8 @@ Parametrisations (paper Sec. 6 / code ``fedlaw_optimization``):
 ``swa`` (``fedlaw_swa``, the official code's variant): lambda alone for E_s/2 epochs with cosine lr
 (T_max 100), an SWA average of x after epoch 5 with SWALR(0.05), then gamma alone for E_s/2 epochs with
 StepLR. The paper describes gamma first, then lambda with SWA ("the reverse also works").
-E_s = 100 is the paper's value; the code's default is ``server_epochs=20``. lr_s = 0.01 on CIFAR-10 and
-0.005 otherwise (App. C): a plain hyperparameter here, default 0.005. All parameters are combined
+E_s = 100 is the paper's value; the code's default is ``server_epochs=20``. lr_s (``server_lr``) defaults to
+App. C's value for the dataset, 0.01 on CIFAR-10 and 0.005 otherwise; a number overrides it. All parameters are combined
 (normalisation affine ones scaled by gamma too); FunctionalModel buffers are not aggregated.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, StepLR
@@ -37,7 +38,7 @@ from fedrun.tree import Tensors, Tree
 class FedLAWParams(AlgoParams):
     """FedLAW App. C: Adam(0.5, 0.999), lr_s 0.005 (0.01 for CIFAR-10), E_s 100 (code 20), StepLR(20, 0.5)."""
 
-    server_lr: float = 0.005
+    server_lr: float | None = None  # None: App. C's lr_s for the run's dataset (see FedLAW.setup)
     server_epochs: int = 100
     parametrization: str = "exp"
     learn: str = "both"
@@ -48,7 +49,8 @@ class FedLAWParams(AlgoParams):
     step_gamma: float = 0.5
 
     def __post_init__(self) -> None:
-        positive("server_lr", self.server_lr)
+        if self.server_lr is not None:
+            positive("server_lr", self.server_lr)
         positive("server_epochs", self.server_epochs, allow_zero=True)
         one_of("parametrization", self.parametrization, ("exp", "quad"))
         one_of("learn", self.learn, ("both", "gamma", "lambda"))
@@ -80,6 +82,11 @@ class FedLAW(ProxyMethod):
     """Learnable aggregation weights: w = gamma * sum_i lambda_i w_i fitted on the proxy set (Alg. 1)."""
 
     hp: FedLAWParams
+
+    def setup(self, env: dict[str, Any]) -> None:
+        super().setup(env)
+        lr = self.hp.server_lr
+        self.server_lr = lr if lr is not None else (0.01 if env.get("dataset") == "cifar10" else 0.005)
 
     # ---- parametrisation -------------------------------------------------------------------------------
     def init_vars(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,7 +127,7 @@ class FedLAW(ProxyMethod):
     ) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Adam on ``train`` (a subset of [x, g]) for ``epochs`` epochs; schedule: step, or swa (SWA of x)."""
         hp = self.hp
-        opt = adam(train, hp.server_lr, (hp.beta1, hp.beta2))
+        opt = adam(train, self.server_lr, (hp.beta1, hp.beta2))
         sched = StepLR(opt, hp.step_size, hp.step_gamma) if schedule == "step" else CosineAnnealingLR(opt, 100)
         swa_sched, x_avg, n_avg, last = None, None, 0, torch.tensor(float("nan"))
         with torch.enable_grad():

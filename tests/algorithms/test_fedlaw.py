@@ -109,3 +109,15 @@ def test_fedlaw_configs_compose_with_paper_defaults(make_spec) -> None:  # noqa:
     assert make_spec("algorithm=fedlaw_gamma").algorithm.params.learn == "gamma"
     assert make_spec("algorithm=fedlaw_lambda").algorithm.params.learn == "lambda"
     assert make_spec("algorithm=fedlaw", "algorithm.server_epochs=20").algorithm.params.server_epochs == 20
+
+
+@pytest.mark.parametrize(
+    ("dataset", "given", "expected"), [("cifar10", None, 0.01), ("fmnist", None, 0.005), ("cifar10", 0.2, 0.2)]
+)
+def test_server_lr_defaults_to_the_papers_value_for_the_dataset(
+    dataset: str, given: float | None, expected: float
+) -> None:
+    """App. C: lr_s = 0.01 on CIFAR-10 and 0.005 otherwise; an explicit algorithm.server_lr wins."""
+    model, env = tiny_env()
+    law = make(FedLAWParams, model, {**env, "dataset": dataset}, server_lr=given)
+    assert law.server_lr == expected
