@@ -47,6 +47,7 @@ class FedLAWParams(AlgoParams):
     beta2: float = 0.999
     step_size: int = 20
     step_gamma: float = 0.5
+    global_lr: float = 1.0  # eta_g of Eq. 2 (Table 10 sweeps it for adaptive GWS)
 
     def __post_init__(self) -> None:
         if self.server_lr is not None:
@@ -58,6 +59,7 @@ class FedLAWParams(AlgoParams):
         in_range("beta2", self.beta2, 0.0, 1.0)
         positive("step_size", self.step_size)
         in_range("step_gamma", self.step_gamma, 0.0, 1.0, lo_open=True)
+        positive("global_lr", self.global_lr)
         if self.swa and self.learn != "both":
             raise ConfigError("swa", "the SWA variant learns lambda then gamma; it needs learn=both")
 
@@ -158,6 +160,10 @@ class FedLAW(ProxyMethod):
     ) -> tuple[Tensors, Tree, dict[str, float]]:
         hp = self.hp
         models = {k: w.detach() for k, w in uploads["params"].items()}
+        if hp.global_lr != 1.0:
+            # Eq. 2: gamma (w^t - eta_g sum_i lambda_i (w^t - w_i)) = gamma sum_i lambda_i w'_i,
+            # with w'_i = w^t + eta_g (w_i - w^t) (sum_i lambda_i = 1)
+            models = {k: params[k] + hp.global_lr * (w - params[k]) for k, w in models.items()}
         dtype = next(iter(models.values())).dtype
         x, g = self.init_vars(weights.to(dtype=dtype, device=next(iter(models.values())).device))
         loss = float("nan")

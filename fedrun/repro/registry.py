@@ -314,11 +314,13 @@ TARGETS: tuple[Target, ...] = (
         ("fedlaw_table10_cifar10_simplecnn",),
         (
             *(m(f"FedAvg (global lr {g})", "algorithm=fedopt", f"algorithm.server_lr={g}") for g in (0.5, 1, 1.5)),
-            m("Adaptive GWS (global lr 1)", "algorithm=fedlaw_gamma"),
+            *(
+                m(f"Adaptive GWS (global lr {g})", "algorithm=fedlaw_gamma", f"algorithm.global_lr={g}")
+                for g in (0.5, 1, 1.5)
+            ),
         ),
         (("partition.alpha", "100,1"),),
         LAW_SEEDS,
-        note="adaptive GWS with a global lr other than 1 is not implemented",
     ),
     Target(
         "fedlaw-table11",

@@ -121,3 +121,15 @@ def test_server_lr_defaults_to_the_papers_value_for_the_dataset(
     model, env = tiny_env()
     law = make(FedLAWParams, model, {**env, "dataset": dataset}, server_lr=given)
     assert law.server_lr == expected
+
+
+def test_global_lr_extrapolates_the_aggregate_as_in_eq_2() -> None:
+    """gamma = 1, lambda = p: w = w^t + eta_g sum_i p_i (w_i - w^t) (FedLAW Eq. 2; Table 10's adaptive GWS)."""
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model)
+    law = make(FedLAWGammaParams, model, env, server_epochs=0, global_lr=1.5)
+    new, _, _ = law.aggregate(params, {}, uploads, weights, info)
+    avg, _, _ = FedAvg(None, FLConfig(), model).aggregate(params, {}, uploads, weights, info)
+    for k in avg:
+        torch.testing.assert_close(new[k], params[k] + 1.5 * (avg[k] - params[k]), rtol=1e-6, atol=1e-6)
+        assert not torch.allclose(new[k], avg[k])
