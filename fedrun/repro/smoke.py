@@ -3,7 +3,9 @@ per run, and what that costs on this CPU.
 
 The shrink is a list of overrides added to each ``fedrun -m`` command (so ``--dry-run`` shows it and each
 run's config.yaml records it); swept keys keep their swept values. The numbers mean nothing; the point is
-that every preset, model, method and the paper's table layout run end to end.
+that every preset, model, method and the paper's table layout run end to end, also where the dataset is not on
+this machine: a smoke run sets ``data.standin=true``, so missing files are replaced by seeded random data of
+the dataset's shape (fedrun/data/standin.py; summary.json and fedrun-report say so).
 """
 
 from __future__ import annotations
@@ -63,12 +65,14 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     each 1 local step of batch <= 4 whatever its epochs (a swept ``fl.local_epochs`` keeps its columns), a
     300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
     probe) on one thread (batches this small gain nothing from more, and on a busy CPU threads waiting for each
-    other cost 10x), no checkpoints. Keys in ``swept`` (key: comma-separated values) keep their swept values."""
+    other cost 10x), no checkpoints, stand-in data where the dataset's files are missing. Keys in ``swept`` (key:
+    comma-separated values) keep their swept values."""
     fl = cfg["fl"]
     shrink: dict[str, Any] = {
         "fl.rounds": SMOKE["rounds"],
         "data.max_train_samples": SMOKE["train"],
         "data.max_test_samples": SMOKE["test"],
+        "data.standin": "true",  # missing dataset files -> stand-in data (results marked as such)
         "eval.every": SMOKE["rounds"],
         "eval.last_k": 1,
         "checkpoint.every": 0,
