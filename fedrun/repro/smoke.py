@@ -62,7 +62,8 @@ CLASSES = {"cifar100": 100, "emnist": 62, "pacs": 7, "shakespeare": 80}  # other
 
 def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     """Shrink a preset (``cfg``, composed) by ``SMOKE``: 2 rounds of at most 5 clients (whole groups per domain),
-    each 1 local step of batch <= 4 whatever its epochs (a swept ``fl.local_epochs`` keeps its columns), a
+    each 1 local step of batch <= 4 whatever its epochs (a swept ``fl.local_epochs`` keeps its columns; IMA's ``ed``
+    schedule, which lowers epochs, gets 1 epoch instead), a
     300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
     probe) on one thread (batches this small gain nothing from more, and on a busy CPU threads waiting for each
     other cost 10x), no checkpoints, stand-in data where the dataset's files are missing. Keys in ``swept`` (key:
@@ -83,11 +84,18 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
         "fl.batch_size": min(fl["batch_size"], SMOKE["batch_size"]),
         "fl.local_steps": min(fl.get("local_steps") or SMOKE["local_steps"], SMOKE["local_steps"]),
     }
+    if "ed" in ima_schedules(cfg, swept):  # IMA's ed schedule lowers local epochs and refuses local steps
+        shrink["fl.local_steps"], shrink["fl.local_epochs"] = "null", 1
     if cfg["partition"].get("clients_per_domain"):
         shrink["partition.clients_per_domain"] = smoke_clients(cfg, swept) // len(cfg["data"]["domains"])
     if cfg["proxy"]["per_class"]:
         shrink["proxy.per_class"] = min(cfg["proxy"]["per_class"], SMOKE["proxy_per_class"])
     return [f"{k}={v}" for k, v in shrink.items() if k not in swept]
+
+
+def ima_schedules(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
+    """The IMA lr schedules the preset's runs use (swept or its own)."""
+    return swept.get("ima.schedule", str(cfg.get("ima", {}).get("schedule", "exd"))).split(",")
 
 
 def smoke_clients(cfg: dict[str, Any], swept: dict[str, str]) -> int:
@@ -139,6 +147,8 @@ def smoke_run_seconds(cfg: dict[str, Any], settings: dict[str, str], algorithm: 
     cohort = max(int(float(settings.get("fl.participation", fl["participation"])) * clients), 1)
     steps = SMOKE["local_steps"] if not fl.get("local_steps") else min(fl["local_steps"], SMOKE["local_steps"])
     trained = SMOKE["rounds"] * cohort * steps * min(fl["batch_size"], SMOKE["batch_size"])
+    if "ed" in ima_schedules(cfg, settings):  # one local epoch (see smoke_overrides)
+        trained = SMOKE["rounds"] * cohort * SMOKE["train"] // clients
     proxy = min(cfg["proxy"]["per_class"], SMOKE["proxy_per_class"]) * CLASSES.get(cfg["data"]["name"], 10)
     evaluated = max(SMOKE["test"] - proxy, 0) + (SMOKE["train"] if cfg["eval"].get("train_acc") else 0)
     epochs = server_epochs(algorithm_yaml(algorithm))
