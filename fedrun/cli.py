@@ -2,8 +2,9 @@
 
 Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job validates its
 config, runs, and writes its files into its own run directory. Bad input of any kind ends with one line
-on stderr naming the field and the valid choices, exit code 2, and nothing but ``error.txt`` in the run
-directory. In a multirun a failing job is recorded and the sweep goes on.
+on stderr naming the field and the valid choices, exit code 2, and nothing but ``error.txt`` (beside
+Hydra's ``.hydra/`` record of the job) in the run directory. In a multirun a failing job is recorded and
+the sweep goes on.
 
 Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
 run's last checkpoint and skips a run that already finished; a directory holding a run of a different
@@ -103,12 +104,15 @@ def objective(summary: dict[str, Any], spec: RunSpec) -> float | None:
 
 
 def _reject(run_dir: Path, message: str, multirun: bool, wipe: bool = True) -> None:
-    """Bad input: leave only error.txt in the run directory, print one line, exit 2 (a sweep goes on).
+    """Bad input: leave only error.txt (and Hydra's own record of the job, ``.hydra/``, from which fedrun-report
+    labels the failed run) in the run directory, print one line, exit 2 (a sweep goes on).
 
     With ``wipe=False`` (the directory holds an earlier run: its checkpoint, metrics...) nothing is touched.
     """
     if wipe:
         for child in run_dir.iterdir() if run_dir.is_dir() else []:
+            if child.name == ".hydra":
+                continue
             shutil.rmtree(child) if child.is_dir() else child.unlink()
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / "error.txt", message + "\n")
@@ -131,6 +135,8 @@ def print_summary(s: dict[str, Any], console: Console) -> None:
     t.add_row("wall time", f"{s['wall_time_s']:.1f} s")
     t.add_row("client samples/s", f"{s['samples_per_s']:,.0f}")
     t.add_row("engine / device", f"{s['engine']} / {s['device']}")
+    if s.get("data_standin"):
+        t.add_row("data", f"STAND-IN: {s['data']} files not found, seeded random data (data.standin)")
     console.print(t)
     console.print(f"run directory: {s['run_dir']}")
 

@@ -19,6 +19,14 @@ class DataError(RuntimeError):
     """Missing or corrupt dataset files: names the file and how to get it."""
 
 
+class DataMissing(DataError):
+    """The dataset's files are not under ``data.root`` and were not downloaded (none asked, or no network).
+
+    Unlike other DataErrors (a corrupt or wrong file) this one may be answered with stand-in data
+    (``data.standin``, fedrun/data/standin.py).
+    """
+
+
 class DivergenceError(RuntimeError):
     """A NaN/inf loss or parameter appeared during training."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from fedrun.data.memo import load_source
 from fedrun.data.partition import class_counts, make_partition, partition_stats
 from fedrun.data.partitions.longtail import apply_longtail
 from fedrun.data.proxy import ProxySet, carve_proxy
+from fedrun.data.standin import with_standin
 from fedrun.devices import job_device, multirun_job_num
 from fedrun.engines.auto import EngineFactory, precision_context
 from fedrun.engines.base import Engine
@@ -64,10 +66,18 @@ def resolve_device(name: str) -> torch.device:
 
 
 def load_data(spec: RunSpec) -> Dataset:
+    """The run's dataset (subset, long-tailed as configured); stand-in data with a one-line notice when its
+    files are missing and ``data.standin`` is set."""
     p = spec.data.params
-    data = load_source(spec.data.name, spec.data.obj, p).cap(
+    data = load_source(spec.data.name, with_standin(spec.data.name, spec.data.obj), p).cap(
         p.max_train_samples, p.max_test_samples, derive(spec.seed, "cap")
     )
+    if data.standin is not None:
+        print(
+            f"fedrun: data.standin: {data.name} files not found, training on stand-in random data of its"
+            " shape (the numbers mean nothing)",
+            file=sys.stderr,
+        )
     if p.longtail_rho is not None:
         data = apply_longtail(data, p.longtail_rho, np_rng(spec.seed, "longtail"))
     check_clients_vs_samples(spec.fl.clients, len(data.train))
@@ -232,6 +242,7 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
         "engine_selection": getattr(engine, "selection", {}),
         "device": str(exp.device),
         "model_params": exp.model.num_params(),
+        "data_standin": exp.data.standin is not None,  # seeded random data replaced missing files (data.standin)
         "partition_stats": partition_stats(counts),
     }
     if spec.corrupt.fraction:

@@ -60,7 +60,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(run_cli, tmp_path: Path, o
     assert "Traceback" not in r.stderr and field in lines[0] and hint in lines[0], lines[0]
     run = tmp_path / "run"
     if run.exists():
-        assert sorted(p.name for p in run.iterdir()) == ["error.txt"]
+        assert sorted(p.name for p in run.iterdir() if p.name != ".hydra") == ["error.txt"]  # .hydra: Hydra's record
 
 
 def test_same_config_and_seed_give_identical_metrics(run_cli, tmp_path: Path) -> None:

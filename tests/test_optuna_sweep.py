@@ -53,7 +53,7 @@ def test_optuna_study_maximises_the_runs_last_k_accuracy_and_records_failed_tria
         job = sweep / str(t.number)
         if t.params["fl.rounds"] == 0:
             assert t.state == optuna.trial.TrialState.FAIL and t.value is None
-            assert sorted(p.name for p in job.iterdir()) == ["error.txt"]
+            assert sorted(p.name for p in job.iterdir()) == [".hydra", "error.txt"]
             continue
         summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["rounds_completed"] == 2

@@ -39,7 +39,7 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
     reference.mkdir()
     run(make_spec(*SMALL, "fl.lr=0.05"), reference)
     pd.testing.assert_frame_equal(_metrics(sweep / "0"), _metrics(reference), check_exact=True)
-    assert sorted(p.name for p in (sweep / "1").iterdir()) == ["error.txt"]
+    assert sorted(p.name for p in (sweep / "1").iterdir()) == [".hydra", "error.txt"]
     assert "fl.lr: must be >= 0" in (sweep / "1" / "error.txt").read_text()
 
     # a third pass skips the finished job (in-process: the same code path as inside the sweep)

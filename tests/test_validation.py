@@ -112,7 +112,7 @@ def test_malformed_override_is_one_clean_line(fedrun_main: Callable, overrides: 
     _assert_one_line_error(code, err, field)
     # nothing was trained: the run dir (if Hydra made one) holds only the error
     if run_dir.exists():
-        assert sorted(p.name for p in run_dir.iterdir()) == ["error.txt"]
+        assert sorted(p.name for p in run_dir.iterdir() if p.name != ".hydra") == ["error.txt"]
 
 
 def test_unknown_choices_are_listed(fedrun_main: Callable) -> None:
@@ -125,7 +125,7 @@ def test_unknown_choices_are_listed(fedrun_main: Callable) -> None:
 def test_console_script_end_to_end(run_cli: Callable, tmp_path: Path) -> None:
     res = run_cli(*BASE, "fl.lr=-1")
     _assert_one_line_error(res.returncode, res.stderr, "fl.lr")
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["error.txt"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".hydra", "error.txt"]
 
 
 def test_target_keys_are_never_instantiated(fedrun_main: Callable, tmp_path: Path) -> None:

@@ -18,6 +18,9 @@ class DataParams:
 
     root: str = "data"
     download: bool = False
+    # files missing (and not downloaded) -> a seeded random stand-in of the same shape (fedrun/data/standin.py);
+    # for -smoke runs only: their numbers mean nothing (summary.json data_standin, fedrun-report says so)
+    standin: bool = False
     max_train_samples: int | None = None
     max_test_samples: int | None = None
     verify: bool = True  # check checksums/sizes of known files; false for subsets re-written in the same format
@@ -66,6 +69,7 @@ class Dataset:
     domain_names: list[str] | None = None
     natural_clients: list[np.ndarray] | None = None
     notes: dict[str, str] = field(default_factory=dict)
+    standin: str | None = None  # why seeded random stand-in data replaced the real files; None: the real data
 
     def cap(self, max_train: int | None, max_test: int | None, seed: int) -> Dataset:
         """A copy with at most ``max_train``/``max_test`` samples (a seeded random subset, order kept)."""

@@ -20,6 +20,7 @@ from fedrun.outputs import atomic_write
 from fedrun.report.collect import load_runs
 from fedrun.report.layouts import LAYOUT_METRIC, LAYOUTS, render
 from fedrun.report.partition import report_partition
+from fedrun.report.provenance import standin_note
 from fedrun.report.select import select_best
 from fedrun.report.tables import METRICS, make_table
 
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"fedrun-report: error: {e}", file=sys.stderr)
         return 2
-    md = table.to_markdown() + chosen_md
+    note = standin_note(runs)
+    md = table.to_markdown() + (f"\n\n{note}" if note else "") + chosen_md
     print(md)
     failed = runs[runs["status"] != "completed"]
     if len(failed):

@@ -169,8 +169,8 @@ def list_targets() -> str:
         "\nCost = client-samples x measured s/sample of the model (FMNIST MLP and FedIMA CNN measured; '~': a model"
         " not measured, costed at the CNN's rate) + per-run and per-invocation start-up. -smoke: all runs in one"
         " process, per-model train/eval rates of the shrunk runs + per-run and start-up cost, all measured"
-        " (fedrun/repro/smoke.py), with every dataset on disk (a run whose dataset is missing fails in"
-        " ~0.1 s). CPU only; GPU not measured."
+        " (fedrun/repro/smoke.py); a dataset missing here is replaced by stand-in data of its shape"
+        " (data.standin). CPU only; GPU not measured."
     )
     return "\n".join(lines)
 

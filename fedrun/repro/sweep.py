@@ -5,7 +5,8 @@ torch and Hydra start-up and loads its dataset again; for a ``-smoke`` target th
 for FedIMA Table I). Here each command's overrides are expanded with Hydra's own BasicSweeper (cartesian
 product in override order, so job ``n`` is the job ``fedrun -m`` numbers ``n``), each job's config is
 composed with Hydra's compose API and run by :func:`fedrun.cli.execute`, into ``<hydra.sweep.dir>/<n>``
-with ``.hydra/overrides.yaml`` as Hydra writes it. A failing job is recorded and the sweep goes on;
+with ``.hydra/overrides.yaml`` and ``.hydra/config.yaml`` as Hydra writes them (a rejected job keeps them, so
+fedrun-report can still label its cell). A failing job is recorded and the sweep goes on;
 a finished run is skipped, an unfinished one resumes, as with ``fedrun -m``.
 """
 
@@ -19,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
 from fedrun.cli import CONF_DIR, execute, one_line
 from fedrun.outputs import atomic_write
@@ -69,6 +71,7 @@ def _run_command(args: list[str], log: bool) -> bool:
         run_dir = sweep_dir / str(num)
         (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / ".hydra" / "overrides.yaml", yaml.safe_dump(job, default_flow_style=False))
+        atomic_write(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
         label = f"job {num} [{','.join(job)}]"
         if log:
             print(f"[sweep] #{num} : {' '.join(job)}", flush=True)

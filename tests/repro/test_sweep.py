@@ -64,3 +64,20 @@ def test_bad_command_is_one_line_and_the_other_commands_run(tmp_path: Path, caps
     assert "fedrun: error: algorithm: unknown option 'nope'; valid:" in err and "fedavg" in err
     assert "cifar10: folder cifar-10-batches-py not found" in (tmp_path / "ok" / "1" / "error.txt").read_text()
     assert (tmp_path / "ok" / "0" / "error.txt").is_file() and not (tmp_path / "bad").exists()
+
+
+def test_rejected_jobs_keep_their_labels_and_show_as_failed_cells(tmp_path: Path, capsys) -> None:
+    """A job refused on bad input keeps Hydra's record of it (.hydra/), so the report can place its cell."""
+    from fedrun.report.cli import main as report_main
+
+    missing = ["data=cifar10", f"data.root={tmp_path / 'none'}", "partition.alpha=0.1,1", *TINY]
+    cmd = ["-m", *missing, "++tags.method='FedAvg'", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    assert run_commands([cmd], log=False) == 0
+    job = tmp_path / "sweep" / "1"
+    assert sorted(p.name for p in job.iterdir()) == [".hydra", "error.txt"]
+    assert sorted(p.name for p in (job / ".hydra").iterdir()) == ["config.yaml", "overrides.yaml"]
+    capsys.readouterr()
+    assert report_main([str(tmp_path / "sweep"), "--rows", "tags.method", "--cols", "partition.alpha"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| FedAvg"))
+    assert row.count("failed") == 2 and "2 of 2 runs did not complete" in out

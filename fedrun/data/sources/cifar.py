@@ -10,15 +10,15 @@ import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import CIFAR_MD5, check_md5, download, extract_tar, read_bytes, safe_unpickle
-from fedrun.errors import DataError
+from fedrun.errors import DataError, DataMissing
 from fedrun.registry import DATASETS
 
 _URLS = {
     "cifar10": ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),
     "cifar100": ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),
 }
-_MEAN = {"cifar10": (0.4914, 0.4822, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
-_STD = {"cifar10": (0.2470, 0.2435, 0.2616), "cifar100": (0.2673, 0.2564, 0.2762)}
+MEAN = {"cifar10": (0.4914, 0.4822, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
+STD = {"cifar10": (0.2470, 0.2435, 0.2616), "cifar100": (0.2673, 0.2564, 0.2762)}
 
 
 @dataclass
@@ -39,7 +39,7 @@ def _locate(name: str, p: CIFARParams) -> Path:
             download(url, archive, digest)
         extract_tar(archive, root)
         return root / folder
-    raise DataError(
+    raise DataMissing(
         f"{name}: folder {folder} not found under {root} (looked in {root / folder}, {root / name / folder}); "
         f"download {_URLS[name][0]} and extract it there, or run with data.download=true on a machine with a network"
     )
@@ -75,7 +75,7 @@ def load_cifar10(p: CIFARParams) -> Dataset:
     d = _locate("cifar10", p)
     train = _split([_batch(d / f"data_batch_{i}", "labels", p.verify) for i in range(1, 6)])
     test = _split([_batch(d / "test_batch", "labels", p.verify)])
-    return Dataset("cifar10", train, test, 10, (3, 32, 32), _MEAN["cifar10"], _STD["cifar10"])
+    return Dataset("cifar10", train, test, 10, (3, 32, 32), MEAN["cifar10"], STD["cifar10"])
 
 
 @DATASETS.register("cifar100", CIFARParams)
@@ -84,4 +84,4 @@ def load_cifar100(p: CIFARParams) -> Dataset:
     d = _locate("cifar100", p)
     train = _split([_batch(d / "train", "fine_labels", p.verify)])
     test = _split([_batch(d / "test", "fine_labels", p.verify)])
-    return Dataset("cifar100", train, test, 100, (3, 32, 32), _MEAN["cifar100"], _STD["cifar100"])
+    return Dataset("cifar100", train, test, 100, (3, 32, 32), MEAN["cifar100"], STD["cifar100"])

@@ -22,7 +22,7 @@ import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.images import load_npz, load_pickled_pair, read_image_folder, to_chw_uint8
-from fedrun.errors import ConfigError, DataError
+from fedrun.errors import ConfigError, DataError, DataMissing
 from fedrun.registry import DATASETS
 
 FEDBN_FOLDERS = {"mnist": "MNIST", "svhn": "SVHN", "usps": "USPS", "synth": "SynthDigits", "mnistm": "MNIST_M"}
@@ -92,7 +92,7 @@ def load_domain(root: Path, name: str) -> tuple[Arrays, Arrays]:
                 if len(x) != len(y) or (len(y) and (y.min() < 0 or y.max() > 9)):
                     raise DataError(f"digit5/{name}: {len(x)} images, {len(y)} labels, labels must be 0-9")
             return got
-    raise DataError(f"digit5: domain {name} not found under {root}; " + HINT.format(root=root))
+    raise DataMissing(f"digit5: domain {name} not found under {root}; " + HINT.format(root=root))
 
 
 def _stack(parts: list[Arrays]) -> Split:

@@ -22,9 +22,10 @@ import torch
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import load_idx_split
 from fedrun.data.sources.leaf import read_leaf_users
-from fedrun.errors import ConfigError, DataError
+from fedrun.errors import ConfigError, DataError, DataMissing
 from fedrun.registry import DATASETS, in_range
 
+MEAN, STD = (0.1736,), (0.3317,)
 CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
 HINT = (
     "download gzip.zip from https://www.nist.gov/itl/products-and-services/emnist-dataset and extract its "
@@ -93,8 +94,8 @@ def load_emnist(p: EMNISTParams) -> Dataset:
         test=splits[1],
         num_classes=CLASSES[p.split],
         input_shape=(1, 28, 28),
-        mean=(0.1736,),
-        std=(0.3317,),
+        mean=MEAN,
+        std=STD,
         notes={"split": p.split, "fraction": str(p.fraction)},
     )
 
@@ -111,7 +112,7 @@ def load_femnist(p: EMNISTParams) -> Dataset:
     root = Path(p.root)
     base = next((d for d in (root / "femnist" / "data", root / "femnist") if (d / "train").is_dir()), None)
     if base is None or not (base / "test").is_dir():
-        raise DataError(
+        raise DataMissing(
             f"emnist (source=leaf): femnist/data/train and test not found under {root}; run LEAF's "
             "data/femnist/preprocess.sh (github.com/TalwalkarLab/leaf) and copy data/train, data/test there"
         )

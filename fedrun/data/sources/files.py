@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrun.errors import DataError
+from fedrun.errors import DataError, DataMissing
 
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
@@ -123,7 +123,7 @@ def download(url: str, dest: Path, md5_expected: str | None) -> None:
         with urllib.request.urlopen(url, timeout=60) as r:
             data = r.read()
     except OSError as e:
-        raise DataError(f"download of {url} failed ({e}); no network? place the file at {dest} by hand") from None
+        raise DataMissing(f"download of {url} failed ({e}); no network? place the file at {dest} by hand") from None
     if md5_expected is not None and md5(data) != md5_expected:
         raise DataError(f"download of {url}: checksum mismatch (got {md5(data)}, expected {md5_expected})")
     tmp = dest.with_suffix(dest.suffix + ".part")
@@ -154,7 +154,7 @@ def load_idx_split(
             path = download_dir / f"{stem}.gz"
         if path is None:
             looked = ", ".join(str(d) for d in dirs)
-            raise DataError(f"{name}: {stem}[.gz] not found (looked in {looked}); {hint}")
+            raise DataMissing(f"{name}: {stem}[.gz] not found (looked in {looked}); {hint}")
         raw = read_bytes(path)
         if verify:
             check_md5(path, raw, digest)

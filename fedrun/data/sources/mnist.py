@@ -21,6 +21,7 @@ FMNIST_FILES = {
     "test_x": ("t10k-images-idx3-ubyte", "8181f5470baa50b63fa0f6fddb340f0a"),
     "test_y": ("t10k-labels-idx1-ubyte", "15d484375f8d13e6eb1aabb0c3f46965"),
 }
+NORM = {"fmnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}  # (mean, std) of the training images
 MNIST_FILES = {k: (stem, None) for k, (stem, _) in FMNIST_FILES.items()}
 
 
@@ -57,7 +58,7 @@ def load_fmnist(p: MNISTParams) -> Dataset:
         hint="install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "
         "or run with data.download=true on a machine with a network",
     )
-    return _dataset("fmnist", arrays, 0.2860, 0.3530)
+    return _dataset("fmnist", arrays, *NORM["fmnist"])
 
 
 @DATASETS.register("mnist", MNISTParams)
@@ -75,4 +76,4 @@ def load_mnist(p: MNISTParams) -> Dataset:
         hint=f"put the four IDX files under {root / 'mnist'} or run with data.download=true on a machine with a"
         " network",
     )
-    return _dataset("mnist", arrays, 0.1307, 0.3081)
+    return _dataset("mnist", arrays, *NORM["mnist"])

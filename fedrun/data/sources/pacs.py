@@ -22,7 +22,7 @@ import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.images import load_npz, read_image_folder, to_chw_uint8
-from fedrun.errors import ConfigError, DataError
+from fedrun.errors import ConfigError, DataError, DataMissing
 from fedrun.registry import DATASETS, in_range, positive
 
 DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
@@ -64,7 +64,7 @@ def load_domain(root: Path, name: str, p: PACSParams) -> tuple[np.ndarray, np.nd
             if len(y) != len(z["x"]) or (len(y) and (y.min() < 0 or y.max() >= len(CLASSES))):
                 raise DataError(f"{npz}: {len(z['x'])} images, {len(y)} labels; labels must be 0-6")
             return to_chw_uint8(z["x"], p.crop, name=str(npz)).numpy(), y
-    raise DataError(
+    raise DataMissing(
         f"pacs: domain {name} not found under {root} (looked for PACS/{name}/<class>/ and PACS/{name}.npz); "
         "download PACS (the 'kfold' images, https://domaingeneralization.github.io) and extract it to "
         f"{root / 'PACS'}"

@@ -18,7 +18,7 @@ import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.leaf import read_leaf_users
-from fedrun.errors import DataError
+from fedrun.errors import DataError, DataMissing
 from fedrun.registry import DATASETS, positive
 
 ALL_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
@@ -71,7 +71,7 @@ def _find(root: Path) -> Path:
     for d in (root / "shakespeare" / "data", root / "shakespeare", root / "leaf" / "data" / "shakespeare" / "data"):
         if (d / "train").is_dir() and (d / "test").is_dir():
             return d
-    raise DataError(f"shakespeare: train/ and test/ LEAF folders not found under {root}; " + HINT.format(root=root))
+    raise DataMissing(f"shakespeare: train/ and test/ LEAF folders not found under {root}; " + HINT.format(root=root))
 
 
 @DATASETS.register("shakespeare", ShakespeareParams)
