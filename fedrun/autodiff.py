@@ -21,7 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 
-def _eager() -> bool:
+def eager() -> bool:
     """True when no ``torch.func`` transform is active and ``torch.compile`` is not tracing."""
     if torch.compiler.is_compiling():
         return False
@@ -36,19 +36,24 @@ def grad_and_value(
     fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0, has_aux: bool = False
 ) -> Callable[..., tuple[Any, Any]]:
     """``torch.func.grad_and_value(fn, argnums, has_aux)``, on plain autograd outside transforms."""
-    transformed = torch.func.grad_and_value(fn, argnums=argnums, has_aux=has_aux)
 
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        if not _eager():
-            return transformed(*args, **kwargs)
+        if not eager():
+            return torch.func.grad_and_value(fn, argnums=argnums, has_aux=has_aux)(*args, **kwargs)
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         args_l = list(args)
         specs, leaves = [], []
         with torch.enable_grad():
             for i in nums:
-                flat, spec = pytree.tree_flatten(args_l[i])
-                flat = [t.detach().requires_grad_(True) for t in flat]
-                args_l[i] = pytree.tree_unflatten(flat, spec)
+                arg = args_l[i]
+                if type(arg) is dict:  # the common case, a parameter dict: no pytree round trip
+                    arg = {k: t.detach().requires_grad_(True) for k, t in arg.items()}
+                    flat, spec = list(arg.values()), tuple(arg)
+                else:
+                    flat, spec = pytree.tree_flatten(arg)
+                    flat = [t.detach().requires_grad_(True) for t in flat]
+                    arg = pytree.tree_unflatten(flat, spec)
+                args_l[i] = arg
                 specs.append((spec, len(flat)))
                 leaves.extend(flat)
             out = fn(*args_l, **kwargs)
@@ -57,7 +62,9 @@ def grad_and_value(
         grads = [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads, strict=True)]
         trees, at = [], 0
         for spec, n in specs:
-            trees.append(pytree.tree_unflatten(grads[at : at + n], spec))
+            part = grads[at : at + n]
+            tree = dict(zip(spec, part, strict=True)) if isinstance(spec, tuple) else pytree.tree_unflatten(part, spec)
+            trees.append(tree)
             at += n
         g_out = trees[0] if isinstance(argnums, int) else tuple(trees)
         return (g_out, (value.detach(), _detach(aux))) if has_aux else (g_out, value.detach())

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from fedrun.autodiff import eager
 from fedrun.errors import ConfigError
 from fedrun.tree import Tensors
 
@@ -48,13 +50,52 @@ class FunctionalModel:
         self.module = module
         self.buffers: Tensors = {n: b for n, b in module.named_buffers()}
         self.vmap_safe: bool = getattr(module, "vmap_safe", True) and not self.buffers
+        self._slot_map: dict[str, list[tuple[dict[str, Any], str]]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_slot_map": None}  # rebuilt on first use from the (copied) module
 
     def init_params(self) -> Tensors:
         return {n: p.detach().clone() for n, p in self.module.named_parameters()}
 
     def logits(self, params: Tensors, x: torch.Tensor, buffers: Tensors | None = None) -> torch.Tensor:
         state = {**(self.buffers if buffers is None else buffers), **params}
+        if eager():
+            slots = self._slots()
+            if state.keys() <= slots.keys():
+                return self._swapped_call(slots, state, x)
         return functional_call(self.module, state, (x,))
+
+    # ---- the eager fast path ------------------------------------------------------------------------------
+    def _slots(self) -> dict[str, list[tuple[dict[str, Any], str]]]:
+        """Where each named parameter/buffer lives: (its owner's ``_parameters``/``_buffers``, attribute), one
+        entry per alias of a tied tensor (as ``functional_call``'s ``tie_weights`` replaces them all)."""
+        if self._slot_map is None:
+            slot_map: dict[str, list[tuple[dict[str, Any], str]]] = {}
+            for kind, named in (("_parameters", self.module.named_parameters), ("_buffers", self.module.named_buffers)):
+                canonical = {id(t): n for n, t in named()}
+                for name, t in named(remove_duplicate=False):
+                    path, _, attr = name.rpartition(".")
+                    owner = self.module.get_submodule(path) if path else self.module
+                    slot_map.setdefault(canonical[id(t)], []).append((getattr(owner, kind), attr))
+            self._slot_map = slot_map
+        return self._slot_map
+
+    def _swapped_call(
+        self, slots: dict[str, list[tuple[dict[str, Any], str]]], state: Tensors, x: torch.Tensor
+    ) -> torch.Tensor:
+        """``functional_call`` without its per-call set-up (~20 us, ~3% of a small MLP's CPU step): put the
+        tensors in the module's slots, run it, put the originals back. Only outside torch.func transforms."""
+        saved = []
+        try:
+            for name, t in state.items():
+                for table, attr in slots[name]:
+                    saved.append((table, attr, table[attr]))
+                    table[attr] = t
+            return self.module(x)
+        finally:
+            for table, attr, old in reversed(saved):
+                table[attr] = old
 
     def loss(self, params: Tensors, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mean cross-entropy of a batch ``{x, y, w?, buffers?}``.
@@ -63,8 +104,11 @@ class FunctionalModel:
         an argument of the differentiated function: ``torch.func`` lets a forward pass update arguments in
         place, but not tensors it captured.
         """
-        ce = F.cross_entropy(self.logits(params, batch["x"], batch.get("buffers")), batch["y"], reduction="none")
-        return masked_mean(ce, batch.get("w"))
+        logits = self.logits(params, batch["x"], batch.get("buffers"))
+        weight = batch.get("w")
+        if weight is None:  # one fused kernel: the common case, every batch but padded ones
+            return F.cross_entropy(logits, batch["y"])
+        return masked_mean(F.cross_entropy(logits, batch["y"], reduction="none"), weight)
 
     def set_buffers(self, buffers: Tensors) -> None:
         """Make ``buffers`` the global model's (used in evaluation and copied to the next round's clients)."""
