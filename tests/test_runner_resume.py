@@ -92,7 +92,7 @@ def _interrupted_copy(
     tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, at: int
 ) -> tuple[Path, Path]:
     """An uninterrupted run, and a run dir holding what a run killed after round ``at`` leaves behind."""
-    import fedrun.runner as runner
+    import fedrun.run_state as runner
 
     full, partial = tmp_path / "full", tmp_path / "partial"
     full.mkdir()

@@ -198,7 +198,7 @@ def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
     pd.testing.assert_frame_equal(out["ray"], out["vectorised"], check_exact=True)  # the whole run, bit for bit
 
     (tmp_path / "failed").mkdir()
-    monkeypatch.setattr("fedrun.runner.evaluate", stop_in_round_2(RuntimeError))
+    monkeypatch.setattr("fedrun.rounds.evaluate", stop_in_round_2(RuntimeError))
     with pytest.raises(RuntimeError, match="stop"):
         run(make_spec(*RUN, *RAY), tmp_path / "failed")
     assert len(actors) == 2 and all(len(a) == 2 for a in actors)
@@ -238,7 +238,7 @@ def test_runner_closes_the_engine_however_the_run_ends(
     # the same ``finally`` for every engine: checked without Ray (Ctrl-C is a KeyboardInterrupt in the driver)
     closed: list[str] = []
     monkeypatch.setattr(SequentialEngine, "close", lambda self: closed.append("closed"))
-    monkeypatch.setattr("fedrun.runner.evaluate", stop_in_round_2(exc))
+    monkeypatch.setattr("fedrun.rounds.evaluate", stop_in_round_2(exc))
     if exc is KeyboardInterrupt:
         assert run(make_spec(*RUN), tmp_path)["status"] == "interrupted"
     else:

@@ -1,0 +1,153 @@
+"""One federated round: sample the cohort, train it, aggregate (:func:`train_round`); and its metrics row
+(:func:`evaluation_row`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedrun.algorithms.base import RoundInfo
+from fedrun.engines.auto import precision_context
+from fedrun.errors import DivergenceError
+from fedrun.metrics.client_weights import effective_weights, weight_rows
+from fedrun.metrics.clients import ClientAccuracy
+from fedrun.metrics.diagnostics import round_diagnostics
+from fedrun.metrics.evaluate import evaluate
+from fedrun.rng import derive
+from fedrun.run_state import RunState
+from fedrun.sampling import sample_clients
+from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, weighted_mean
+
+if TYPE_CHECKING:
+    from fedrun.runner import Experiment
+
+
+@dataclass
+class RoundResult:
+    """What a trained and aggregated round reports: its local lr and loss, the bytes it moved, the server's
+    time, the method's and the optional diagnostics, and the round's client-weight rows."""
+
+    rnd: int
+    clients: int
+    lr: float
+    loss: float
+    bytes_down: int
+    bytes_up: int
+    aggregate_seconds: float
+    started: float
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    weight_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def lr_at(spec: Any, rnd: int) -> float:
+    """The configured local lr of round ``rnd`` (0-based): lr * lr_decay^rnd."""
+    return spec.fl.lr * spec.fl.lr_decay**rnd
+
+
+def average_buffers(stacked: Tensors, weights: torch.Tensor) -> Tensors:
+    """The cohort's buffers combined like a state-dict FedAvg: float statistics (BatchNorm running mean and
+    variance) weighted like the parameters; integer counters take the cohort's maximum."""
+    return {
+        k: weighted_mean({k: v}, weights)[k] if v.is_floating_point() else v.max(0).values for k, v in stacked.items()
+    }
+
+
+def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
+    """The first client of the cohort whose upload holds a NaN/inf (None when all are finite)."""
+    bad = torch.zeros(len(clients), dtype=torch.bool)
+    for t in leaves(uploads):
+        if t.is_floating_point() and t.dim() > 0 and t.shape[0] == len(clients):
+            bad |= ~torch.isfinite(t.reshape(len(clients), -1)).all(1).cpu()
+    hit = torch.nonzero(bad).flatten()
+    return int(clients[hit[0]]) if hit.numel() else None
+
+
+def aggregation_weights(sizes: torch.Tensor, weighting: str) -> torch.Tensor:
+    """p_i: n_i / sum_S n_j (``size``) or 1/m (``uniform``), float64."""
+    return sizes / sizes.sum() if weighting == "size" else torch.full_like(sizes, 1 / len(sizes))
+
+
+def train_round(exp: Experiment, st: RunState, rnd: int) -> RoundResult:
+    """Round ``rnd`` (0-based): the cohort trains from w^t, the algorithm aggregates; ``st`` is updated in place.
+
+    Raises DivergenceError on a non-finite local loss or global model (naming the first bad client).
+    """
+    spec, algo, fl = exp.spec, exp.algorithm, exp.spec.fl
+    started = time.perf_counter()
+    # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
+    torch.manual_seed(derive(spec.seed, "torch-global", rnd))
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+    lr = algo.local_lr(rnd, lr_at(spec, rnd))
+    extras = algo.broadcast(st.params, st.server_state)
+    cohort_states = st.clients.gather(clients) if st.clients else {}
+    t_train = time.perf_counter()
+    with precision_context(spec.hardware.precision, exp.device):
+        res = exp.engine.train_cohort(rnd, st.params, extras, clients, cohort_states, lr)
+    st.train_time += time.perf_counter() - t_train
+    st.samples += res.samples
+    if not math.isfinite(res.loss):
+        raise DivergenceError(rnd, first_nonfinite_client(res.uploads, clients), "non-finite local loss")
+    if st.clients:
+        st.clients.scatter(clients, res.states)
+    sizes = exp.fed.sizes[clients].to(torch.float64)
+    weights = aggregation_weights(sizes, fl.weighting).to(exp.device)
+    info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
+    diagnostics = round_diagnostics(st.params, res.uploads, weights, res.steps, lr) if spec.eval.diagnostics else {}
+    t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
+    st.params, st.server_state, method_diag = algo.aggregate(st.params, st.server_state, res.uploads, weights, info)
+    if "buffers" in res.uploads:
+        exp.model.set_buffers(average_buffers(res.uploads["buffers"], weights))
+    agg_seconds = time.perf_counter() - t_agg
+    st.agg_time += agg_seconds
+    if not all_finite(st.params):
+        bad = first_nonfinite_client(res.uploads, clients)
+        raise DivergenceError(rnd, bad, "non-finite global model after aggregation")
+    rows = []
+    if spec.eval.client_weights:
+        rows = weight_rows(rnd, clients, sizes, weights, effective_weights(res.uploads["params"], st.params))
+    return RoundResult(
+        rnd, len(clients), lr, res.loss,
+        bytes_down=len(clients) * (nbytes(st.params) + nbytes(extras)),
+        bytes_up=nbytes(res.uploads),
+        aggregate_seconds=agg_seconds,
+        started=started,
+        diagnostics={**method_diag, **diagnostics},
+        weight_rows=rows,
+    )  # fmt: skip
+
+
+def evaluates(spec: Any, rnd: int) -> bool:
+    """Whether round ``rnd`` (0-based) is evaluated: every ``eval.every`` rounds, and always the last."""
+    return (rnd + 1) % spec.eval.every == 0 or rnd == spec.fl.rounds - 1
+
+
+def evaluation_row(
+    exp: Experiment, st: RunState, r: RoundResult, t0: float, client_acc: ClientAccuracy | None
+) -> dict[str, Any]:
+    """metrics.csv's row of round ``r.rnd``: test (and train) accuracy and loss of w^{t+1}, then the round's
+    lr, cohort size, local loss, bytes, timings and diagnostics."""
+    ev = exp.spec.eval
+    acc, loss = evaluate(exp.model, st.params, exp.fed, exp.fed.test, ev.batch_size)
+    row: dict[str, Any] = {"round": r.rnd + 1, "test_acc": acc, "test_loss": loss}
+    if ev.train_acc:
+        row["train_acc"], row["train_loss"] = evaluate(exp.model, st.params, exp.fed, exp.fed.train, ev.batch_size)
+    now = time.perf_counter()
+    row.update(
+        {
+            "lr": r.lr,
+            "clients": r.clients,
+            "local_loss": r.loss,
+            "bytes_down": r.bytes_down,
+            "bytes_up": r.bytes_up,
+            "round_seconds": now - r.started,
+            "aggregate_seconds": r.aggregate_seconds,
+            "seconds": now - t0,
+            **r.diagnostics,
+            **(client_acc(st.params) if client_acc else {}),
+        }
+    )
+    return row

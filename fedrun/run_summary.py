@@ -1,0 +1,114 @@
+"""summary.json: what the run is (written when it starts) and how it ended (written when it stops)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedrun.data.partition import class_counts, partition_stats
+from fedrun.outputs import write_partition
+from fedrun.registry import ENGINES
+from fedrun.report.partition import domain_breakdown, domain_counts, write_domain_table
+from fedrun.run_state import RunState
+
+if TYPE_CHECKING:
+    from fedrun.config import RunSpec
+    from fedrun.engines.base import Engine
+    from fedrun.runner import Experiment
+
+
+def engine_name(engine: Engine) -> str:
+    """The registry name of an engine instance (``sequential``, ``vectorised``...)."""
+    return next(n for n in ENGINES.names() if isinstance(engine, ENGINES.get(n).obj))
+
+
+def describe_run(exp: Experiment, run_dir: Path) -> dict[str, Any]:
+    """Write the partition files (counts, heatmap, domains) and return what summary.json says of the run's
+    setup: names, seed, engine, device, model size, stand-in data, partition statistics."""
+    spec, data = exp.spec, exp.data
+    counts = class_counts(data.train.y.numpy(), exp.parts, data.num_classes)
+    write_partition(run_dir, counts, spec.output.plots, exp.corrupted if spec.corrupt.fraction else None)
+    info = {
+        "algorithm": spec.algorithm.name,
+        "data": spec.data.name,
+        "model": spec.model.name,
+        "partition": spec.partition.name,
+        "seed": spec.seed,
+        "engine": engine_name(exp.engine),
+        "engine_selection": getattr(exp.engine, "selection", {}),
+        "device": str(exp.device),
+        "model_params": exp.model.num_params(),
+        "data_standin": data.standin is not None,  # seeded random data replaced missing files (data.standin)
+        "partition_stats": partition_stats(counts),
+    }
+    if spec.corrupt.fraction:
+        info["corrupted_clients"] = exp.corrupted.tolist()
+        info["corrupt_labels"] = list(spec.corrupt.labels)
+    if data.train.domain is not None:
+        dom, names = data.train.domain.numpy(), data.domain_names
+        write_domain_table(run_dir, domain_counts(dom, exp.parts, max(int(dom.max()) + 1, len(names or []))), names)
+        info["partition_domains"] = domain_breakdown(data.train.y.numpy(), dom, exp.parts, data.num_classes, names)
+    return info
+
+
+def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
+    """Final, best and last-k mean test accuracy, and the first round reaching ``eval.target``."""
+    if not rows:
+        return {}
+    acc = np.array([r["test_acc"] for r in rows])
+    k = spec.eval.last_k
+    out = {
+        "test_acc_final": float(acc[-1]),
+        "test_acc_last_k": float(acc[-k:].mean()),
+        "last_k": min(k, len(acc)),
+        "test_acc_best": float(acc.max()),
+        "best_round": int(rows[int(acc.argmax())]["round"]),
+        "test_loss_final": float(rows[-1]["test_loss"]),
+    }
+    if "train_acc" in rows[-1]:
+        out["train_acc_final"] = float(rows[-1]["train_acc"])
+    for key in ("client_acc_mean", "client_acc_std"):  # eval.client_acc: FedSAM's "mean (std across clients)"
+        if key in rows[-1]:
+            out[f"{key}_final"] = float(rows[-1][key])
+    if spec.eval.target is not None:
+        hit = np.flatnonzero(acc >= spec.eval.target)
+        out["round_to_target"] = int(rows[hit[0]]["round"]) if hit.size else None
+    return out
+
+
+@dataclass
+class Outcome:
+    """How the round loop ended: ``completed``, ``diverged`` (with where) or ``interrupted``."""
+
+    status: str = "completed"
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def final_summary(
+    info: dict[str, Any], st: RunState, spec: RunSpec, outcome: Outcome, t0: float, t_loop: float, run_dir: Path
+) -> dict[str, Any]:
+    """summary.json of a run that stopped: ``info``, the accuracy summary, status, counters and timings."""
+    now = time.perf_counter()
+    summary = {
+        **info,
+        **summarize(st.rows, spec),
+        "status": outcome.status,
+        "rounds_completed": st.rows[-1]["round"] if st.rows else 0,
+        "wall_time_s": now - t0,
+        "loop_time_s": now - t_loop,
+        "train_time_s": st.train_time,
+        "aggregate_time_s": st.agg_time,
+        "train_samples": st.samples,
+        "samples_per_s": st.samples / st.train_time if st.train_time else 0.0,
+        "run_dir": str(run_dir),
+        **outcome.extra,
+        **({"resumed_from_round": st.start} if st.start else {}),
+    }
+    if outcome.error:
+        summary["error"] = outcome.error
+    return summary
