@@ -32,18 +32,25 @@ FINISHED = ("completed", "diverged")  # statuses a re-run skips: both are determ
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking")
 _VOLATILE_DATA = ("root", "download")
+# hardware.device: a run checkpointed on a GPU continues on the CPU (and back). Its later rounds agree with
+# an uninterrupted run to float tolerance, not bit for bit (GPU and CPU kernels round differently).
+_VOLATILE_HARDWARE = ("device",)
 
 
-def comparable(raw: dict[str, Any]) -> dict[str, Any]:
+def comparable(raw: dict[str, Any], volatile_device: bool = True) -> dict[str, Any]:
     """The part of a composed config that determines the results.
 
     Sections added later are left out while off (no corrupted clients, no client-weight log), so runs
-    checkpointed before they existed still resume.
+    checkpointed before they existed still resume. ``volatile_device=False`` keeps ``hardware.device``, as
+    fingerprints did before a resume could change device (:func:`fingerprints`).
     """
     out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
+    if volatile_device and isinstance(out.get("hardware"), dict):
+        for k in _VOLATILE_HARDWARE:
+            out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
     if isinstance(out.get("eval"), dict) and not out["eval"].get("client_weights"):
@@ -51,10 +58,16 @@ def comparable(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def fingerprint(raw: dict[str, Any]) -> str:
+def fingerprint(raw: dict[str, Any], volatile_device: bool = True) -> str:
     """A stable hash of :func:`comparable` (sorted JSON)."""
-    blob = json.dumps(comparable(raw), sort_keys=True, default=str).encode()
+    blob = json.dumps(comparable(raw, volatile_device), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def fingerprints(raw: dict[str, Any]) -> tuple[str, str]:
+    """The fingerprints a checkpoint of this config may carry: today's, and that of checkpoints written
+    before ``hardware.device`` left the fingerprint (those still resume, on the device they were run on)."""
+    return fingerprint(raw), fingerprint(raw, volatile_device=False)
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -131,15 +144,19 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def load_checkpoint(path: Path, expected_fingerprint: str | None = None) -> Checkpoint:
-    """Load without executing code from the file; refuse one written for a different config."""
+def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | None = None) -> Checkpoint:
+    """Load without executing code from the file; refuse one written for a different config.
+
+    ``expected_fingerprint``: the config's fingerprint, or several accepted ones (:func:`fingerprints`).
+    """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure means an unusable file
         raise ResumeError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to restart the run") from None
     if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
         raise ResumeError(f"{path}: not a fedrun checkpoint of format {FORMAT_VERSION}; delete it to restart the run")
-    if expected_fingerprint is not None and state["fingerprint"] != expected_fingerprint:
+    accepted = (expected_fingerprint,) if isinstance(expected_fingerprint, str) else expected_fingerprint
+    if accepted is not None and state["fingerprint"] not in accepted:
         raise ResumeError(
             f"{path}: written for a different config; resume with the run's own config or use a new run dir"
         )
