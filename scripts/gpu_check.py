@@ -8,8 +8,8 @@
    samples/s per workload, peak GPU memory per cohort width;
 4. FedIMA's CIFAR-10 CNN setting (``experiment=fedima_table1_cifar10_cnn_dir ima.enabled=true``) for
    ``--fedima-rounds`` rounds: the measured seconds per round, and the measured time of all 400 rounds
-   only when 400 were run (nothing is extrapolated). CIFAR-10's files are used when present, else stand-in
-   data of its shape (the time per round does not depend on the pixels).
+   only when 400 were run (nothing is extrapolated). CIFAR-10's files are used when present, else random
+   data of its size and shape (the time per round does not depend on the pixels).
 
 Prints the table (Markdown) and writes it with the raw numbers and the logs to ``outputs/gpu-check/<time>/``.
 Exit code 0 when every check passed, 1 when one failed, 2 when there is no GPU.
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-FEDIMA = ["experiment=fedima_table1_cifar10_cnn_dir", "ima.enabled=true", "data.standin=true"]
+FEDIMA = ["experiment=fedima_table1_cifar10_cnn_dir", "ima.enabled=true"]
 Row = tuple[str, str, str]  # check, result, detail
 
 
@@ -71,12 +71,13 @@ def environment(device: str) -> tuple[dict[str, Any], str | None]:
     if device == "cpu":
         info["device_name"] = f"CPU dry run ({platform.processor() or platform.machine()})"
         return info, None
-    if not torch.cuda.is_available():
-        build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
+    if torch.version.cuda is None:
         return info, (
-            f"torch {torch.__version__} ({build}) sees no GPU here; on x86-64 Linux the index's torch==2.13.0 is the"
-            " CUDA build (pip install --force-reinstall torch==2.13.0), and the NVIDIA driver must be loaded"
+            f"torch {torch.__version__} is a CPU-only build; gpu-check needs a CUDA build (on x86-64 Linux the package"
+            " index's torch==2.13.0 is one) on a machine with an NVIDIA GPU and its driver"
         )
+    if not torch.cuda.is_available():
+        return info, f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: none here, or no driver"
     props = torch.cuda.get_device_properties(0)
     info.update(
         device_name=props.name,
@@ -172,29 +173,54 @@ def run_bench(out: Path, device: str, args: list[str]) -> tuple[list[Row], dict[
 
 
 # ---- 4. FedIMA's CIFAR-10 CNN ------------------------------------------------------------------------------------
+def fedima_child(device: str, rounds: int, run_dir: Path) -> None:
+    """In a child process: FedIMA's CIFAR-10 CNN run for ``rounds`` rounds in ``run_dir``, on CIFAR-10's files when
+    they are there, else on random data of CIFAR-10's size and shape (bench.py's, 50,000 + 10,000 images)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench
+
+    from fedrun import runner
+    from fedrun.engines.allocator import tune_glibc_malloc
+    from fedrun.errors import DataMissing
+
+    tune_glibc_malloc()  # as the fedrun CLI does
+    hw = ["hardware=cuda"] if device != "cpu" else ["hardware=cpu", "hardware.threads=1"]
+    overrides = [*FEDIMA, *hw, f"fl.rounds={rounds}", "checkpoint.every=0"]
+    spec = bench.make_spec(overrides, device, run_dir)
+    try:
+        runner.load_data(spec)
+        data = "CIFAR-10"
+    except DataMissing:
+        runner.load_data = bench.fake_cifar
+        data = "random data of CIFAR-10's size and shape (CIFAR-10's files not found)"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary = runner.run(spec, run_dir)
+    print(json.dumps({**summary, "data_source": data}, default=str))
+
+
 def run_fedima(out: Path, device: str, rounds: int) -> tuple[list[Row], dict[str, Any]]:
     run_dir = out / "fedima-cifar10-cnn"
-    hw = ["hardware=cuda"] if device != "cpu" else ["hardware=cpu", "hardware.threads=1"]
-    cmd = [sys.executable, "-m", "fedrun.cli", *FEDIMA, *hw, f"hardware.device={device}", f"fl.rounds={rounds}"]
-    cmd += ["output.quiet=true", "output.plots=false", "checkpoint.every=0", f"hydra.run.dir={run_dir}"]
+    cmd = [sys.executable, __file__, "--fedima-child", "--device", device, "--fedima-rounds", str(rounds)]
     t0 = time.perf_counter()
-    code = stream(cmd, out / "fedima.log", env_for(device))
+    code = stream([*cmd, "--out", str(run_dir)], out / "fedima.log", env_for(device))
     wall = time.perf_counter() - t0
-    summary_file = run_dir / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    lines = (out / "fedima.log").read_text().strip().splitlines()
+    summary = next((json.loads(ln) for ln in reversed(lines) if ln.startswith('{"')), {})  # the child's last word
     name = "FedIMA, CIFAR-10 CNN, 100 clients Dir(0.1), 10/round, 5 epochs"
     if code != 0 or summary.get("status") != "completed":
-        return [(name, "FAILED", f"exit {code}: {summary.get('error', 'see fedima.log')}")], summary
+        return [(name, "FAILED", f"exit {code}: {summary.get('error') or (lines or ['no output'])[-1]}")], summary
     import csv
 
     with open(run_dir / "metrics.csv") as f:
         per_round = [float(r["round_seconds"]) for r in csv.DictReader(f)]
     steady = per_round[1:] or per_round  # the first round also pays the engine choice and CUDA's warm-up
-    all_rounds = f"{rounds} rounds measured: {wall:.0f} s end to end" if rounds == 400 else "400 rounds: not measured"
-    data = "stand-in data of CIFAR-10's shape" if summary.get("data_standin") else "CIFAR-10"
+    if rounds == 400:
+        all_rounds = f"400 rounds measured: {summary['loop_time_s']:.0f} s of rounds, {wall:.0f} s end to end"
+    else:
+        all_rounds = "400 rounds: not measured (--fedima-rounds 400)"
     detail = (
         f"{statistics.median(steady):.2f} s/round (median of rounds 2-{len(per_round)}, evaluation included;"
-        f" round 1 {per_round[0]:.2f} s), engine {summary.get('engine')}, {data}; {all_rounds}"
+        f" round 1 {per_round[0]:.2f} s), engine {summary.get('engine')}, {summary['data_source']}; {all_rounds}"
     )
     result = {"per_round_s": per_round, "wall_s": wall, "rounds": rounds, "summary": summary}
     return [(name, "passed", detail)], result
@@ -231,7 +257,11 @@ def main() -> int:
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-fedima", action="store_true")
     ap.add_argument("--out", default=str(REPO / "outputs" / "gpu-check"))
+    ap.add_argument("--fedima-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.fedima_child:
+        fedima_child(args.device, args.fedima_rounds, Path(args.out))
+        return 0
 
     info, problem = environment(args.device)
     if problem:

@@ -24,7 +24,7 @@ if ! has_cuda_torch "$venv/bin/python"; then
     echo "$site" >"$purelib/_gpu_check_base.pth"
     echo "gpu-check: using the CUDA torch that $py has, from $site" >&2
   else
-    echo "gpu-check: installing torch==2.13.0 (the CUDA build on x86-64 Linux)..." >&2
+    echo "gpu-check: installing torch==2.13.0 from the package index (its CUDA build on x86-64 Linux)..." >&2
     "$venv/bin/pip" install -q torch==2.13.0
   fi
 fi

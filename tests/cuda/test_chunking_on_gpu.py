@@ -130,10 +130,13 @@ def test_a_real_out_of_memory_on_the_gpu_is_one_line_and_frees_the_memory(
     params = exp.model.init_params()
     per_client = chunking.client_bytes(exp.algorithm, exp.fed, exp.spec.fl, params, {})
     torch.cuda.synchronize(dev)
+    torch.cuda.empty_cache()  # no cached blocks from earlier tests: the chunk must ask the cap for new memory
     base = torch.cuda.memory_allocated(dev)
     total = torch.cuda.get_device_properties(dev).total_memory
-    # this process may allocate what it holds now plus two clients' estimate: a chunk of 12 cannot fit
-    torch.cuda.set_per_process_memory_fraction(min(1.0, (base + 2 * per_client) / total), dev)
+    # the cap counts reserved memory: what this process holds now plus two clients' estimate; 12 cannot fit
+    torch.cuda.set_per_process_memory_fraction(
+        min(1.0, (torch.cuda.memory_reserved(dev) + 2 * per_client) / total), dev
+    )
     try:
         engine = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=12)
         with pytest.raises(ConfigError) as err:

@@ -66,6 +66,7 @@ def sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subp
 
 
 def test_device_auto_spreads_a_parallel_multirun_over_fake_gpus(tmp_path: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="Hydra's joblib launcher is not installed")
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(FAKE_GPUS)
