@@ -101,12 +101,13 @@ def run_tests(out: Path, device: str, extra: list[str]) -> tuple[list[Row], dict
     groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for case in ET.parse(junit).getroot().iter("testcase"):
         func, _, params = case.get("name", "").partition("[")
-        label = params.rstrip("]") or "-"
+        label = params.rstrip("]")
+        skipped = case.find("skipped")
         if case.find("failure") is not None or case.find("error") is not None:
-            outcome = "failed"
-        elif case.find("skipped") is not None:
+            outcome, label = "failed", label or "failed"
+        elif skipped is not None:
             outcome = "skipped"
-            label = f"{label}: {case.find('skipped').get('message', '')}"  # type: ignore[union-attr]
+            label = ": ".join(x for x in (label, skipped.get("message", "")) if x)
         else:
             outcome = "passed"
         groups[f"{case.get('classname', '').rsplit('.', 1)[-1]}::{func}"][outcome].append(label)

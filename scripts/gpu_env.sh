@@ -16,7 +16,12 @@ if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then exit 0; fi
 
 has_cuda_torch() { "$1" -c 'import sys, torch; sys.exit(torch.version.cuda is None)' >/dev/null 2>&1; }
 
-test -x "$venv/bin/python" || "$py" -m venv "$venv"
+if ! test -x "$venv/bin/python" && ! "$py" -m venv "$venv"; then
+  # a bare Debian/Ubuntu lacks venv (and ensurepip): its package, as root
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || exit 1
+  apt-get install -y -qq python3-venv >/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv; }
+  rm -rf "$venv" && "$py" -m venv "$venv"
+fi
 if ! has_cuda_torch "$venv/bin/python"; then
   if has_cuda_torch "$py"; then
     site=$("$py" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
