@@ -42,7 +42,7 @@ def comparable(raw: dict[str, Any], volatile_device: bool = True) -> dict[str, A
 
     Sections added later are left out while off (no corrupted clients, no client-weight log), so runs
     checkpointed before they existed still resume. ``volatile_device=False`` keeps ``hardware.device``, as
-    fingerprints did before a resume could change device (:func:`fingerprints`).
+    fingerprints did before a resume could change device (:class:`Fingerprint`).
     """
     out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
     if isinstance(out.get("data"), dict):
@@ -58,16 +58,23 @@ def comparable(raw: dict[str, Any], volatile_device: bool = True) -> dict[str, A
     return out
 
 
-def fingerprint(raw: dict[str, Any], volatile_device: bool = True) -> str:
+class Fingerprint(str):
+    """A config's fingerprint: the hex string checkpoints carry, knowing every one a checkpoint of the config
+    may carry (``accepted``): today's, and that of checkpoints written before ``hardware.device`` left it
+    (those still resume, on the device they ran on)."""
+
+    accepted: tuple[str, ...] = ()
+
+
+def _hash(comparable_raw: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(comparable_raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def fingerprint(raw: dict[str, Any]) -> Fingerprint:
     """A stable hash of :func:`comparable` (sorted JSON)."""
-    blob = json.dumps(comparable(raw, volatile_device), sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()
-
-
-def fingerprints(raw: dict[str, Any]) -> tuple[str, str]:
-    """The fingerprints a checkpoint of this config may carry: today's, and that of checkpoints written
-    before ``hardware.device`` left the fingerprint (those still resume, on the device they were run on)."""
-    return fingerprint(raw), fingerprint(raw, volatile_device=False)
+    fp = Fingerprint(_hash(comparable(raw)))
+    fp.accepted = (str(fp), _hash(comparable(raw, volatile_device=False)))
+    return fp
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -130,7 +137,7 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
     state = {
         "version": FORMAT_VERSION,
         "round": ck.round,
-        "fingerprint": ck.fingerprint,
+        "fingerprint": str(ck.fingerprint),  # a plain str: weights_only loading accepts no subclass
         "params": to_cpu(ck.params),
         "server_state": to_cpu(ck.server_state),
         "client_states": to_cpu(ck.client_states),
@@ -144,10 +151,10 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | None = None) -> Checkpoint:
+def load_checkpoint(path: Path, expected_fingerprint: str | None = None) -> Checkpoint:
     """Load without executing code from the file; refuse one written for a different config.
 
-    ``expected_fingerprint``: the config's fingerprint, or several accepted ones (:func:`fingerprints`).
+    ``expected_fingerprint``: the config's :func:`fingerprint` (any of its ``accepted`` ones matches).
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -155,8 +162,8 @@ def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | No
         raise ResumeError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to restart the run") from None
     if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
         raise ResumeError(f"{path}: not a fedrun checkpoint of format {FORMAT_VERSION}; delete it to restart the run")
-    accepted = (expected_fingerprint,) if isinstance(expected_fingerprint, str) else expected_fingerprint
-    if accepted is not None and state["fingerprint"] not in accepted:
+    accepted = getattr(expected_fingerprint, "accepted", None) or (expected_fingerprint,)
+    if expected_fingerprint is not None and state["fingerprint"] not in accepted:
         raise ResumeError(
             f"{path}: written for a different config; resume with the run's own config or use a new run dir"
         )

@@ -26,15 +26,7 @@ from rich.progress import (
 
 from fedrun.algorithms.base import Algorithm, RoundInfo
 from fedrun.algorithms.ima import IMA
-from fedrun.checkpoint import (
-    CHECKPOINT_FILE,
-    Checkpoint,
-    fingerprint,
-    fingerprints,
-    load_checkpoint,
-    save_checkpoint,
-    to_device,
-)
+from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, fingerprint, load_checkpoint, save_checkpoint, to_device
 from fedrun.config import FLConfig, RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.corrupt import apply_corruption
@@ -273,7 +265,7 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
     status, error, diverged = "completed", None, {}
     ckpt_path, fp, start = run_dir / CHECKPOINT_FILE, fingerprint(spec.raw), 0
     if ckpt_path.is_file():
-        ck = load_checkpoint(ckpt_path, fingerprints(spec.raw))  # today's, or one from before device left it
+        ck = load_checkpoint(ckpt_path, fp)
         start, rows = ck.round, ck.rows
         params = to_device(ck.params, exp.device)
         server_state = to_device(ck.server_state, exp.device)

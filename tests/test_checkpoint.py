@@ -18,7 +18,6 @@ from fedrun.checkpoint import (
     check_run_dir,
     config_diff,
     fingerprint,
-    fingerprints,
     load_checkpoint,
     save_checkpoint,
 )
@@ -139,6 +138,6 @@ def test_device_may_change_on_resume_and_older_checkpoints_still_load(tmp_path: 
     kept["data"] = {k: v for k, v in cpu["data"].items() if k not in ("root", "download")}
     old = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
     save_checkpoint(tmp_path / CHECKPOINT_FILE, _ckpt(old))
-    assert load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprints(cpu)).round == 3  # on its own device
+    assert load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprint(cpu)).round == 3  # on its own device
     with pytest.raises(ResumeError, match="different config"):
-        load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprints(gpu))  # its fingerprint names the device
+        load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprint(gpu))  # its fingerprint names the device
