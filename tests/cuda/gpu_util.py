@@ -54,7 +54,6 @@ METHODS: dict[str, tuple[str, ...]] = {
     "ima": ("algorithm=fedavg", "ima.enabled=true", "ima.start=0.5", "ima.window=2"),
 }
 ENGINES = ("sequential", "vectorised", "auto", "ray")
-METRICS = ["test_acc", "test_loss", "local_loss"]
 
 
 def skip_reason() -> str | None:
