@@ -219,9 +219,10 @@ def run_fedima(out: Path, device: str, rounds: int) -> tuple[list[Row], dict[str
         all_rounds = f"400 rounds measured: {summary['loop_time_s']:.0f} s of rounds, {wall:.0f} s end to end"
     else:
         all_rounds = "400 rounds: not measured (--fedima-rounds 400)"
+    which = f"median of rounds 2-{len(per_round)}; round 1 {per_round[0]:.2f} s" if len(per_round) > 1 else "1 round"
     detail = (
-        f"{statistics.median(steady):.2f} s/round (median of rounds 2-{len(per_round)}, evaluation included;"
-        f" round 1 {per_round[0]:.2f} s), engine {summary.get('engine')}, {summary['data_source']}; {all_rounds}"
+        f"{statistics.median(steady):.2f} s/round ({which}; evaluation included), engine {summary.get('engine')},"
+        f" {summary['data_source']}; {all_rounds}"
     )
     result = {"per_round_s": per_round, "wall_s": wall, "rounds": rounds, "summary": summary}
     return [(name, "passed", detail)], result
