@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install data run test lint bench clean reproduce-list
+.PHONY: install data run test lint bench gpu-check clean reproduce-list
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ test: install data
 bench: install data
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
+## On a GPU machine: the cuda tests, the bench (workload d included), FedIMA's CIFAR-10 CNN time per round; one table
+##   own venv $(GPU_VENV) (scripts/gpu_env.sh): the machine's CUDA torch if its python has one, else torch==2.13.0
+##   from the index (the CUDA build on x86-64 Linux); GPU_CHECK_ARGS="--quick" / "--fedima-rounds 400" (README: GPU)
+GPU_VENV ?= .venv-gpu
+gpu-check: data
+	PYTHON=$(PYTHON) GPU_VENV=$(GPU_VENV) scripts/gpu_env.sh
+	$(GPU_VENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
 ## Paper tables (registry: fedrun/repro/registry.py; presets: conf/experiment/<paper>_<table>_*.yaml)
 ##   make reproduce-list                   every target: paper, run count, estimated CPU cost
 ##   make reproduce-fedlaw-table3          the whole sweep (Hydra multirun), then the table in the paper's layout
@@ -47,4 +55,4 @@ lint: install
 	$(BIN)/ruff check fedrun tests scripts
 
 clean:
-	rm -rf $(VENV) outputs/multirun outputs/20* outputs/.cache
+	rm -rf $(VENV) $(GPU_VENV) outputs/multirun outputs/20* outputs/.cache

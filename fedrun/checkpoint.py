@@ -32,18 +32,25 @@ FINISHED = ("completed", "diverged")  # statuses a re-run skips: both are determ
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking")
 _VOLATILE_DATA = ("root", "download")
+# hardware.device: a run checkpointed on a GPU continues on the CPU (and back). Its later rounds agree with
+# an uninterrupted run to float tolerance, not bit for bit (GPU and CPU kernels round differently).
+_VOLATILE_HARDWARE = ("device",)
 
 
-def comparable(raw: dict[str, Any]) -> dict[str, Any]:
+def comparable(raw: dict[str, Any], volatile_device: bool = True) -> dict[str, Any]:
     """The part of a composed config that determines the results.
 
     Sections added later are left out while off (no corrupted clients, no client-weight log), so runs
-    checkpointed before they existed still resume.
+    checkpointed before they existed still resume. ``volatile_device=False`` keeps ``hardware.device``, as
+    fingerprints did before a resume could change device (:class:`Fingerprint`).
     """
     out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
+    if volatile_device and isinstance(out.get("hardware"), dict):
+        for k in _VOLATILE_HARDWARE:
+            out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
     if isinstance(out.get("eval"), dict) and not out["eval"].get("client_weights"):
@@ -51,10 +58,23 @@ def comparable(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def fingerprint(raw: dict[str, Any]) -> str:
+class Fingerprint(str):
+    """A config's fingerprint: the hex string checkpoints carry, knowing every one a checkpoint of the config
+    may carry (``accepted``): today's, and that of checkpoints written before ``hardware.device`` left it
+    (those still resume, on the device they ran on)."""
+
+    accepted: tuple[str, ...] = ()
+
+
+def _hash(comparable_raw: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(comparable_raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def fingerprint(raw: dict[str, Any]) -> Fingerprint:
     """A stable hash of :func:`comparable` (sorted JSON)."""
-    blob = json.dumps(comparable(raw), sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()
+    fp = Fingerprint(_hash(comparable(raw)))
+    fp.accepted = (str(fp), _hash(comparable(raw, volatile_device=False)))
+    return fp
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -117,7 +137,7 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
     state = {
         "version": FORMAT_VERSION,
         "round": ck.round,
-        "fingerprint": ck.fingerprint,
+        "fingerprint": str(ck.fingerprint),  # a plain str: weights_only loading accepts no subclass
         "params": to_cpu(ck.params),
         "server_state": to_cpu(ck.server_state),
         "client_states": to_cpu(ck.client_states),
@@ -132,14 +152,18 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
 
 
 def load_checkpoint(path: Path, expected_fingerprint: str | None = None) -> Checkpoint:
-    """Load without executing code from the file; refuse one written for a different config."""
+    """Load without executing code from the file; refuse one written for a different config.
+
+    ``expected_fingerprint``: the config's :func:`fingerprint` (any of its ``accepted`` ones matches).
+    """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure means an unusable file
         raise ResumeError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to restart the run") from None
     if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
         raise ResumeError(f"{path}: not a fedrun checkpoint of format {FORMAT_VERSION}; delete it to restart the run")
-    if expected_fingerprint is not None and state["fingerprint"] != expected_fingerprint:
+    accepted = getattr(expected_fingerprint, "accepted", None) or (expected_fingerprint,)
+    if expected_fingerprint is not None and state["fingerprint"] not in accepted:
         raise ResumeError(
             f"{path}: written for a different config; resume with the run's own config or use a new run dir"
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import pickle
 from pathlib import Path
 
@@ -120,3 +122,22 @@ def test_later_sections_left_at_off_keep_older_fingerprints() -> None:
     assert fingerprint(off) == fingerprint(old)
     assert fingerprint({**off, "corrupt": {"fraction": 0.25, "labels": [0, 1]}}) != fingerprint(old)
     assert fingerprint({**off, "eval": {"every": 1, "client_weights": True}}) != fingerprint(old)
+
+
+def test_device_may_change_on_resume_and_older_checkpoints_still_load(tmp_path: Path) -> None:
+    gpu = {**RAW, "hardware": {"device": "cuda", "engine": "vectorised", "precision": "fp32"}}
+    cpu = {**gpu, "hardware": {**gpu["hardware"], "device": "cpu"}}
+    assert fingerprint(gpu) == fingerprint(cpu)  # a GPU run continues on the CPU and back
+    assert fingerprint({**cpu, "hardware": {**cpu["hardware"], "precision": "bf16"}}) != fingerprint(cpu)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(gpu))
+    assert check_run_dir(tmp_path, cpu) == "unfinished"
+
+    # a checkpoint written before the device left the fingerprint: sha256 of the sorted JSON of the config
+    # without output, checkpoint, cache_dir, tracking, data.root and data.download (device included)
+    kept = {k: v for k, v in cpu.items() if k not in ("output", "checkpoint", "cache_dir", "tracking")}
+    kept["data"] = {k: v for k, v in cpu["data"].items() if k not in ("root", "download")}
+    old = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+    save_checkpoint(tmp_path / CHECKPOINT_FILE, _ckpt(old))
+    assert load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprint(cpu)).round == 3  # on its own device
+    with pytest.raises(ResumeError, match="different config"):
+        load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprint(gpu))  # its fingerprint names the device

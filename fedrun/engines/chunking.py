@@ -3,7 +3,9 @@
 A chunk of ``c`` clients holds ``c`` stacked copies of what one client step touches: parameters, their
 gradients, the optimizer buffer, the step's new values and the ``torch.where`` result, the client state,
 and the activations of one minibatch kept for the backward pass. Nothing else scales with ``c``, so the
-width is the memory budget divided by that per-client figure.
+width is the memory budget divided by that per-client figure. When a chunk runs out of memory all the
+same (an estimate too low, memory taken by another process), :func:`oom_error` turns the allocator's
+error into one line naming ``hardware.chunk``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from fedrun.algorithms.base import Algorithm
 from fedrun.config import FLConfig
 from fedrun.data.federated import FederatedData
+from fedrun.errors import ConfigError
 from fedrun.tree import Tensors, Tree, leaves, nbytes
 
 # per client: w, grad, new w, where-result (+ opt buffer and its new value when momentum is on)
@@ -28,6 +31,7 @@ ACTIVATION_COPIES = 4
 GPU_FRACTION = 0.6
 CPU_FRACTION = 0.25
 CPU_CAP_BYTES = 2 << 30
+MIB = float(1 << 20)
 
 
 def activation_bytes(algorithm: Algorithm, data: FederatedData, batch_size: int) -> int:
@@ -84,3 +88,19 @@ def free_bytes(device: torch.device) -> int:
 def auto_chunk(per_client: int, device: torch.device, cohort: int) -> int:
     """The widest chunk (<= ``cohort``) whose estimated memory fits the device's budget; at least 1."""
     return max(1, min(cohort, free_bytes(device) // max(per_client, 1)))
+
+
+def is_oom(e: BaseException) -> bool:
+    """Whether ``e`` is an allocation failure: CUDA's out-of-memory error, or the CPU allocator's."""
+    if isinstance(e, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)  # DefaultCPUAllocator
+
+
+def oom_error(device: torch.device, width: int, per_client: int | None) -> ConfigError:
+    """The one-line error for a chunk of ``width`` clients that ran out of memory on ``device``."""
+    estimate = f" (estimated {per_client / MIB:.3g} MiB per client)" if per_client else ""
+    what = f"out of memory on {device} training a chunk of {width} client{'s' if width > 1 else ''} at once{estimate}"
+    if width > 1:
+        return ConfigError("hardware.chunk", f"{what}; valid: a smaller chunk, e.g. hardware.chunk={width // 2}")
+    return ConfigError("hardware.chunk", f"{what}; valid: a smaller fl.batch_size or model, or hardware.device=cpu")

@@ -27,7 +27,7 @@ from fedrun.algorithms.base import Algorithm, ClientContext
 from fedrun.config import FLConfig
 from fedrun.data.federated import FederatedData, batch_plan
 from fedrun.engines.base import CohortResult, Engine
-from fedrun.engines.chunking import auto_chunk, client_bytes
+from fedrun.engines.chunking import auto_chunk, client_bytes, is_oom, oom_error
 from fedrun.errors import ConfigError, DivergenceError
 from fedrun.registry import ENGINES
 from fedrun.tree import Tensors, Tree, tree_map, unstack
@@ -241,6 +241,23 @@ class VectorisedEngine(Engine):
         self.stats["chunk_width"] = max(self.stats["chunk_width"], c)
         return uploads, new_states, plan.steps, plan.samples, loss_sum
 
+    def _run_chunk(
+        self, rnd: int, params: Tensors, extras: Tree, clients: list[int], states: Tree, lr: float
+    ) -> tuple[Tree, Tree, torch.Tensor, int, torch.Tensor]:
+        """:meth:`_train_chunk`, with out-of-memory turned into a ConfigError naming ``hardware.chunk``."""
+        error = None
+        try:
+            return self._train_chunk(rnd, params, extras, clients, states, lr)
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+            if not is_oom(e):
+                raise
+            error = oom_error(self.data.device, len(clients), self._client_bytes)
+        # raised here, outside the except block: the allocator's traceback (and the chunk's tensors its frames
+        # hold) is dropped, so the memory is free again for whatever runs next in this process (a sweep's job)
+        if self.data.device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise error
+
     # ---- the cohort -----------------------------------------------------------------------------------------
     def train_cohort(
         self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
@@ -256,7 +273,7 @@ class VectorisedEngine(Engine):
         for lo in range(0, m, width):
             pos = order[lo : lo + width]
             chunk_states = tree_map(lambda t, p=pos: t.index_select(0, p.to(t.device)), states) if states else {}
-            up, st, n, s, loss = self._train_chunk(rnd, params, extras, [ids[i] for i in pos], chunk_states, lr)
+            up, st, n, s, loss = self._run_chunk(rnd, params, extras, [ids[i] for i in pos], chunk_states, lr)
             uploads.append(up)
             new_states.append(st)
             steps.append(n)
