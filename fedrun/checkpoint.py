@@ -44,6 +44,8 @@ def comparable(raw: dict[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
+        if out["data"].get("image_size") is None:  # data.image_size, added later: off = as stored
+            out["data"].pop("image_size", None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
     if isinstance(out.get("eval"), dict) and not out["eval"].get("client_weights"):
