@@ -115,6 +115,14 @@ class Algorithm:
         """This round's local learning rate given the configured schedule's ``lr`` (IMA decays it further)."""
         return lr
 
+    def round_fl(self, rnd: int) -> FLConfig:
+        """The FL settings every engine trains round ``rnd`` with (IMA's ``ed`` lowers ``local_epochs``).
+
+        A pure function of the round, never a mutation of ``self.fl``: engines that hold their own copy of
+        the algorithm (Ray actors) compute the same settings as the driver, and a resumed round gets them too.
+        """
+        return self.fl
+
     # ---- server -> client ------------------------------------------------------------------------------
     def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
         """Extra tensors sent with w^t (they count in the download bytes)."""

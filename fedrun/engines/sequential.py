@@ -19,7 +19,8 @@ class SequentialEngine(Engine):
     def train_cohort(
         self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
     ) -> CohortResult:
-        algo, fl = self.algorithm, self.fl
+        algo = self.algorithm
+        fl = algo.round_fl(rnd)  # this round's settings (IMA's ed lowers the local epochs)
         uploads, new_states, steps = [], [], []
         samples, loss_sum, loss_n = 0, 0.0, 0
         for j, cid in enumerate(clients.tolist()):

@@ -195,7 +195,7 @@ class VectorisedEngine(Engine):
     def _train_chunk(
         self, rnd: int, params: Tensors, extras: Tree, clients: list[int], states: Tree, lr: float
     ) -> tuple[Tree, Tree, torch.Tensor, int, torch.Tensor]:
-        fl, data = self.fl, self.data
+        fl, data = self.algorithm.round_fl(rnd), self.data  # this round's settings (IMA's ed: fewer epochs)
         c = len(clients)
         dtype = next(iter(params.values())).dtype
         plan = pad_plans(
