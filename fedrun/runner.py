@@ -24,7 +24,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from fedrun.algorithms.base import Algorithm, RoundInfo
+from fedrun.algorithms.base import Algorithm, RoundInfo, average_buffers
 from fedrun.algorithms.ima import IMA
 from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, fingerprint, load_checkpoint, save_checkpoint, to_device
 from fedrun.config import FLConfig, RunSpec
@@ -52,7 +52,7 @@ from fedrun.rng import derive, np_rng
 from fedrun.sampling import sample_clients
 from fedrun.state import ClientStates
 from fedrun.tracking import Trackers
-from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, weighted_mean, zeros_like
+from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, zeros_like
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -179,14 +179,6 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
         hit = np.flatnonzero(acc >= spec.eval.target)
         out["round_to_target"] = int(rows[hit[0]]["round"]) if hit.size else None
     return out
-
-
-def average_buffers(stacked: Tensors, weights: torch.Tensor) -> Tensors:
-    """The cohort's buffers combined like a state-dict FedAvg: float statistics (BatchNorm running mean and
-    variance) weighted like the parameters; integer counters take the cohort's maximum."""
-    return {
-        k: weighted_mean({k: v}, weights)[k] if v.is_floating_point() else v.max(0).values for k, v in stacked.items()
-    }
 
 
 def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
@@ -342,7 +334,7 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
                 dyn = round_diagnostics(params, res.uploads, weights, res.steps, lr) if ev.diagnostics else {}
                 t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
                 params, server_state, diag = algo.aggregate(params, server_state, res.uploads, weights, info)
-                if "buffers" in res.uploads:
+                if "buffers" in res.uploads and not algo.owns_buffers:  # else aggregate() set them
                     exp.model.set_buffers(average_buffers(res.uploads["buffers"], weights))
                 agg_seconds = time.perf_counter() - t_agg
                 agg_time += agg_seconds

@@ -53,6 +53,11 @@ class IMA(Algorithm):
         return getattr(inner, name)
 
     @property
+    def owns_buffers(self) -> bool:  # type: ignore[override]
+        """The base's (a server-side base sets the global BatchNorm statistics in its ``aggregate``)."""
+        return self.inner.owns_buffers
+
+    @property
     def first_average_round(self) -> int:
         """The first round whose output is a window mean: max(t_s, W) (FedIMA: t >= t_start, t >= W)."""
         return max(self.start_round, self.cfg.window)
