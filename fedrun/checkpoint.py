@@ -48,6 +48,8 @@ def comparable(raw: dict[str, Any], volatile_device: bool = True) -> dict[str, A
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
+        if out["data"].get("image_size") is None:  # data.image_size, added later: off = as stored
+            out["data"].pop("image_size", None)
     if volatile_device and isinstance(out.get("hardware"), dict):
         for k in _VOLATILE_HARDWARE:
             out["hardware"].pop(k, None)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedrun.algorithms.base import RoundInfo
+from fedrun.algorithms.base import RoundInfo, average_buffers
 from fedrun.engines.auto import precision_context
 from fedrun.errors import DivergenceError
 from fedrun.metrics.client_weights import effective_weights, weight_rows
@@ -20,7 +20,7 @@ from fedrun.metrics.evaluate import evaluate
 from fedrun.rng import derive
 from fedrun.run_state import RunState
 from fedrun.sampling import sample_clients
-from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, weighted_mean
+from fedrun.tree import Tree, all_finite, leaves, nbytes
 
 if TYPE_CHECKING:
     from fedrun.runner import Experiment
@@ -46,14 +46,6 @@ class RoundResult:
 def lr_at(spec: Any, rnd: int) -> float:
     """The configured local lr of round ``rnd`` (0-based): lr * lr_decay^rnd."""
     return spec.fl.lr * spec.fl.lr_decay**rnd
-
-
-def average_buffers(stacked: Tensors, weights: torch.Tensor) -> Tensors:
-    """The cohort's buffers combined like a state-dict FedAvg: float statistics (BatchNorm running mean and
-    variance) weighted like the parameters; integer counters take the cohort's maximum."""
-    return {
-        k: weighted_mean({k: v}, weights)[k] if v.is_floating_point() else v.max(0).values for k, v in stacked.items()
-    }
 
 
 def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
@@ -99,7 +91,7 @@ def train_round(exp: Experiment, st: RunState, rnd: int) -> RoundResult:
     diagnostics = round_diagnostics(st.params, res.uploads, weights, res.steps, lr) if spec.eval.diagnostics else {}
     t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
     st.params, st.server_state, method_diag = algo.aggregate(st.params, st.server_state, res.uploads, weights, info)
-    if "buffers" in res.uploads:
+    if "buffers" in res.uploads and not algo.owns_buffers:  # else aggregate() set them
         exp.model.set_buffers(average_buffers(res.uploads["buffers"], weights))
     agg_seconds = time.perf_counter() - t_agg
     st.agg_time += agg_seconds

@@ -30,13 +30,16 @@ class ClientContext(NamedTuple):
     """What a client sees while training: all tensors or tensor dicts, so it stacks for ``vmap``.
 
     ``global_params`` is w^t as broadcast, ``extras`` what :meth:`Algorithm.broadcast` sent with it,
-    ``state`` this client's persistent state, ``lr`` this round's local learning rate.
+    ``state`` this client's persistent state, ``lr`` this round's local learning rate, ``size`` n_i, the
+    number of the client's training samples (a 0-d float tensor; every engine sets it, so a method can tell
+    where its local epochs end: every ceil(n_i / B) steps; None only in hook-level tests).
     """
 
     global_params: Tensors
     extras: Tree
     state: Tree
     lr: float | torch.Tensor
+    size: torch.Tensor | None = None
 
 
 class RoundInfo(NamedTuple):
@@ -91,6 +94,11 @@ class Algorithm:
     """
 
     Params: type[AlgoParams] = AlgoParams
+    # True when the method produces the global model's buffers (BatchNorm running statistics) itself, in
+    # :meth:`aggregate` (``self.model.set_buffers``): the runner then leaves them as the method set them.
+    # False (FedAvg and every client-side method): the runner installs :func:`average_buffers` of the
+    # cohort's uploaded statistics, weighted like the parameters.
+    owns_buffers: bool = False
 
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         self.hp = hp
@@ -114,6 +122,14 @@ class Algorithm:
     def local_lr(self, rnd: int, lr: float) -> float:
         """This round's local learning rate given the configured schedule's ``lr`` (IMA decays it further)."""
         return lr
+
+    def round_fl(self, rnd: int) -> FLConfig:
+        """The FL settings every engine trains round ``rnd`` with (IMA's ``ed`` lowers ``local_epochs``).
+
+        A pure function of the round, never a mutation of ``self.fl``: engines that hold their own copy of
+        the algorithm (Ray actors) compute the same settings as the driver, and a resumed round gets them too.
+        """
+        return self.fl
 
     # ---- server -> client ------------------------------------------------------------------------------
     def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
@@ -155,3 +171,11 @@ class Algorithm:
         """Weighted mean client update sum_i p_i (w_i - w^t)."""
         avg = weighted_mean(uploads["params"], weights)
         return tree_map(lambda a, w: a - w, avg, params)
+
+
+def average_buffers(stacked: Tensors, weights: torch.Tensor) -> Tensors:
+    """The cohort's buffers combined like a state-dict FedAvg: float statistics (BatchNorm running mean and
+    variance) weighted like the parameters; integer counters take the cohort's maximum."""
+    return {
+        k: weighted_mean({k: v}, weights)[k] if v.is_floating_point() else v.max(0).values for k, v in stacked.items()
+    }

@@ -4,27 +4,52 @@
                KL(softmax(mean_j teacher_j logits) || softmax(student logits)) ("batchmean", T = 1), the
                teachers being the cohort's client models in eval mode.
 - ``fedbe``    (Chen & Chao 2021): as FedDF with teachers = {FedAvg model, client models, one SWAG-Gaussian
-               sample} (FedLAW code's ``SWAG_server``, 'gaussian', one sample; the original draws more).
+               sample}, as FedLAW's code runs it (``server_funct.fedbe``). Its departures from FedBE's own
+               paper, kept because Table 3 was produced this way: one SWAG sample (``concentrate_num=1``;
+               FedBE draws several, e.g. 10, plus Dirichlet-weighted models), the teachers' *logits* are
+               averaged (FedBE averages their softmax probabilities), and the student is the distilled model
+               itself (FedBE's student keeps an SWA average of its weights during distillation).
 - ``serverft`` FedAvg, then cross-entropy fine-tuning on the proxy set for E_s = 2 epochs.
 
 FedLAW App. C: server optimiser Adam(betas (0.5, 0.999)), E_s = 100 (Server-FT 2), no temperature. Its
-lr is not stated: the default is FedLAW's lr_s 0.005. ``optimizer=sgd`` is FedLAW code's distillation
-optimiser (SGD, momentum 0.9, weight decay 5e-4, no decay; the code uses the clients' initial lr: set
-``server_lr`` to it).
+lr is not stated: the default is FedLAW's lr_s 0.005. A fresh Adam each round (as FedLAW's own server
+optimisation). ``optimizer=sgd`` is FedLAW code's distillation optimiser: the central node's
+``torch.optim.SGD`` (momentum 0.9, weight decay 5e-4, the clients' initial lr, never decayed: set
+``server_lr`` to it), built once (``nodes.py`` line 32) so its momentum buffer carries over from round to
+round; here it lives in the server state.
+
+BatchNorm statistics (the paper is silent; FedLAW's code decides, ``server_funct.py`` lines 289-307,
+363-386, 757-795): the student starts from the FedAvg state dict, i.e. the size-weighted mean of the
+clients' statistics, and its train-mode passes on the proxy set update them; the result is the new global
+model's (this method owns the buffers). A client teacher runs in eval mode with its own uploaded statistics.
+FedBE's FedAvg and SWAG teachers are fresh model copies the code never puts in eval mode: they normalise
+with each proxy batch's own statistics (train mode; their running statistics are scratch copies).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo
+from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo, average_buffers
 from fedrun.algorithms.server_proxy import ProxyMethod, adam
 from fedrun.config import one_of
 from fedrun.registry import ALGORITHMS, in_range, positive
 from fedrun.rng import torch_gen
-from fedrun.tree import Tensors, Tree, unstack, weighted_mean
+from fedrun.tree import Tensors, Tree, clone, unstack, weighted_mean, zeros_like
+
+SGD_MOMENTUM, SGD_WEIGHT_DECAY = 0.9, 5e-4  # FedLAW code's central optimiser (args.momentum, local_wd_rate)
+
+
+class Teacher(NamedTuple):
+    """A model whose logits are distilled: ``params``, and the BatchNorm statistics it normalises with in
+    eval mode (``buffers``; None for a model without any), or, with ``batch_stats``, each batch's own."""
+
+    params: Tensors
+    buffers: Tensors | None = None
+    batch_stats: bool = False
 
 
 @dataclass
@@ -57,35 +82,51 @@ class ServerTrained(ProxyMethod):
 
     hp: DistillParams
 
+    def server_init(self, params: Tensors) -> Tree:
+        # optimizer=sgd: the code's SGD momentum buffer, kept across rounds (zero = torch's first-step buffer)
+        return {"momentum": zeros_like(params)} if self.hp.optimizer == "sgd" else {}
+
     def optimizer(self, tensors: list[torch.Tensor]) -> torch.optim.Optimizer:
         hp = self.hp
         if hp.optimizer == "adam":
             return adam(tensors, hp.server_lr, (hp.beta1, hp.beta2))
-        return torch.optim.SGD(tensors, lr=hp.server_lr, momentum=0.9, weight_decay=5e-4)
+        return torch.optim.SGD(tensors, lr=hp.server_lr, momentum=SGD_MOMENTUM, weight_decay=SGD_WEIGHT_DECAY)
 
-    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Tensors]) -> torch.Tensor:
+    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Teacher]) -> torch.Tensor:
         raise NotImplementedError
 
-    def teachers(self, params: Tensors, models: Tensors, weights: torch.Tensor, info: RoundInfo) -> list[Tensors]:
-        """The teacher models whose mean logits are distilled (none: plain fine-tuning)."""
+    def teachers(
+        self, params: Tensors, models: Tensors, buffers: Tensors | None, weights: torch.Tensor, info: RoundInfo
+    ) -> list[Teacher]:
+        """The teachers whose mean logits are distilled (none: plain fine-tuning); ``buffers`` the clients'
+        stacked BatchNorm statistics (None without any)."""
         return []
 
     def aggregate(
         self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
     ) -> tuple[Tensors, Tree, dict[str, float]]:
         models = {k: w.detach() for k, w in uploads["params"].items()}
+        buffers = uploads.get("buffers")
+        if buffers is not None:  # the student starts from the FedAvg state dict, statistics included
+            self.model.set_buffers(average_buffers(buffers, weights))
         student = {k: w.clone().requires_grad_(True) for k, w in weighted_mean(models, weights).items()}
-        teachers = self.teachers(params, models, weights, info)
+        teachers = self.teachers(params, models, buffers, weights, info)
         opt = self.optimizer(list(student.values()))
+        if "momentum" in server_state:
+            for k, p in student.items():
+                opt.state[p]["momentum_buffer"] = server_state["momentum"][k].clone()
         last = torch.tensor(float("nan"))
         with torch.enable_grad():
             for _, batches in self.proxy_epochs(info.round, self.hp.server_epochs):
                 for batch in batches:
                     opt.zero_grad()
-                    out = self.server_loss(student, batch, teachers)
+                    out = self.server_loss(student, batch, teachers)  # train mode: updates the global statistics
                     out.backward()
                     opt.step()
                     last = out.detach()
+        if "momentum" in server_state:
+            kept = {k: opt.state[p]["momentum_buffer"].detach() for k, p in student.items()}
+            server_state = {**server_state, "momentum": kept}
         return {k: w.detach() for k, w in student.items()}, server_state, {"server_loss": float(last)}
 
 
@@ -93,7 +134,7 @@ class ServerTrained(ProxyMethod):
 class ServerFT(ServerTrained):
     """FedAvg + cross-entropy fine-tuning on the proxy set (FedLAW's Server-FT baseline)."""
 
-    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Tensors]) -> torch.Tensor:
+    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Teacher]) -> torch.Tensor:
         return self.model.loss(params, batch)
 
 
@@ -101,20 +142,32 @@ class ServerFT(ServerTrained):
 class FedDF(ServerTrained):
     """Ensemble distillation of the client models into the FedAvg model (Lin et al. 2020, Alg. 1)."""
 
-    def teachers(self, params: Tensors, models: Tensors, weights: torch.Tensor, info: RoundInfo) -> list[Tensors]:
-        return [unstack(models, i) for i in range(weights.shape[0])]
+    def teachers(
+        self, params: Tensors, models: Tensors, buffers: Tensors | None, weights: torch.Tensor, info: RoundInfo
+    ) -> list[Teacher]:
+        """The cohort's client models, each with its own uploaded statistics (FedLAW code: the client nodes)."""
+        return [
+            Teacher(unstack(models, i), None if buffers is None else unstack(buffers, i))
+            for i in range(weights.shape[0])
+        ]
 
-    def teacher_logits(self, teachers: list[Tensors], x: torch.Tensor) -> torch.Tensor:
-        """Mean teacher logits on a batch, teachers in eval mode. Recomputed per batch as FedLAW's code
-        does: the same forward as the student's, so a teacher equal to the student gives exactly zero KL
-        gradient (a cached full-set forward differs in the last bits, which Adam would amplify)."""
-        self.model.module.eval()
+    def teacher_logits(self, teachers: list[Teacher], x: torch.Tensor) -> torch.Tensor:
+        """Mean teacher logits on a batch. Recomputed per batch as FedLAW's code does: the same forward as
+        the student's, so a teacher equal to the student gives exactly zero KL gradient (a cached full-set
+        forward differs in the last bits, which Adam would amplify)."""
+        module, outs = self.model.module, []
         with torch.no_grad():
-            logits = sum(self.model.logits(t, x) for t in teachers) / len(teachers)
-        self.model.module.train()
-        return logits
+            for t in teachers:
+                if t.batch_stats:  # train mode updates the statistics it is given: a scratch copy
+                    module.train()
+                    outs.append(self.model.logits(t.params, x, clone(self.model.buffers)))
+                else:
+                    module.eval()
+                    outs.append(self.model.logits(t.params, x, t.buffers))
+        module.train()
+        return sum(outs) / len(teachers)
 
-    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Tensors]) -> torch.Tensor:
+    def server_loss(self, params: Tensors, batch: Batch, teachers: list[Teacher]) -> torch.Tensor:
         return kl_to_teacher(self.model.logits(params, batch["x"]), self.teacher_logits(teachers, batch["x"]))
 
 
@@ -122,10 +175,13 @@ class FedDF(ServerTrained):
 class FedBE(FedDF):
     """FedDF with the FedAvg model and one SWAG-Gaussian sample added to the teachers (Chen & Chao 2021)."""
 
-    def teachers(self, params: Tensors, models: Tensors, weights: torch.Tensor, info: RoundInfo) -> list[Tensors]:
+    def teachers(
+        self, params: Tensors, models: Tensors, buffers: Tensors | None, weights: torch.Tensor, info: RoundInfo
+    ) -> list[Teacher]:
         gen = torch_gen(self.env.get("seed", 0), "fedbe", info.round)
-        clients = super().teachers(params, models, weights, info)
-        return [weighted_mean(models, weights), *clients, swag_gaussian(params, models, gen)]
+        clients = super().teachers(params, models, buffers, weights, info)
+        fedavg = Teacher(weighted_mean(models, weights), batch_stats=True)
+        return [fedavg, *clients, Teacher(swag_gaussian(params, models, gen), batch_stats=True)]
 
 
 def kl_to_teacher(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:

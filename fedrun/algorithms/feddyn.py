@@ -1,17 +1,28 @@
 """FedDyn (Acar et al. 2021): a dynamic regulariser makes the local optima consistent with the global one.
 
 Local loss f_i(w) - <g_i, w> + (alpha/2) ||w - w^t||^2 (FedDyn Alg. 1); after training
-g_i <- g_i - alpha (w_i - w^t). Server: h <- h - (alpha/N) sum_S (w_i - w^t), w^{t+1} = mean_S w_i - h/alpha.
-The mean uses ``fl.weighting`` (uniform in the paper). g_i is kept per client, h on the server.
+g_i <- g_i - alpha (w_i - w^t). Server (Alg. 1, uniform weights): h <- h - (alpha/N) sum_S (w_i - w^t),
+w^{t+1} = (1/|S|) sum_S w_i - h/alpha. g_i is kept per client, h on the server.
 
-``variant=law``: FedLAW's code (client_funct.client_feddyn, server_funct.feddyn) uses the unsquared
-(alpha/2) ||w - w^t||_2 and h <- h - alpha sum_S p_i (w_i - w^t) (size-weighted, no 1/N).
+The model mean and the h update weigh the clients alike, by ``fl.weighting``: with ``uniform`` the above,
+exactly; with ``size`` the same rule for the size-weighted objective sum_i (n_i/n) f_i (n: all N clients'
+samples), i.e. w^{t+1} = sum_S p_i w_i - h/alpha, p_i = n_i / sum_S n_j, and h <- h - alpha sum_S (n_i/n)
+(w_i - w^t), so h stays the (n_i/n)-weighted sum of every client's g_i and the fixed point is a stationary
+point of that objective. (Mixing a size-weighted mean with the uniform h would be neither.)
+
+``variant=law``: FedLAW's code (client_funct.py ``client_feddyn`` lines 126-149, server_funct.py ``feddyn``
+lines 799-832) uses the unsquared (alpha/2) ||w - w^t||_2 and h <- h - alpha sum_S p_i (w_i - w^t)
+(size-weighted over the cohort, no 1/N), w^{t+1} = sum_S p_i w_i - h/alpha: that corrected model is what it
+broadcasts and evaluates (main_baselines.py line 64). The FedDyn authors' own code (alpemreacar/FedDyn
+``utils_methods.train_FedDyn``) differs again: a per-client alpha_i = alpha / (N n_i / n) and it reports the
+plain mean of the cohort's models (``avg_model``) while clients start from the corrected one; it is not
+implemented here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -59,14 +70,36 @@ class FedDyn(FedAvg):
         grad = tree_map(lambda g, w, w0: g - a * (w - w0), ctx.state["grad"], end, start)
         return {"params": end}, {**ctx.state, "grad": grad}
 
+    def setup(self, env: dict[str, Any]) -> None:
+        super().setup(env)
+        data = env.get("data")
+        self.total_size = float(data.sizes.sum()) if data is not None else None
+
+    def global_weights(self, info: RoundInfo) -> torch.Tensor:
+        """The cohort's weights in the global objective: 1/N (uniform) or n_i/n over all clients (size).
+
+        n is all N clients' samples (from the data at setup; hook-level use without it: N x the cohort's mean).
+        """
+        sizes = info.sizes.to(torch.float64)
+        if self.fl.weighting != "size":
+            return torch.full_like(sizes, 1.0 / info.n_clients)
+        total = self.total_size if getattr(self, "total_size", None) else info.n_clients * float(sizes.mean())
+        return sizes / total
+
     def aggregate(
         self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
     ) -> tuple[Tensors, Tree, dict[str, float]]:
-        a, n = self.hp.alpha, info.n_clients
+        a = self.hp.alpha
         if self.hp.variant == "law":
             step = tree_map(lambda d: a * d, self.mean_delta(params, uploads, weights))
         else:
-            step = tree_map(lambda wi, w: (a / n) * (wi - w.unsqueeze(0)).sum(0), uploads["params"], params)
+            omega = self.global_weights(info).to(weights.device)  # sums to |S|/N (uniform), not to 1
+
+            def dyn(wi: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+                o = omega.to(w.dtype).reshape((-1,) + (1,) * w.dim())
+                return a * (o * (wi - w.unsqueeze(0))).sum(0)
+
+            step = tree_map(dyn, uploads["params"], params)
         h = tree_map(lambda h, s: h - s, server_state["h"], step)
         mean_w = weighted_mean(uploads["params"], weights)
         return tree_map(lambda m, hh: m - hh / a, mean_w, h), {**server_state, "h": h}, {}

@@ -1,15 +1,20 @@
-"""FedFA (Zhou & Konukoglu 2023) as in FedIMA's code: feature anchors plus classifier calibration.
+"""FedFA (Zhou, Zhang & Tsang 2023, "FedFA: Federated Learning with Feature Anchors to Align Features and
+Classifiers for Heterogeneous Data") as in FedIMA's code: feature anchors plus classifier calibration.
 
-Following FedIMA (utils/optimizer.fedfa_cl_optimizer, utils/AnchorLoss.py):
+Following FedIMA (``utils/optimizer.py`` ``fedfa_cl_optimizer`` lines 732-845, ``utils/AnchorLoss.py``):
 - class anchors a_c in R^d (d = the classifier's input size), initialised as distinct rows of I_d
   (random unit rows when C > d), averaged by the server with the model's weights p_i;
 - local loss, after round 0: CE + lambda sum_x ||z_x - a_{y_x}||^2 / (n_{y_x} C), n_y = count of class y
-  in the batch (AnchorLoss.forward); round 0 trains on CE alone;
+  in the batch (AnchorLoss.forward); round 0 trains on CE alone; the anchors in the loss stay the
+  downloaded ones for the whole round;
 - classifier calibration, for rounds > R/4: after each SGD step, one Adam step (lr 1e-3, fresh optimizer
   each round) on the classifier only, for CE(classifier(a_c), c) over all classes;
-- anchor update: a_c <- 0.5 a_c + 0.5 (mean over the round's batches of the batch class-means of z) for
-  the classes the client saw. The code applies this once per local epoch; here once per round, which is
-  the same for one local epoch (fedrun's hooks do not see epoch boundaries).
+- anchor update, once per local *epoch* (lines 765-842): starting from the downloaded anchors,
+  a_c <- 0.5 a_c + 0.5 S_c / (batches in the epoch), S_c the sum of the batch class-means of z over the
+  epoch's batches where class c occurs; the divisor is ``batch_idx + 1``, every batch of the epoch (line
+  834), and only the client's classes are updated. After E epochs the downloaded anchor keeps weight 0.5^E.
+  An epoch is ceil(n_i / B) steps (``ClientContext.size`` = n_i); with ``fl.local_steps`` the steps are cut
+  into such epochs the same way, and a last partial epoch is divided by its own number of batches.
 The anchors (C x d numbers) travel both ways with the model.
 """
 
@@ -98,8 +103,11 @@ class FedFA(FedAvg):
         ref = next(iter(params.values()))
         head = self.features.head_params(params)
         return {
-            "z_sum": ref.new_zeros(c, d),
-            "z_batches": ref.new_zeros(c),
+            "z_sum": ref.new_zeros(c, d),  # this epoch: sum of the batch class-means of z
+            "z_batches": ref.new_zeros(c),  # this epoch: batches where the class occurred
+            "epoch_steps": ref.new_zeros(()),  # this epoch: batches so far (the code's batch_idx + 1)
+            "anchor_acc": ref.new_zeros(c, d),  # the client's anchors so far = anchor_keep * a + anchor_acc
+            "anchor_keep": ref.new_ones(c),
             "adam_m": {k: torch.zeros_like(v) for k, v in head.items()},
             "adam_v": {k: torch.zeros_like(v) for k, v in head.items()},
             "adam_t": ref.new_zeros(()),
@@ -137,8 +145,33 @@ class FedFA(FedAvg):
         counts = onehot.sum(0)
         means = (onehot.T @ z) / counts.clamp_min(1.0).unsqueeze(-1)
         present = (counts > 0).to(z.dtype)
-        st = {**st, "z_sum": st["z_sum"] + means * present.unsqueeze(-1), "z_batches": st["z_batches"] + present}
+        st = {
+            **st,
+            "z_sum": st["z_sum"] + means * present.unsqueeze(-1),
+            "z_batches": st["z_batches"] + present,
+            "epoch_steps": st["epoch_steps"] + 1,
+        }
+        if ctx.size is not None:  # the epoch's last batch: fold its class means into the client's anchors
+            per_epoch = torch.ceil(ctx.size / fl.batch_size).clamp_min(1.0)
+            st = self._end_epoch(st, (st["epoch_steps"] >= per_epoch).to(z.dtype))
         return params, opt, st, loss
+
+    def _end_epoch(self, st: Tree, end: torch.Tensor) -> Tree:
+        """Where ``end`` is 1: a_c <- beta a_c + (1 - beta) S_c / (the epoch's batches) for the classes seen
+        in the epoch (kept as a_c = keep_c * a^t + acc_c), and the epoch's sums restart."""
+        beta = self.hp.anchor_momentum
+        seen = end * (st["z_batches"] > 0).to(end.dtype)
+        mean = st["z_sum"] / st["epoch_steps"].clamp_min(1.0)
+        acc = torch.where(seen.unsqueeze(-1) > 0, beta * st["anchor_acc"] + (1 - beta) * mean, st["anchor_acc"])
+        keep = torch.where(seen > 0, beta * st["anchor_keep"], st["anchor_keep"])
+        return {
+            **st,
+            "anchor_acc": acc,
+            "anchor_keep": keep,
+            "z_sum": st["z_sum"] * (1 - end),
+            "z_batches": st["z_batches"] * (1 - end),
+            "epoch_steps": st["epoch_steps"] * (1 - end),
+        }
 
     def _calibrate(self, params: Tensors, st: Tree, anchors: torch.Tensor, on: torch.Tensor) -> tuple[Tensors, Tree]:
         """One Adam step on the classifier for CE(head(a_c), c), applied where ``on`` is 1."""
@@ -162,14 +195,16 @@ class FedFA(FedAvg):
         return new, {**st, "adam_m": m, "adam_v": v, "adam_t": t}
 
     def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
-        st, a = ctx.state, ctx.extras["anchors"]
-        seen = st["z_batches"] > 0
-        mean = st["z_sum"] / st["z_batches"].clamp_min(1.0).unsqueeze(-1)
-        beta = self.hp.anchor_momentum
-        anchors = torch.where(seen.unsqueeze(-1), beta * a + (1 - beta) * mean, a)
+        a = ctx.extras["anchors"]
+        # a partial last epoch (fl.local_steps; or no ctx.size: the round counts as one epoch) closes here
+        st = self._end_epoch(ctx.state, (ctx.state["epoch_steps"] > 0).to(a.dtype))
+        anchors = st["anchor_keep"].unsqueeze(-1) * a + st["anchor_acc"]
         reset = {
             "z_sum": torch.zeros_like(st["z_sum"]),
             "z_batches": torch.zeros_like(st["z_batches"]),
+            "epoch_steps": torch.zeros_like(st["epoch_steps"]),
+            "anchor_acc": torch.zeros_like(st["anchor_acc"]),
+            "anchor_keep": torch.ones_like(st["anchor_keep"]),
             "adam_m": {k: torch.zeros_like(v) for k, v in st["adam_m"].items()},
             "adam_v": {k: torch.zeros_like(v) for k, v in st["adam_v"].items()},
             "adam_t": torch.zeros_like(st["adam_t"]),

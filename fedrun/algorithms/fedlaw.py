@@ -13,7 +13,17 @@ Parametrisations (paper Sec. 6 / code ``fedlaw_optimization``):
 StepLR. The paper describes gamma first, then lambda with SWA ("the reverse also works").
 E_s = 100 is the paper's value; the code's default is ``server_epochs=20``. lr_s (``server_lr``) defaults to
 App. C's value for the dataset, 0.01 on CIFAR-10 and 0.005 otherwise; a number overrides it. All parameters are combined
-(normalisation affine ones scaled by gamma too); FunctionalModel buffers are not aggregated.
+(normalisation affine ones scaled by gamma too).
+
+BatchNorm statistics are not aggregated (the paper is silent; the code decides): the clients' uploaded ones
+are ignored and the global model's are what the server's proxy passes leave. Every forward of the (gamma,
+lambda) optimisation runs the global model in train mode (server_funct.py ``fedlaw_optimization`` lines
+102-103 and 173/236, ``central_node.model.train()`` "to update the buffers for normalization layers"), so its
+running statistics, kept from round to round (the central model persists; ``fedlaw_generate_global_model``
+replaces only ``flat_w``), move towards those of the shrunk model gamma * sum_i lambda_i w_i with BatchNorm's
+momentum 0.1, once per proxy batch. This class owns the buffers (``owns_buffers``), so the runner does not
+overwrite them with the clients' means, which would evaluate the shrunk model with the statistics of the
+unshrunk client models.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 With local momentum rho (``fl.momentum``) and tau_i steps, a_i = [tau_i - rho (1 - rho^tau_i)/(1 - rho)] / (1 - rho)
 (a_i = tau_i for plain SGD; FedNova paper sec. 5 / FedIMA fednova_optimizer). Each client's normalised
 update is d_i = (w^t - w_i) / a_i and the server takes w <- w - (sum_S p_i a_i) sum_S p_i d_i.
+
+a_i is the norm of the local steps' sum only when the momentum buffer starts at zero each round, as in
+the authors' code (FedIMA ``utils/optimizer.py`` lines 369-370 build a fresh ``torch.optim.SGD`` per round;
+a_i at line 404). With ``fl.keep_momentum=true`` (every FedLAW preset sets it) the buffer carried in from
+the last round adds to the update and a_i would mis-normalise it, so that combination is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ class FedNova(FedAvg):
         super().__init__(hp, fl, model)
         if fl.momentum >= 1:
             raise ConfigError("fl.momentum", f"FedNova needs momentum < 1, got {fl.momentum}")
+        if fl.keep_momentum and fl.momentum:
+            raise ConfigError(
+                "fl.keep_momentum",
+                "FedNova's a_i assumes the client momentum starts at 0 each round (the authors' code); valid: false",
+            )
 
     def aggregate(
         self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo

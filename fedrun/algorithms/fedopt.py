@@ -12,7 +12,8 @@ Clients run FedAvg's local SGD; the server treats Delta = sum_i p_i (w_i - w^t) 
 
 The moments live in the server state (a tensor tree), so checkpoints save them. ``server_update`` is
 the step from a given average, so IMA can window the plain averages and step from their mean, and
-``ima_reset`` zeroes the moments at IMA's start round as FedIMA's code does.
+``ima_reset`` gives the zero moments that IMA's start round t_s steps from, for that round only, as
+FedIMA's code does (the round after continues from the moments before t_s; see fedrun/algorithms/ima.py).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class ServerOpt(FedAvg):
         raise NotImplementedError
 
     def ima_reset(self, server_state: Tree) -> Tree:
-        """Server state at IMA's start round (FedIMA resets FedAdam/FedYogi moments; others keep theirs)."""
+        """The state IMA's start round steps from, that round only (FedIMA: FedAdam/FedYogi moments zeroed)."""
         return server_state
 
 

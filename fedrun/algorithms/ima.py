@@ -10,18 +10,25 @@ which clients start from and which is evaluated. After t_s the client lr decays 
 exploration", :meth:`IMA.local_lr`).
 
 Server-optimiser bases (those with ``server_update``, i.e. FedAdam/FedYogi/...) follow FedIMA's code: the
-buffer holds the plain weighted averages, the window mean replaces the average, the server step uses
-Delta = mean - w^t, and the base's ``ima_reset`` (FedAdam/FedYogi: m = v = 0) runs at the first IMA round.
+buffer holds the plain weighted averages, the window mean replaces the average, and the server step uses
+Delta = mean - w^t. The moment "reset" at t_s is the code's, which the paper does not describe: in
+``utils/aggregator.py`` (fedadam+ima lines 178-183, fedyogi+ima 122-127) ``m_t, v_t = zeros`` only rebinds
+the function's local names, so round t_s steps from m = v = 0 while the caller's moments (mutated in place
+every other round) keep their round t_s - 1 values, and round t_s + 1 continues from those: the reset lasts
+one round and round t_s's moment update is lost. It happens only when t_s >= W (it sits in the ``t >= W``
+branch). Here: the base's ``ima_reset`` (FedAdam/FedYogi: m = v = 0) gives round t_s's step, and the server
+state keeps the moments from before t_s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
 from fedrun.algorithms.base import Algorithm, Batch, ClientContext, RoundInfo
-from fedrun.config import IMAConfig
+from fedrun.config import FLConfig, IMAConfig
 from fedrun.errors import ConfigError
 from fedrun.tree import Tensors, Tree, tree_map, weighted_mean
 
@@ -44,6 +51,11 @@ class IMA(Algorithm):
         if inner is None:
             raise AttributeError(name)
         return getattr(inner, name)
+
+    @property
+    def owns_buffers(self) -> bool:  # type: ignore[override]
+        """The base's (a server-side base sets the global BatchNorm statistics in its ``aggregate``)."""
+        return self.inner.owns_buffers
 
     @property
     def first_average_round(self) -> int:
@@ -94,8 +106,6 @@ class IMA(Algorithm):
         """
         lr = self.inner.local_lr(rnd, lr)
         cfg, k = self.cfg, rnd - self.start_round
-        if cfg.schedule == "ed":
-            self.fl.local_epochs = self.base_epochs if k < 0 else max(1, self.base_epochs - k // cfg.period)
         if k < 0:
             return lr
         lr_ts = lr / self.fl.lr_decay**k
@@ -110,17 +120,28 @@ class IMA(Algorithm):
             return lr_ts * 0.5 ** (k // cfg.period)
         return lr  # nad, ed
 
+    def round_fl(self, rnd: int) -> FLConfig:
+        """``ed``: fl.local_epochs lowered by one every ``period`` rounds from t_s on (at least 1); the
+        others: the base's settings. Engines read this per round (``fl`` itself is never changed)."""
+        fl = self.inner.round_fl(rnd)
+        k = rnd - self.start_round
+        if self.cfg.schedule != "ed" or k < 0:
+            return fl
+        return dataclasses.replace(fl, local_epochs=max(1, self.base_epochs - k // self.cfg.period))
+
     def aggregate(
         self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
     ) -> tuple[Tensors, Tree, dict[str, float]]:
         inner, state = self.inner, server_state["inner"]
         active = info.round >= self.first_average_round
-        if info.round == self.first_average_round and hasattr(inner, "ima_reset"):
-            state = inner.ima_reset(state)
         if hasattr(inner, "server_update"):
             window, count = self.push(server_state, weighted_mean(uploads["params"], weights))
             avg = self.window_mean(window) if active else unstack_last(window, count)
-            new, state, diag = inner.server_update(params, state, avg, info)
+            if info.round == self.start_round >= self.cfg.window and hasattr(inner, "ima_reset"):
+                # FedIMA's one-round reset (module docstring): step from zero moments, keep the old ones
+                new, _, diag = inner.server_update(params, inner.ima_reset(state), avg, info)
+            else:
+                new, state, diag = inner.server_update(params, state, avg, info)
         else:
             new, state, diag = inner.aggregate(params, state, uploads, weights, info)
             window, count = self.push(server_state, new)

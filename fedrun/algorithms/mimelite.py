@@ -1,10 +1,18 @@
 """MimeLite (Karimireddy et al. 2021, "Mime"): server momentum applied, frozen, inside local steps.
 
 Local step w <- w - eta [(1 - beta) g_i(w) + beta m] with m downloaded and fixed during the round (Mime
-Alg. 1, SGDm base). Each client also uploads its full-batch gradient at w^t, here the mean of the
-gradients at w^t on the local batches it trains on (kept in its state while it trains, reset after), so
-no extra pass over the data is needed. Server: m <- (1 - beta) sum_S p_i grad f_i(w^t) + beta m and
-w^{t+1} = sum_S p_i w_i. Two vectors travel each way.
+Alg. 1, SGDm base). Each client also uploads its full-batch gradient at w^t, grad f_i(w^t). No extra pass
+over the data: the gradient at w^t is taken on every local batch it trains on (kept in its state while it
+trains, reset after) and combined by ``grad``:
+
+- ``full`` (default, the paper's full-batch gradient): weighted by each batch's number of samples, so that
+  over whole local epochs (each a permutation of the client's data) it *is* grad f_i(w^t), exactly; with
+  ``fl.local_steps`` it is the sample-weighted mean over the batches drawn;
+- ``minibatch``: the plain mean of the per-batch gradients (each batch alike), the approximation fedrun
+  used before; it differs from ``full`` when an epoch's last batch is short (B does not divide n_i).
+
+Server: m <- (1 - beta) sum_S p_i grad f_i(w^t) + beta m and w^{t+1} = sum_S p_i w_i. Two vectors travel
+each way.
 """
 
 from __future__ import annotations
@@ -15,18 +23,21 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
+from fedrun.config import one_of
 from fedrun.registry import ALGORITHMS, in_range
 from fedrun.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
 
 
 @dataclass
 class MimeLiteParams(AlgoParams):
-    """``beta``: server momentum (Mime paper: 0.9)."""
+    """``beta``: server momentum (Mime paper: 0.9); ``grad``: full (paper) or minibatch (see the module)."""
 
     beta: float = 0.9
+    grad: str = "full"
 
     def __post_init__(self) -> None:
         in_range("beta", self.beta, 0.0, 1.0)
+        one_of("grad", self.grad, ("full", "minibatch"))
 
 
 @ALGORITHMS.register("mimelite", MimeLiteParams)
@@ -52,9 +63,15 @@ class MimeLite(FedAvg):
         g0, _ = self.local_grad(ctx.global_params, batch, ctx)
         direction = tree_map(lambda a, m: (1 - b) * a + b * m, g, ctx.extras["m"])
         params, opt = sgd_step(params, direction, opt, ctx.lr, fl.momentum, fl.weight_decay, fl.grad_clip)
+        if self.hp.grad == "full":  # n_b * (mean gradient of the batch) = the batch's summed gradient
+            w = batch.get("w")
+            n_b = w.sum() if w is not None else torch.tensor(float(batch["y"].shape[0]), device=batch["y"].device)
+            n_b = n_b.to(ctx.state["g0_count"].dtype)
+        else:
+            n_b = torch.ones_like(ctx.state["g0_count"])
         state = {
-            "g0_sum": tree_map(lambda s, x: s + x, ctx.state["g0_sum"], g0),
-            "g0_count": ctx.state["g0_count"] + 1,
+            "g0_sum": tree_map(lambda s, x: s + n_b.to(x.dtype) * x, ctx.state["g0_sum"], g0),
+            "g0_count": ctx.state["g0_count"] + n_b,
         }
         return params, opt, state, loss
 

@@ -25,10 +25,14 @@ class DataParams:
     max_test_samples: int | None = None
     verify: bool = True  # check checksums/sizes of known files; false for subsets re-written in the same format
     longtail_rho: float | None = None  # long-tailed training data, imbalance ratio rho >= 1 (FedLAW Table 7)
+    # zero-pad images to image_size x image_size (the MNIST family's 28 px -> 32 for the CIFAR models);
+    # None: as stored. See :func:`pad_images`.
+    image_size: int | None = None
 
     def __post_init__(self) -> None:
         positive("max_train_samples", self.max_train_samples)
         positive("max_test_samples", self.max_test_samples)
+        positive("image_size", self.image_size)
         if self.longtail_rho is not None and self.longtail_rho < 1:
             raise ConfigError("longtail_rho", f"must be >= 1 (1 = balanced), got {self.longtail_rho}")
 
@@ -85,6 +89,35 @@ class Dataset:
         if max_test is not None and max_test < len(self.test):
             out.test = self.test.subset(np.sort(rng.choice(len(self.test), max_test, replace=False)))
         return out
+
+
+def pad_images(data: Dataset, size: int | None) -> Dataset:
+    """``data`` with its images zero-padded to ``size`` x ``size`` (``data.image_size``); None: unchanged.
+
+    The stored pixels get a border of 0 (black, before normalisation), split evenly (the extra pixel of an
+    odd margin at the bottom/right), as torchvision's ``Pad(2)`` makes MNIST 32 x 32 for LeNet-5. So the
+    MNIST family (28 px) runs the CIFAR-sized models (ResNet-8/20, WRN, DenseNet, SimpleCNN). Padding only:
+    images larger than ``size``, or data that is not images, is a ConfigError.
+    """
+    if size is None:
+        return data
+    shape = data.input_shape
+    if len(shape) != 3 or data.train.x.dtype != torch.uint8:
+        raise ConfigError("data.image_size", f"{data.name} is not image data (input {list(shape)}); valid: null")
+    h, w = shape[1:]
+    if (h, w) == (size, size):
+        return data
+    if h > size or w > size:
+        raise ConfigError(
+            "data.image_size", f"{size} is smaller than {data.name}'s {h}x{w} images; valid: null or >= {max(h, w)}"
+        )
+    top, left = (size - h) // 2, (size - w) // 2
+    margins = (left, size - w - left, top, size - h - top)
+
+    def pad(s: Split) -> Split:
+        return dataclasses.replace(s, x=torch.nn.functional.pad(s.x, margins, value=0))
+
+    return dataclasses.replace(data, train=pad(data.train), test=pad(data.test), input_shape=(shape[0], size, size))
 
 
 class Preprocess(torch.nn.Module):

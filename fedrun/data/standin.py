@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.base import DataParams, Dataset, Split, pad_images
 from fedrun.data.sources import cifar, digit5, emnist, fmnist_domains, mnist, pacs, shakespeare
 from fedrun.errors import DataMissing
 
@@ -38,15 +38,17 @@ Loader = Callable[[DataParams], Dataset]
 
 
 def with_standin(name: str, loader: Loader) -> Loader:
-    """``loader``, falling back to :func:`standin` when its files are missing and ``params.standin`` is set."""
+    """``loader``, falling back to :func:`standin` when its files are missing and ``params.standin`` is set;
+    either way with the images zero-padded to ``params.image_size`` (:func:`~fedrun.data.base.pad_images`)."""
 
     def load(p: DataParams) -> Dataset:
         try:
-            return loader(p)
+            data = loader(p)
         except DataMissing as e:
             if not getattr(p, "standin", False) or name not in BUILDERS:
                 raise
-            return dataclasses.replace(standin(name, p), standin=str(e))
+            data = dataclasses.replace(standin(name, p), standin=str(e))
+        return pad_images(data, getattr(p, "image_size", None))
 
     return load
 

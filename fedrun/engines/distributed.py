@@ -7,6 +7,11 @@ puts w^t and the extras in the object store once, sends each actor its shard of 
 clients' states, and stitches the results back into cohort order. Actors live as long as the engine
 (reused across rounds); :meth:`RayEngine.close` kills them and shuts down a cluster the engine started.
 
+Per-round settings: the actors hold copies of the algorithm, so nothing the driver changes reaches them
+unless it is sent. Each round's learning rate, w^t, extras and the global model's buffers (BatchNorm
+statistics) travel with the round; the round's FL settings (IMA's ``ed`` lowers the local epochs) come
+from :meth:`Algorithm.round_fl`, a pure function of the round that each actor evaluates as the driver does.
+
 Exactness: the vectorised engine sorts the cohort by size (largest first) and cuts it into chunks of
 ``width`` clients. The Ray engine makes the same cut and hands out whole chunks (:func:`shard_chunks`),
 so every chunk is computed by the same code on the same inputs as in one process: uploads, states,
@@ -88,10 +93,20 @@ class ShardWorker:
         return os.getpid()
 
     def train(
-        self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float, seed: int
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: torch.Tensor,
+        states: Tree,
+        lr: float,
+        seed: int,
+        buffers: Tensors | None = None,
     ) -> CohortResult:
         from fedrun.engines.auto import precision_context  # auto imports this module's registry peers
 
+        if buffers:  # the driver's global BatchNorm statistics of this round, which clients start from
+            self.engine.algorithm.model.set_buffers(buffers)
         torch.manual_seed(seed)  # dropout & co: deterministic per (run seed, round, shard)
         with precision_context(self.precision, self.device):
             return self.engine.train_cohort(rnd, params, extras, clients, states, lr)
@@ -224,8 +239,11 @@ class RayEngine(Engine):
             shards = split_contiguous(m, len(self.actors))
         positions = [torch.tensor(s, dtype=torch.long) for s in shards]
         p_ref, e_ref = ray.put(params), ray.put(extras)  # once per round, read by every actor
+        # the global model's buffers change every round on the driver (the runner or the method sets them);
+        # the actors' copies of the model would otherwise keep the ones they were started with
+        b_ref = ray.put(self.algorithm.model.buffers) if self.algorithm.model.buffers else None
         futures = [
-            actor.train.remote(rnd, p_ref, e_ref, clients[pos], _rows(states, pos), lr, self._seed(rnd, k))
+            actor.train.remote(rnd, p_ref, e_ref, clients[pos], _rows(states, pos), lr, self._seed(rnd, k), b_ref)
             for k, (actor, pos) in enumerate(zip(self.actors, positions, strict=False))
         ]
         try:

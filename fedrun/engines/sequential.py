@@ -19,7 +19,8 @@ class SequentialEngine(Engine):
     def train_cohort(
         self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
     ) -> CohortResult:
-        algo, fl = self.algorithm, self.fl
+        algo = self.algorithm
+        fl = algo.round_fl(rnd)  # this round's settings (IMA's ed lowers the local epochs)
         uploads, new_states, steps = [], [], []
         samples, loss_sum, loss_n = 0, 0.0, 0
         for j, cid in enumerate(clients.tolist()):
@@ -27,7 +28,9 @@ class SequentialEngine(Engine):
             opt = state.get("_momentum") if fl.keep_momentum else None
             if opt is None and fl.momentum:
                 opt = zeros_like(params)
-            ctx = ClientContext(params, extras, state, lr)
+            dtype = next(iter(params.values())).dtype
+            n_i = torch.tensor(float(self.data.sizes[cid]), dtype=dtype, device=self.data.device)
+            ctx = ClientContext(params, extras, state, lr, n_i)
             w = tree_map(lambda t: t.clone(), params)
             plan = batch_plan(self.data.clients[cid], fl, self.seed, rnd, cid)
             buffers = clone(algo.model.buffers)  # this client's copy of the global BatchNorm statistics

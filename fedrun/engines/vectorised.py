@@ -148,7 +148,7 @@ class VectorisedEngine(Engine):
 
     # ---- the batched step --------------------------------------------------------------------------------
     def _step_fn(self, has_opt: bool) -> Callable[..., Any]:
-        """The batched step f(w, opt, batch, state, w^t, extras, lr), built (and compiled) once per engine.
+        """The batched step f(w, opt, batch, state, n_i, w^t, extras, lr), built (and compiled) once per engine.
 
         w^t, extras and lr are arguments rather than closure values so that a compiled step is reused
         across rounds instead of recompiled for each round's new tensors.
@@ -158,13 +158,20 @@ class VectorisedEngine(Engine):
         algo = self.algorithm
 
         def one_client(
-            p: Tensors, opt: Tensors, batch: dict[str, torch.Tensor], state: Tree, start: Tensors, extras: Tree, lr: Any
+            p: Tensors,
+            opt: Tensors,
+            batch: dict[str, torch.Tensor],
+            state: Tree,
+            size: torch.Tensor,
+            start: Tensors,
+            extras: Tree,
+            lr: Any,
         ) -> Any:
-            ctx = ClientContext(start, extras, state, lr)
+            ctx = ClientContext(start, extras, state, lr, size)
             p, opt_out, new_state, loss = algo.client_step(p, opt if has_opt else None, batch, ctx)
             return p, (opt_out if has_opt else {}), new_state, loss
 
-        fn = vmap(one_client, in_dims=(0, 0, 0, 0, None, None, None), randomness="different")
+        fn = vmap(one_client, in_dims=(0, 0, 0, 0, 0, None, None, None), randomness="different")
         if self.compile:
             fn = torch.compile(fn)
         self._steps[has_opt] = fn
@@ -175,16 +182,18 @@ class VectorisedEngine(Engine):
         algo = self.algorithm
         if self._finish_vmappable:
 
-            def one(e: Tensors, state: Tree, n: torch.Tensor) -> tuple[Tree, Tree]:
-                return algo.client_finish(start, e, ctx._replace(state=state), n)
+            def one(e: Tensors, state: Tree, size: torch.Tensor, n: torch.Tensor) -> tuple[Tree, Tree]:
+                return algo.client_finish(start, e, ctx._replace(state=state, size=size), n)
 
             try:
-                return vmap(one, randomness="different")(end, ctx.state, steps)
+                return vmap(one, randomness="different")(end, ctx.state, ctx.size, steps)
             except RuntimeError:
                 # data-dependent Python control flow (e.g. on ``steps``) cannot be vmapped: loop instead
                 self._finish_vmappable = False
         outs = [
-            algo.client_finish(start, unstack(end, j), ctx._replace(state=unstack(ctx.state, j)), steps[j])
+            algo.client_finish(
+                start, unstack(end, j), ctx._replace(state=unstack(ctx.state, j), size=ctx.size[j]), steps[j]
+            )
             for j in range(int(steps.shape[0]))
         ]
         return _cat([tree_map(lambda t: t.unsqueeze(0), u) for u, _ in outs]), _cat(
@@ -195,13 +204,15 @@ class VectorisedEngine(Engine):
     def _train_chunk(
         self, rnd: int, params: Tensors, extras: Tree, clients: list[int], states: Tree, lr: float
     ) -> tuple[Tree, Tree, torch.Tensor, int, torch.Tensor]:
-        fl, data = self.fl, self.data
+        fl, data = self.algorithm.round_fl(rnd), self.data  # this round's settings (IMA's ed: fewer epochs)
         c = len(clients)
         dtype = next(iter(params.values())).dtype
         plan = pad_plans(
             [batch_plan(data.clients[cid], fl, self.seed, rnd, cid) for cid in clients], data.device, dtype
         )
         w = _expand(params, c)
+        sizes = self.data.sizes[torch.tensor(clients, dtype=torch.long)].to(device=data.device, dtype=dtype)
+        size = sizes  # the rows still training, like w, opt and state
         opt: Tensors | None = None
         if fl.keep_momentum and states and "_momentum" in states:
             opt = states["_momentum"]
@@ -220,18 +231,18 @@ class VectorisedEngine(Engine):
             if k < live:
                 finished.append((_rows(w, k, live), _rows(opt, k, live), _rows(state, k, live)))
                 w, opt, state = _rows(w, 0, k), _rows(opt, 0, k), _rows(state, 0, k)
-                live = k
+                size, live = size[:k], k
             batch = data.batch(plan.idx[t, :k])
             if plan.padded[t]:
                 batch["w"] = plan.w[t, :k]
-            w, opt, state, loss = step(w, opt, batch, state, params, extras, step_lr)
+            w, opt, state, loss = step(w, opt, batch, state, size, params, extras, step_lr)
             loss_sum[:k] += loss.detach().to(torch.float64)
         if finished:
             finished.append((w, opt, state))
             w, opt, state = (_cat([part[i] for part in reversed(finished)]) for i in range(3))
         opt = opt if has_opt else None
         steps = plan.steps.to(data.device)
-        ctx = ClientContext(params, extras, state, lr)
+        ctx = ClientContext(params, extras, state, lr, sizes)
         uploads, new_states = self._finish(params, w, ctx, steps)
         if fl.keep_momentum and opt is not None:
             new_states = {**new_states, "_momentum": opt}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -23,7 +25,7 @@ from fedrun.data.federated import FederatedData
 from fedrun.data.proxy import ProxySet, carve_proxy
 from fedrun.errors import ConfigError
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import stack
+from fedrun.tree import stack, unstack
 
 C, D = 4, 6
 
@@ -93,7 +95,7 @@ def test_fedbe_teachers_and_swag_sample() -> None:
     model, env = tiny_env()
     params, uploads, weights, info = cohort(model, 3)
     algo = make(FedBE, DistillParams(server_epochs=2), env, model)
-    teachers = algo.teachers(params, uploads["params"], weights, info)
+    teachers = algo.teachers(params, uploads["params"], None, weights, info)
     assert len(teachers) == 3 + 2  # FedAvg model + clients + one SWAG sample
     # identical client updates: u has zero variance (clamped to 1e-5), so the sample is w + Delta (+ tiny noise)
     same = stack([{k: v + 0.5 for k, v in params.items()}] * 3)
@@ -122,3 +124,70 @@ def test_proxy_methods_refuse_to_run_without_a_proxy_set(make_spec) -> None:  # 
             make(cls, DistillParams(), {**env, "proxy": None}, model)
     with pytest.raises(ConfigError, match="algorithm.optimizer"):
         make_spec("algorithm=feddf", "algorithm.optimizer=lbfgs")
+
+
+# ---- BatchNorm models (FedLAW code: server_funct.py feddf / fedbe / server_finetune) ---------------------------------
+def bn_env(batch: int = 128) -> tuple[FunctionalModel, dict]:
+    """tiny_env's data and proxy (80 samples: one batch), a Linear-BatchNorm-ReLU-Linear model."""
+    _, env = tiny_env()
+    env["proxy"] = ProxySet(env["proxy"].split, C, batch)
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(D, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, C))
+    return FunctionalModel(module), env
+
+
+def bn_cohort(model: FunctionalModel, m: int) -> tuple[dict, dict, torch.Tensor, RoundInfo]:
+    params, uploads, weights, info = cohort(model, m)
+    g = torch.Generator().manual_seed(2)
+    bufs = [
+        {
+            "1.running_mean": torch.randn(8, generator=g),
+            "1.running_var": torch.rand(8, generator=g) + 0.5,
+            "1.num_batches_tracked": torch.tensor(7 + i),
+        }
+        for i in range(m)
+    ]
+    return params, {**uploads, "buffers": stack(bufs)}, weights, info
+
+
+def plain_module(model: FunctionalModel, params: dict, buffers: dict) -> torch.nn.Module:
+    """A copy of the module holding ``params`` and ``buffers`` (for plain-torch reference forwards)."""
+    module = copy.deepcopy(model.module)
+    module.load_state_dict({**params, **buffers})
+    return module
+
+
+def test_feddf_teachers_use_their_own_clients_statistics() -> None:
+    model, env = bn_env()
+    params, uploads, weights, info = bn_cohort(model, 2)
+    algo = make(FedDF, DistillParams(server_epochs=1), env, model)
+    teachers = algo.teachers(params, uploads["params"], uploads["buffers"], weights, info)
+    x = algo.proxy_batch()["x"]
+    want = 0
+    for i in range(2):
+        module = plain_module(model, unstack(uploads["params"], i), unstack(uploads["buffers"], i)).eval()
+        with torch.no_grad():
+            want = want + module(x)
+    torch.testing.assert_close(algo.teacher_logits(teachers, x), want / 2)
+    assert model.module.training  # the student's passes stay in train mode
+
+
+@pytest.mark.parametrize("cls", [FedDF, FedBE, ServerFT])
+def test_the_students_statistics_become_the_global_ones(cls: type) -> None:
+    # one epoch of one proxy batch: the student's single train-mode pass moves the clients' mean statistics
+    # (FedLAW code: load_state_dict(fedavg(state dicts)), then central_node.model.train()) by momentum 0.1
+    model, env = bn_env()
+    params, uploads, weights, info = bn_cohort(model, 3)
+    algo = make(cls, DistillParams(server_epochs=1), env, model)
+    assert algo.owns_buffers
+    w = weights.to(torch.float32)
+    mean = {k: (w.reshape(-1, 1) * v).sum(0) for k, v in uploads["buffers"].items() if v.is_floating_point()}
+    start = {**mean, "1.num_batches_tracked": uploads["buffers"]["1.num_batches_tracked"].max()}
+    student = {k: (w.reshape(-1, *[1] * (v.dim() - 1)) * v).sum(0) for k, v in uploads["params"].items()}
+    module = plain_module(model, student, start).train()
+    with torch.no_grad():
+        module(algo.proxy_batch()["x"])
+    algo.aggregate(params, algo.server_init(params), uploads, weights, info)
+    for k, v in module.state_dict().items():
+        if k in model.buffers:
+            torch.testing.assert_close(model.buffers[k], v)

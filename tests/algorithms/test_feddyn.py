@@ -6,6 +6,7 @@ import torch
 from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, tiny_batch, tiny_model, train
 
 from fedrun.algorithms.base import RoundInfo
+from fedrun.config import FLConfig
 from fedrun.tree import stack
 
 
@@ -70,3 +71,23 @@ def test_feddyn_law_variant() -> None:
     for k in wt:  # h = -alpha * 2.5 = -1.25; w = w + 2.5 + 1.25/alpha
         torch.testing.assert_close(state["h"][k], torch.full_like(wt[k], -1.25))
         torch.testing.assert_close(new[k], wt[k] + 2.5 + 2.5)
+
+
+def test_feddyn_size_weighting_weighs_the_mean_and_h_alike() -> None:
+    # fl.weighting=size: w = sum_S p_i w_i - h/alpha with h <- h - alpha sum_S (n_i/n) Delta_i, n over all N
+    # clients (here N = 4 clients of 1, 3, 2, 2 samples: n = 8); the paper's uniform 1/N when uniform
+    model, alpha = tiny_model(), 0.5
+    w = model.init_params()
+    ups = {"params": stack([{k: v + 1.0 for k, v in w.items()}, {k: v + 3.0 for k, v in w.items()}])}
+    sizes = torch.tensor([1.0, 3.0], dtype=torch.float64)
+    info = RoundInfo(0, 4, torch.tensor([0, 1]), sizes, torch.tensor([1, 1]), 0.1)
+    cases = (("size", sizes / 4, [1 / 8, 3 / 8]), ("uniform", torch.tensor([0.5, 0.5]), [1 / 4, 1 / 4]))
+    for weighting, weights, omega in cases:
+        algo = make_algo("feddyn", model, fl=FLConfig(weighting=weighting), alpha=alpha)
+        algo.total_size = 8.0  # what setup reads from the data
+        new, state, _ = algo.aggregate(w, algo.server_init(w), ups, weights.to(torch.float64), info)
+        h = -alpha * (omega[0] * 1.0 + omega[1] * 3.0)
+        mean = float(weights[0]) * 1.0 + float(weights[1]) * 3.0
+        for k in w:
+            torch.testing.assert_close(state["h"][k], torch.full_like(w[k], h))
+            torch.testing.assert_close(new[k], w[k] + mean - h / alpha)

@@ -62,7 +62,7 @@ def test_step_with_anchor_loss_and_calibration_matches_torch() -> None:
     torch.testing.assert_close(new["2.weight"], head.weight.detach())
     torch.testing.assert_close(new["2.bias"], head.bias.detach())
     assert float(st["adam_t"]) == 1
-    # anchors: 0.5 a + 0.5 (batch class-mean of z at the step's starting point) for seen classes
+    # anchors (one batch = one epoch here): 0.5 a + 0.5 (batch class-mean of z at the step's start)
     upload, reset = algo.client_finish(wt, new, ctx._replace(state=st), torch.tensor(1))
     z0 = z.detach()
     for c in range(2):
@@ -86,3 +86,51 @@ def test_fedfa_runs_and_averages_anchors(make_spec) -> None:
     ups, weights = log[-1]["uploads"]["anchors"], log[-1]["weights"]
     torch.testing.assert_close(state["anchors"], (weights.reshape(-1, 1, 1).to(ups.dtype) * ups).sum(0))
     assert float(state["round"]) == 3 and all(torch.isfinite(v).all() for v in params.values())
+
+
+def fedima_anchor_reference(wt, batches, epochs, anchors, lr):  # noqa: ANN001, ANN201
+    """FedIMA's fedfa_cl_optimizer (utils/optimizer.py 765-842) on the tiny model, round 0 (CE only, no
+    calibration), transcribed with plain autograd: per epoch, the batch class-means of the features are
+    summed over the batches where the class occurs, divided by *all* the epoch's batches, and folded into
+    the anchors with momentum 0.5; the loss uses the downloaded anchors throughout."""
+    w = {k: v.clone() for k, v in wt.items()}
+    epoch_mean = anchors.clone()
+    label_set = sorted({int(c) for b in batches[0] for c in b["y"]})
+    for e in range(epochs):
+        batch_mean = torch.zeros_like(anchors)
+        for b in batches[e]:
+            leaves = {k: v.detach().clone().requires_grad_(True) for k, v in w.items()}
+            z = torch.tanh(b["x"] @ leaves["0.weight"].T + leaves["0.bias"])
+            logits = z @ leaves["2.weight"].T + leaves["2.bias"]
+            grads = torch.autograd.grad(F.cross_entropy(logits, b["y"]), list(leaves.values()))
+            w = {k: w[k] - lr * g for k, g in zip(leaves, grads, strict=True)}
+            for c in set(b["y"].tolist()):
+                batch_mean[c] += z.detach()[b["y"] == c].mean(0)
+        for c in label_set:
+            epoch_mean[c] = 0.5 * epoch_mean[c] + 0.5 * batch_mean[c] / len(batches[e])
+    return w, epoch_mean
+
+
+def test_anchors_update_once_per_epoch_dividing_by_all_the_epochs_batches() -> None:
+    algo = _algo()
+    wt = algo.model.init_params()
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    y = torch.tensor([0, 1, 1, 1, 0])
+    n, bsz, epochs = 5, 2, 3  # ceil(5 / 2) = 3 batches per epoch; class 0 misses some of them
+    orders = [torch.tensor([1, 2, 0, 3, 4]), torch.tensor([0, 4, 1, 2, 3]), torch.tensor([3, 1, 2, 0, 4])]
+    batches = [[{"x": x[o[i : i + bsz]], "y": y[o[i : i + bsz]]} for i in range(0, n, bsz)] for o in orders]
+    anchors = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    extras = {"anchors": anchors, "flags": torch.tensor([0.0, 0.0])}  # round 0: CE only
+    algo.fl = FLConfig(rounds=8, batch_size=bsz)
+    ctx = ctx_for(algo, wt, extras=extras, lr=0.1)._replace(size=torch.tensor(float(n), dtype=torch.float64))
+    w = wt
+    for b in (b for epoch in batches for b in epoch):
+        w, _, st, _ = algo.client_step(w, None, b, ctx)
+        ctx = ctx._replace(state=st)
+    upload, reset = algo.client_finish(wt, w, ctx, torch.tensor(epochs * 3))
+    ref_w, ref_anchors = fedima_anchor_reference(wt, batches, epochs, anchors, 0.1)
+    for k in wt:
+        torch.testing.assert_close(w[k], ref_w[k])
+    torch.testing.assert_close(upload["anchors"], ref_anchors)
+    assert float(reset["epoch_steps"]) == 0 and torch.equal(reset["anchor_keep"], torch.ones(2, dtype=torch.float64))

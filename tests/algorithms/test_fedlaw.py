@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.base import RoundInfo
+from fedrun.algorithms.base import RoundInfo, average_buffers
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedlaw import FedLAW, FedLAWGammaParams, FedLAWParams, FedLAWSWAParams
+from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.config import FLConfig, ProxyConfig
 from fedrun.data.base import Dataset, Split
 from fedrun.data.federated import FederatedData
 from fedrun.data.proxy import ProxySet, carve_proxy
 from fedrun.errors import ConfigError
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import stack
+from fedrun.runner import run
+from fedrun.tree import clone, stack
 
 C, D = 4, 6
 
@@ -133,3 +137,57 @@ def test_global_lr_extrapolates_the_aggregate_as_in_eq_2() -> None:
     for k in avg:
         torch.testing.assert_close(new[k], params[k] + 1.5 * (avg[k] - params[k]), rtol=1e-6, atol=1e-6)
         assert not torch.allclose(new[k], avg[k])
+
+
+# ---- BatchNorm statistics through the runner (ResNet-8 on Fashion-MNIST padded to 32 x 32) ------------------------
+BN_RUN = (
+    "model=resnet8",
+    "data.image_size=32",
+    "data.max_train_samples=60",
+    "data.max_test_samples=200",
+    "partition=iid",
+    "fl.clients=2",
+    "fl.rounds=1",
+    "fl.batch_size=30",
+    "hardware.threads=1",
+)
+
+
+def one_bn_round(make_spec, tmp_path, monkeypatch, cls: type, *overrides: str) -> tuple[dict, dict]:  # noqa: ANN001
+    """One runner round of ``cls``: (what its aggregate received, the global buffers the run ended with)."""
+    seen: dict = {}
+    original = cls.aggregate
+
+    def spy(self, params, server_state, uploads, weights, info):  # noqa: ANN001, ANN202
+        seen.update(algo=self, uploads=clone(uploads), weights=weights.clone(), buffers=clone(self.model.buffers))
+        return original(self, params, server_state, uploads, weights, info)
+
+    monkeypatch.setattr(cls, "aggregate", spy)
+    spec = make_spec(*BN_RUN, *overrides)
+    assert run(spec, tmp_path)["status"] == "completed"
+    return seen, load_checkpoint(tmp_path / CHECKPOINT_FILE).buffers
+
+
+def client_mean(seen: dict) -> dict:
+    w = seen["weights"]
+    return {k: torch.tensordot(w.to(v.dtype), v, dims=1) for k, v in seen["uploads"]["params"].items()}
+
+
+def test_fedlaw_keeps_the_statistics_of_its_proxy_passes(make_spec, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    # one server epoch of one proxy batch (100 <= 128): the only pass runs gamma = 1, lambda = p, i.e. the
+    # clients' mean, in train mode from the previous global statistics (FedLAW code: central_node.model.train())
+    overrides = ("algorithm=fedlaw", "algorithm.server_epochs=1")
+    seen, buffers = one_bn_round(make_spec, tmp_path, monkeypatch, FedLAW, *overrides)
+    algo = seen["algo"]
+    module = copy.deepcopy(algo.model.module)
+    module.load_state_dict({**client_mean(seen), **seen["buffers"]})
+    module.train()
+    with torch.no_grad():
+        module(algo.proxy_batch()["x"])
+    want = {k: v for k, v in module.state_dict().items() if k in buffers}
+    assert want.keys() == buffers.keys() and int(want["stem.1.num_batches_tracked"]) == 1
+    for k, v in want.items():
+        torch.testing.assert_close(buffers[k], v)
+    # not the clients' mean statistics, which the runner used to install
+    mean = average_buffers(seen["uploads"]["buffers"], seen["weights"])
+    assert not torch.allclose(buffers["stem.1.running_var"], mean["stem.1.running_var"])

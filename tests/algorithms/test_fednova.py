@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from client_methods_util import make_algo, tiny_model
 
 from fedrun.algorithms.base import RoundInfo, sgd_step
 from fedrun.algorithms.fednova import nova_a
 from fedrun.config import FLConfig
+from fedrun.errors import ConfigError
+from fedrun.runner import build_experiment
 from fedrun.tree import stack
 
 
@@ -49,3 +52,18 @@ def test_fednova_equal_steps_plain_sgd_is_fedavg() -> None:
     new, _, _ = algo.aggregate(w, {}, ups, torch.tensor([0.25, 0.75], dtype=torch.float64), info)
     for k in w:
         torch.testing.assert_close(new[k], w[k] + 1.25)
+
+
+NOVA = ("algorithm=fednova", "data.max_train_samples=200", "fl.clients=4")
+
+
+def test_fednova_refuses_momentum_kept_across_rounds(make_spec) -> None:  # noqa: ANN001
+    # a_i normalises tau_i momentum steps from a zero buffer (the authors' code: a fresh SGD each round);
+    # a buffer carried in from the last round adds displacement that a_i does not count
+    spec = make_spec(*NOVA, "fl.momentum=0.9", "fl.keep_momentum=true")
+    with pytest.raises(ConfigError) as err:
+        build_experiment(spec)
+    assert err.value.field == "fl.keep_momentum" and "\n" not in str(err.value)
+    fresh = make_spec(*NOVA, "fl.momentum=0.9", "fl.keep_momentum=false")
+    assert build_experiment(fresh).algorithm.fl.momentum == 0.9
+    assert build_experiment(make_spec(*NOVA, "fl.keep_momentum=true"))

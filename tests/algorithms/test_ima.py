@@ -11,7 +11,7 @@ import torch
 from fedrun.algorithms.base import RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedgma import FedGMA, FedGMAParams
-from fedrun.algorithms.fedopt import AdaptiveParams, FedAdam, FedAvgM, FedAvgMParams
+from fedrun.algorithms.fedopt import AdaptiveParams, FedAdam, FedAvgM, FedAvgMParams, FedYogi
 from fedrun.algorithms.ima import IMA
 from fedrun.config import FLConfig, IMAConfig
 from fedrun.errors import ConfigError
@@ -71,17 +71,41 @@ def test_window_average_is_the_mean_of_the_stored_fma_models() -> None:
     assert sorted(stored.sum(1).tolist()) == pytest.approx(sorted(f.sum().item() for f in fma[7:]))
 
 
-def test_fedadam_ima_windows_the_averages_and_resets_moments_at_the_start() -> None:
-    fl = FLConfig(rounds=8)
-    hp = AdaptiveParams()
-    out = rollout(IMA(FedAdam(hp, fl, None), IMAConfig(start=0.5, window=2)), 8)  # first IMA round 4
-    avgs = [(WEIGHTS[:, None] * uploads_at(r)["params"]["w"]).sum(0) for r in range(8)]
-    w3 = out[3][0]["w"]
-    delta = (avgs[3] + avgs[4]) / 2 - w3
-    m = (1 - hp.beta1) * delta  # m was reset to 0 before this step
-    v = (1 - hp.beta2) * delta**2
-    torch.testing.assert_close(out[4][1]["inner"]["m"]["w"], m)
-    torch.testing.assert_close(out[4][0]["w"], w3 + hp.server_lr * m / (v.sqrt() + hp.tau))
+def fedima_adaptive_rollout(second, hp: AdaptiveParams, start: int, window: int, rounds: int) -> list[torch.Tensor]:
+    """FedIMA's ``aggregator.py`` fedadam/fedyogi(+ima), transcribed: the caller's m, v are updated in place
+    every round except t_s, whose step uses freshly zeroed local moments (the rebinding does not reach the
+    caller); the window mean replaces the average once t >= W and t >= t_s."""
+    w, m, v, stored, out = W.clone(), torch.zeros(3), torch.zeros(3), [], []
+    for t in range(rounds):
+        avg = (WEIGHTS[:, None] * uploads_at(t)["params"]["w"]).sum(0)
+        stored = (stored + [avg])[-window:]
+        if t >= window and t >= start:
+            avg = torch.stack(stored).mean(0)
+        d = avg - w
+        mm, vv = (torch.zeros(3), torch.zeros(3)) if (t == start and t >= window) else (m, v)
+        mm = hp.beta1 * mm + (1 - hp.beta1) * d
+        vv = second(vv, d * d)
+        if not (t == start and t >= window):
+            m, v = mm, vv
+        w = w + hp.server_lr * mm / (vv.sqrt() + hp.tau)
+        out.append(w)
+    return out
+
+
+def test_fedadam_fedyogi_ima_reset_lasts_one_round_as_in_fedima_code() -> None:
+    fl, hp = FLConfig(rounds=8), AdaptiveParams()
+    adam = lambda v, d2: hp.beta2 * v + (1 - hp.beta2) * d2  # noqa: E731
+    yogi = lambda v, d2: v - (1 - hp.beta2) * d2 * torch.sign(v - d2)  # noqa: E731
+    for cls, second in ((FedAdam, adam), (FedYogi, yogi)):
+        out = rollout(IMA(cls(hp, fl, None), IMAConfig(start=0.5, window=2)), 8)  # t_s = 4 >= W
+        ref = fedima_adaptive_rollout(second, hp, start=4, window=2, rounds=8)
+        for r in range(8):  # rounds 5-7 (after t_s) differ from a reset that persists
+            torch.testing.assert_close(out[r][0]["w"], ref[r])
+    # t_s < W: the code's reset sits in the t >= W branch, so it never happens
+    out = rollout(IMA(FedAdam(hp, fl, None), IMAConfig(start=0.125, window=2)), 8)  # t_s = 1
+    ref = fedima_adaptive_rollout(adam, hp, start=1, window=2, rounds=8)
+    for r in range(8):
+        torch.testing.assert_close(out[r][0]["w"], ref[r])
 
 
 def test_lr_schedules_after_the_start_round() -> None:
@@ -99,11 +123,8 @@ def test_lr_schedules_after_the_start_round() -> None:
     assert sched("cd", ts) == pytest.approx(lr(ts)) and sched("cd", ts + 10) == pytest.approx(5e-5)
     assert sched("sd", ts + 19) == pytest.approx(lr(ts)) and sched("sd", ts + 20) == pytest.approx(lr(ts) / 2)
     ima = IMA(FedAvg(None, fl, None), IMAConfig(schedule="ed", period=10))
-    epochs = []
-    for t in (0, 75, 85, 95, 99):
-        ima.local_lr(t, lr(t))
-        epochs.append(fl.local_epochs)
-    assert epochs == [3, 3, 2, 1, 1]
+    assert [ima.round_fl(t).local_epochs for t in (0, 75, 85, 95, 99, 80)] == [3, 3, 2, 1, 1, 3]
+    assert fl.local_epochs == 3  # the run's settings are not mutated: a per-round value the engines read
     with pytest.raises(ConfigError, match="ima.schedule"):
         IMA(FedAvg(None, FLConfig(local_steps=5), None), IMAConfig(schedule="ed"))
 

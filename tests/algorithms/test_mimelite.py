@@ -47,3 +47,32 @@ def test_mimelite_server_momentum() -> None:
     for k in w:
         torch.testing.assert_close(st["m"][k], torch.full_like(w[k], 0.1 * 1.5 + 0.9 * 1.0))
         torch.testing.assert_close(new[k], w[k] + 2.0)
+
+
+def test_mimelite_full_batch_gradient_with_a_short_last_batch() -> None:
+    # an epoch of 9 samples in batches of 6 and 3: grad=full uploads grad f_i(w^t) over all 9 samples (Mime's
+    # full-batch gradient); grad=minibatch the mean of the two batch gradients, which weighs the short one double
+    model = tiny_model()
+    wt = model.init_params()
+    b1, b2 = tiny_batch(1, n=6), tiny_batch(2, n=3)
+    whole = {k: torch.cat([b1[k], b2[k]]) for k in b1}
+    for grad, want in (
+        ("full", plain_grad(model, wt, whole)),
+        ("minibatch", {k: (plain_grad(model, wt, b1)[k] + plain_grad(model, wt, b2)[k]) / 2 for k in wt}),
+    ):
+        algo = make_algo("mimelite", model, grad=grad)
+        ctx = ctx_for(algo, wt, extras={"m": {k: torch.zeros_like(v) for k, v in wt.items()}})
+        w = wt
+        for b in (b1, b2):
+            w, _, st, _ = algo.client_step(w, None, b, ctx)
+            ctx = ctx._replace(state=st)
+        upload, _ = algo.client_finish(wt, w, ctx, torch.tensor(2))
+        for k in wt:
+            torch.testing.assert_close(upload["grad"][k], want[k], atol=1e-12, rtol=0)
+    # padded batches (the vectorised engine): weight 0 samples do not count
+    algo = make_algo("mimelite", model)
+    padded = {**whole, "w": torch.tensor([1.0] * 6 + [0.0] * 3, dtype=torch.float64)}
+    _, _, st, _ = algo.client_step(wt, None, padded, ctx_for(algo, wt))
+    upload, _ = algo.client_finish(wt, wt, ctx_for(algo, wt, state=st), torch.tensor(1))
+    for k in wt:
+        torch.testing.assert_close(upload["grad"][k], plain_grad(model, wt, b1)[k], atol=1e-12, rtol=0)

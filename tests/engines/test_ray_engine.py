@@ -245,3 +245,53 @@ def test_runner_closes_the_engine_however_the_run_ends(
         with pytest.raises(RuntimeError, match="stop"):
             run(make_spec(*RUN), tmp_path)
     assert closed == ["closed"]
+
+
+# ---- per-round settings --------------------------------------------------------------------------------------------
+IMA_SCHEDULES = ("exd", "nad", "clr", "cd", "ed", "sd")
+
+
+def test_every_engine_trains_the_same_samples_under_each_ima_schedule(
+    make_spec: Callable[..., RunSpec], tmp_path: Path, local_cluster: None
+) -> None:
+    # t_s = 1 and period 1: ed trains 3, 3, 2, 1 local epochs; the other schedules change the lr only
+    ima = ("fl.rounds=4", "fl.local_epochs=3", "ima.enabled=true", "ima.start=0.25", "ima.window=2", "ima.period=1")
+    engines = {"sequential": ("hardware.engine=sequential",), "vectorised": ("hardware.engine=vectorised",)}
+    engines["ray"] = RAY
+    n_train = 400  # data.max_train_samples of SMALL; every client trains every round (participation 1)
+    for schedule in IMA_SCHEDULES:
+        epochs = [3, 3, 2, 1] if schedule == "ed" else [3, 3, 3, 3]
+        for name, extra in engines.items():
+            run_dir = tmp_path / f"{schedule}-{name}"
+            run_dir.mkdir()
+            spec = make_spec(*SMALL, *ima, f"ima.schedule={schedule}", "checkpoint.every=0", *extra)
+            summary = run(spec, run_dir)
+            assert summary["engine"] == name
+            assert summary["train_samples"] == n_train * sum(epochs), (schedule, name)
+            lrs = pd.read_csv(run_dir / "metrics.csv")["lr"].tolist()
+            ref = pd.read_csv(tmp_path / f"{schedule}-sequential" / "metrics.csv")["lr"].tolist()
+            assert lrs == ref, (schedule, name)
+
+
+def test_ray_actors_start_from_the_drivers_buffers(
+    make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, local_cluster: None
+) -> None:
+    # a BatchNorm model: the actors run the sequential engine; the global statistics change on the driver
+    # between rounds, and a client's uploaded statistics start from them
+    small = [o for o in SMALL if not o.startswith("model.")]
+    spec = make_spec(*small, "model=resnet8", "data.image_size=32", "data.max_train_samples=60", "fl.batch_size=30")
+    exp = build_experiment(spec)
+    hw = dataclasses.replace(spec.hardware, engine="ray", actors=2)
+    engine = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=hw)
+    seq = SequentialEngine(exp.algorithm, exp.fed, spec.fl, spec.seed)
+    params, clients = exp.model.init_params(), torch.arange(spec.fl.clients)
+    try:
+        for rnd in range(2):
+            a = seq.train_cohort(rnd, params, {}, clients, {}, 0.05)
+            b = engine.train_cohort(rnd, params, {}, clients, {}, 0.05)
+            for x, y in zip(leaves(a.uploads["buffers"]), leaves(b.uploads["buffers"]), strict=True):
+                torch.testing.assert_close(x, y)
+            # the driver's global statistics move (as the runner sets them after aggregation)
+            exp.model.set_buffers({k: v + 1.0 if v.is_floating_point() else v for k, v in exp.model.buffers.items()})
+    finally:
+        engine.close()

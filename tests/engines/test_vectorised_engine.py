@@ -80,7 +80,8 @@ def experiment(make_spec: Callable[..., RunSpec]) -> Callable[..., Experiment]:
 @pytest.mark.parametrize("name", ALGORITHMS.names())
 def test_every_algorithm_matches_sequential_fp32(name: str, experiment: Callable[..., Experiment]) -> None:
     # the dataclass defaults, so a method registered without a conf/algorithm file is covered too
-    exp = experiment("algorithm=fedavg", f"algorithm.name={name}", *HARD)
+    hard = [o for o in HARD if name != "fednova" or "keep_momentum" not in o]  # FedNova refuses kept momentum
+    exp = experiment("algorithm=fedavg", f"algorithm.name={name}", *hard)
     vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=2)
     assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
     assert vec.stats["chunks"] == 4  # 2 rounds x ceil(4 clients / 2)

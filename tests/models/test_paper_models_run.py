@@ -58,7 +58,7 @@ def test_batchnorm_resnet_trains_end_to_end(make_spec, tmp_path: Path) -> None: 
 def test_batchnorm_running_stats_are_averaged_like_the_parameters(make_spec, tmp_path: Path) -> None:  # noqa: ANN001
     import torch
 
-    from fedrun.rounds import average_buffers
+    from fedrun.algorithms.base import average_buffers
     from fedrun.runner import build_experiment
 
     tiny_cifar10(tmp_path / "data")
