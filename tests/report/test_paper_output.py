@@ -60,10 +60,24 @@ def test_escape_handles_every_special_character() -> None:
     )
 
 
+def _gam_runs(root: Path) -> None:
+    """FedGAM Table 4 shape: sigma(E) across local epochs (a Greek letter in a column name)."""
+    for i, (meth, e) in enumerate((m, e) for m in ("FedAvg", "FedGAM_CV") for e in (5, 10)):
+        cfg = {"tags.method": meth, "fl.local_epochs": e, "algorithm.name": meth.lower()}
+        fake_run(root / f"{i}", cfg, 0.5 + i / 100, train_acc_final=0.9)
+
+
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no LaTeX installed (apt-get install texlive-latex-base)")
-def test_tex_compiles_with_pdflatex(tmp_path: Path) -> None:
-    _two_methods(tmp_path / "runs")
-    assert report_main([str(tmp_path / "runs"), "--cols", "partition.alpha", "--out", str(tmp_path / "t")]) == 0
+@pytest.mark.parametrize("kind", ["table", "fedgam layout"])
+def test_tex_compiles_with_pdflatex(tmp_path: Path, kind: str) -> None:
+    if kind == "table":
+        _two_methods(tmp_path / "runs")
+        args = ["--cols", "partition.alpha"]
+    else:
+        _gam_runs(tmp_path / "runs")
+        args = ["--layout", "fedgam", "--rows", "tags.method", "--cols", "fl.local_epochs"]
+    assert report_main([str(tmp_path / "runs"), *args, "--out", str(tmp_path / "t")]) == 0
+    assert kind == "table" or "$\\sigma$(E)" in (tmp_path / "t.tex").read_text()
     doc = tmp_path / "doc.tex"
     doc.write_text("\\documentclass{article}\n\\begin{document}\n\\input{t.tex}\n\\end{document}\n")
     r = subprocess.run(
