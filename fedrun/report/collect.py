@@ -42,7 +42,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             if "name" in v:
-                out[key] = v["name"]
+                out[key] = _hashable(v["name"])
             out.update(flatten(v, key + "."))
         else:
             out[key] = _hashable(v)
