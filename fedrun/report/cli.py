@@ -168,7 +168,7 @@ def _table(
         direction = "min" if args.metric in LOWER_IS_BETTER else "max"
         n_note = ""
     notes = [n for n in (standin_note(runs), n_note) if n]
-    md = table.to_markdown() + "\n\n" + caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
+    md = table.to_markdown(disable_numparse=True) + "\n\n" + caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
     under = _listing(runs, missing_runs(runs, group, over), dups, unreadable)
     prefix = args.out or args.dirs[0] / f"report_{args.layout or args.metric}"
     atomic_write(prefix.with_suffix(".md"), md + ("\n" + under if under else "") + "\n")

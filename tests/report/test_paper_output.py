@@ -165,3 +165,9 @@ def test_partition_heatmap_integer_ticks_title_and_a_scale_that_shows_few_sample
     # one sample is a visible colour (a linear scale puts it at 1/6000 of the range, i.e. as none)
     assert im.norm(1) == 0.0 and im.norm(3) > 0.1
     assert np.ma.is_masked(im.get_array()[0, 1])  # empty cells drawn white, not as the lowest colour
+
+
+def test_markdown_keeps_two_decimals(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fake_run(tmp_path / "a", {"algorithm.name": "fedavg"}, 0.12)  # one seed: "12.00", not tabulate's "12"
+    assert report_main([str(tmp_path)]) == 0
+    assert "| algorithm=fedavg | 12.00    |" in capsys.readouterr().out
