@@ -44,14 +44,14 @@ def table_caption(metric: str, runs: pd.DataFrame, counts: list[int], over: list
 
 
 LAYOUT_CAPTION = {
-    "fedima": "test accuracy (%), mean of the last 10 evaluated rounds without (with) IMA; mean over seeds",
+    "fedima": "test accuracy (%), mean of the last {k} evaluated rounds without (with) IMA; mean over seeds",
     "fedgam": "train / test accuracy (%) after the last round, mean over seeds; σ: population standard deviation"
     " (n denominator) of the test accuracy across the settings",
     "fedcos": "test accuracy (%) after the last round, mean over seeds; (gain) over the same method without FedCos",
     "fedcos_bestlast": "best and last-round test accuracy (%), mean over seeds; (gain) over the same method without"
     " FedCos",
-    "fedlaw": f"test accuracy (%), mean of the last 10 evaluated rounds; {STD} over seeds",
-    "fedlaw_gws": f"test accuracy (%), mean of the last 10 evaluated rounds; {STD} over seeds",
+    "fedlaw": "test accuracy (%), mean of the last {k} evaluated rounds; " + STD + " over seeds",
+    "fedlaw_gws": "test accuracy (%), mean of the last {k} evaluated rounds; " + STD + " over seeds",
     "fedlaw_corr": f"Pearson r of the accumulated aggregation weights lambda with each client factor; {STD} over seeds",
     "fedsam": "Train: training accuracy (%); Validation: mean (standard deviation across clients) of the clients'"
     " test accuracy (%); Round: first round reaching eval.target (- = never); mean over seeds",
@@ -59,9 +59,9 @@ LAYOUT_CAPTION = {
 }
 
 
-def layout_caption(layout: str, counts: list[int], over: list[str]) -> str:
+def layout_caption(layout: str, runs: pd.DataFrame, counts: list[int], over: list[str]) -> str:
     bold = "" if layout == "fedlaw_corr" else " The best value of each column in bold."
-    return f"{LAYOUT_CAPTION[layout]}; {n_text(counts, over)}.{bold}"
+    return f"{LAYOUT_CAPTION[layout].replace('{k}', _last_k(runs))}; {n_text(counts, over)}.{bold}"
 
 
 def layout_direction(layout: str, columns: list[str]) -> dict[str, str | None]:

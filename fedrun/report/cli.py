@@ -159,7 +159,7 @@ def _table(
 
         table = render(args.layout, paper_sorted(runs), rows, cols)
         long = table.reset_index()
-        caption = layout_caption(args.layout, list(counts.values()), over)
+        caption = layout_caption(args.layout, runs, list(counts.values()), over)
         direction: dict[str, str | None] | str | None = layout_direction(args.layout, [str(c) for c in table.columns])
         n_note = _n_note(counts, group)
     else:
