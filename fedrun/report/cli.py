@@ -37,6 +37,7 @@ from fedrun.report.pooling import (
     cell_counts,
     check_pooling,
     drop_duplicates,
+    empty_cells,
     label,
     missing_runs,
     varying_keys,
@@ -169,7 +170,8 @@ def _table(
         n_note = ""
     notes = [n for n in (standin_note(runs), n_note) if n]
     md = table.to_markdown(disable_numparse=True) + "\n\n" + caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
-    under = _listing(runs, missing_runs(runs, group, over), dups, unreadable)
+    missing = empty_cells(runs, rows, cols) + missing_runs(runs, group, over)
+    under = _listing(runs, missing, dups, unreadable)
     prefix = args.out or args.dirs[0] / f"report_{args.layout or args.metric}"
     atomic_write(prefix.with_suffix(".md"), md + ("\n" + under if under else "") + "\n")
     atomic_write(prefix.with_suffix(".csv"), long.to_csv(index=False))
@@ -202,7 +204,7 @@ def _listing(runs: pd.DataFrame, missing: list[str], dups: list[Duplicate], bad:
             f"{len(failed)} of {len(runs)} runs did not complete:",
             [f"{r['run_dir']}: {r['status']}: {r.get('error') or ''}" for _, r in failed.iterrows()],
         ),
-        _section(f"{len(missing)} runs missing (a value other cells have):", missing),
+        _section(f"{len(missing)} runs missing (a cell, or a value other cells have):", missing),
         _section(
             f"{len(dups)} duplicate run dirs (the same config as another; counted once):",
             [f"{d.run_dir}: same config as {d.same_as}" for d in dups],

@@ -114,6 +114,23 @@ def missing_runs(runs: pd.DataFrame, keys: list[str], over: list[str]) -> list[s
     return out
 
 
+def empty_cells(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> list[str]:
+    """``row, col: no runs`` for each cell of the rows x columns grid that holds no run at all."""
+    if not rows or not cols or runs.empty:
+        return []
+    from fedrun.report.tables import value_key
+
+    have = {value_key(k) for k, _ in _groups(runs, rows + cols)}
+    row_vals = {value_key(k): k for k, _ in _groups(runs, rows)}
+    col_vals = {value_key(k): k for k, _ in _groups(runs, cols)}
+    return [
+        f"{label(rows + cols, r + c)}: no runs"
+        for rk, r in row_vals.items()
+        for ck, c in col_vals.items()
+        if rk + ck not in have
+    ]
+
+
 def cell_counts(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, int]:
     """Completed runs per cell (the n of its mean)."""
     return {vals: int((grp["status"] == "completed").sum()) for vals, grp in _groups(runs, keys)}

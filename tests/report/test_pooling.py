@@ -100,7 +100,7 @@ def test_cells_show_n_when_it_differs_and_missing_seeds_are_listed(
     out = flat(capsys.readouterr().out)
     assert f"| algorithm=fedprox | 60.50 ± {np.std([60.0, 61.0], ddof=1):.2f} (n=2) |" in out
     assert "| algorithm=fedavg | 51.00 ± 1.00 |" in out  # the common n is not repeated
-    assert "1 runs missing (a value other cells have): algorithm=fedprox: seed=2" in out
+    assert "1 runs missing (a cell, or a value other cells have): algorithm=fedprox: seed=2" in out
     assert "n = 3 runs (seed) per cell unless a cell says (n=...)" in out
 
 
@@ -153,6 +153,16 @@ def test_only_damaged_runs_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Cap
     assert report_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fedrun-report: error: no readable runs under") and err.count("\n") == 1
+
+
+def test_a_cell_without_runs_is_listed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fake_run(tmp_path / "a", {"algorithm.name": "fedavg", "partition.alpha": 0.1}, 0.5)
+    fake_run(tmp_path / "b", {"algorithm.name": "fedavg", "partition.alpha": 1.0}, 0.6)
+    fake_run(tmp_path / "c", {"algorithm.name": "fedprox", "partition.alpha": 0.1}, 0.7)
+    assert report_main([str(tmp_path), "--cols", "partition.alpha"]) == 0
+    out = flat(capsys.readouterr().out)
+    assert "| algorithm=fedprox | 70.00 | missing |" in out
+    assert "runs missing (a cell, or a value other cells have): algorithm=fedprox, partition.alpha=1.0: no runs" in out
 
 
 def test_missing_runs_over_several_keys() -> None:
