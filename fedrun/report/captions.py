@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fedrun.report.tables import LOWER_IS_BETTER
+from fedrun.report.tables import LOWER_IS_BETTER, common_n
 
 STD = "mean ± sample standard deviation (n-1 denominator)"
 
@@ -33,8 +33,6 @@ def n_text(counts: list[int], over: list[str]) -> str:
         return f"no completed {what}"
     if len(set(counts)) == 1:
         return f"n = {counts[0]} {what} per cell"
-    from fedrun.report.tables import common_n
-
     return f"n = {common_n(counts)} {what} per cell unless a cell says (n=...)"
 
 
