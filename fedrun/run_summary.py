@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedrun.data.partition import class_counts, partition_stats
-from fedrun.outputs import write_partition
+from fedrun.outputs import partition_title, write_partition
 from fedrun.registry import ENGINES
 from fedrun.report.partition import domain_breakdown, domain_counts, write_domain_table
 from fedrun.run_state import RunState
@@ -31,7 +31,8 @@ def describe_run(exp: Experiment, run_dir: Path) -> dict[str, Any]:
     setup: names, seed, engine, device, model size, stand-in data, partition statistics."""
     spec, data = exp.spec, exp.data
     counts = class_counts(data.train.y.numpy(), exp.parts, data.num_classes)
-    write_partition(run_dir, counts, spec.output.plots, exp.corrupted if spec.corrupt.fraction else None)
+    title = partition_title(spec.partition.name, asdict(spec.partition.params), spec.fl.clients, spec.seed)
+    write_partition(run_dir, counts, spec.output.plots, exp.corrupted if spec.corrupt.fraction else None, title)
     info = {
         "algorithm": spec.algorithm.name,
         "data": spec.data.name,

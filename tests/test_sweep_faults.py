@@ -48,10 +48,10 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
     assert "job 0: already completed; skipped" in capsys.readouterr().err
     assert (sweep / "0" / "metrics.csv").stat().st_mtime_ns == mtime
 
-    assert report_cli.main([str(sweep), "--rows", "algorithm"]) == 0
+    assert report_cli.main([str(sweep), "--rows", "algorithm", "--cols", "fl.lr"]) == 0
     out = capsys.readouterr().out
     assert "1 of 2 runs did not complete" in out
-    assert f"{sweep / '1'}: failed: fl.lr: must be >= 0" in out
+    assert f"{sweep / '1'}: refused: fl.lr: must be >= 0" in out
 
 
 def _fake_run(d: Path, lr: float, seed: int, status: str, acc: float | None = None) -> None:
@@ -73,9 +73,9 @@ def test_report_shows_diverged_and_failed_cells_by_status_never_as_numbers(
     _fake_run(tmp_path / "b1", 5.0, 1, "diverged", 0.12)  # its last accuracy must not leak into the table
     _fake_run(tmp_path / "c0", 9.0, 0, "running", 0.5)
     table, long = make_table(load_runs([tmp_path]), ["algorithm"], ["fl.lr"], "last_k")
-    assert table.loc["fedavg", "fl.lr=0.05"] == "81.00 ± 1.41"
-    assert table.loc["fedavg", "fl.lr=5.0"] == "diverged"
-    assert table.loc["fedavg", "fl.lr=9.0"] == "unfinished"
+    assert table.loc["algorithm=fedavg", "fl.lr=0.05"] == "81.00 ± 1.41"
+    assert table.loc["algorithm=fedavg", "fl.lr=5.0"] == "diverged"
+    assert table.loc["algorithm=fedavg", "fl.lr=9.0"] == "unfinished"
     assert long.set_index("fl.lr").loc[5.0, "completed"] == 1
 
     assert report_cli.main([str(tmp_path), "--cols", "fl.lr"]) == 0

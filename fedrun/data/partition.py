@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zipfile
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedrun.cache import cache_file, write_cache
 from fedrun.data.base import Dataset
 from fedrun.data.partitions.base import PartitionInput
 from fedrun.errors import ConfigError
@@ -42,43 +43,64 @@ def cache_key(data: Dataset, name: str, params: Any, n_clients: int, seed: int) 
     }
 
 
-def _load_cached(path: Path, key: dict[str, Any], n: int) -> list[np.ndarray] | None:
+def valid_parts(indices: np.ndarray, offsets: np.ndarray, n_samples: int, n_clients: int) -> str | None:
+    """Why a cached (indices, offsets) pair is not a partition of ``n_samples`` among ``n_clients`` (None when
+    it is): integer arrays, one row per client (offsets 0 = o_0 <= ... <= o_n = len(indices)), every index in
+    [0, n_samples) and held by one client only."""
+    if indices.ndim != 1 or offsets.ndim != 1:
+        return "indices and offsets must be 1-D"
+    if not (np.issubdtype(indices.dtype, np.integer) and np.issubdtype(offsets.dtype, np.integer)):
+        return f"integer arrays expected, got {indices.dtype} and {offsets.dtype}"
+    if len(offsets) != n_clients + 1:
+        return f"{len(offsets) - 1} clients, expected {n_clients}"
+    if offsets[0] != 0 or offsets[-1] != len(indices) or (np.diff(offsets) < 0).any():
+        return "offsets are not monotone from 0 to the number of indices"
+    if indices.size and (indices.min() < 0 or indices.max() >= n_samples):
+        return f"indices outside [0, {n_samples})"
+    if len(np.unique(indices)) != len(indices):
+        return "a sample is held by more than one client"
+    return None
+
+
+def _load_cached(path: Path, key: dict[str, Any], n: int, n_clients: int) -> list[np.ndarray] | None:
+    """The cached partition, or None (recompute) when the file is unreadable, of another key, or invalid."""
     try:
         with np.load(path, allow_pickle=False) as z:
             if json.loads(str(z["key"])) != key:
                 return None
             idx, offsets = z["indices"], z["offsets"]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # a truncated or foreign file
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):  # truncated or foreign
         return None
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
+    if valid_parts(idx, offsets, n, n_clients) is not None:
         return None
+    idx = idx.astype(np.int64)
     return [idx[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
 
 
 def make_partition(
     data: Dataset, name: str, params: Any, n_clients: int, seed: int, cache_dir: str | None
 ) -> list[np.ndarray]:
-    """The clients' index arrays into ``data.train`` (cached by dataset, partition config, clients, seed)."""
+    """The clients' index arrays into ``data.train`` (cached by dataset, partition config, clients, seed).
+
+    A cached file is used only when its key matches and it is a valid partition (:func:`valid_parts`); else the
+    partition is recomputed and the file rewritten. A cache that cannot be written is a warning (fedrun.cache).
+    """
     fn = PARTITIONS.get(name).obj
     key = cache_key(data, name, params, n_clients, seed)
-    path = None
-    if cache_dir:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-        path = Path(cache_dir) / f"{data.name}-{name}-{digest}.npz"
-        if path.is_file():
-            cached = _load_cached(path, key, len(data.train))
-            if cached is not None:
-                return cached
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    path = cache_file(cache_dir, f"{data.name}-{name}-{digest}.npz")
+    if path is not None and path.is_file():
+        cached = _load_cached(path, key, len(data.train), n_clients)
+        if cached is not None:
+            return cached
     parts = fn(partition_input(data), n_clients, params, np_rng(seed, "partition"))
     if len(parts) != n_clients:
         raise ConfigError("fl.clients", f"partition {name} produced {len(parts)} clients, expected {n_clients}")
     parts = [np.asarray(p, dtype=np.int64) for p in parts]
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])])
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, indices=np.concatenate(parts), offsets=offsets, key=json.dumps(key))
-        os.replace(tmp, path)
+        offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+        flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        write_cache(path, lambda tmp: np.savez(tmp, indices=flat, offsets=offsets, key=json.dumps(key)))
     return parts
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
+import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 
 from fedrun.algorithms.base import Algorithm
+from fedrun.cache import cache_file, write_cache
 from fedrun.config import FLConfig, HardwareConfig
 from fedrun.data.federated import FederatedData
 from fedrun.engines.base import Engine
@@ -105,7 +107,8 @@ def measure(
 
     After an untimed warm-up on two clients (one-time imports, allocator growth), the engines are timed in
     turn ``PROBE_REPS`` times and each keeps its best, so a burst of load from other processes does not
-    decide alone.
+    decide alone. A method whose client step cannot run under ``vmap`` (``.item()`` or a data-dependent
+    ``if`` in its loss, say) fails the vectorised warm-up: the sequential engine is chosen, with the reason.
     """
     probe_fl = dataclasses.replace(fl, local_steps=PROBE_STEPS)
     engines = {
@@ -115,8 +118,11 @@ def measure(
     clients = torch.as_tensor(sample_clients(fl, seed, 0), dtype=torch.long)[: min(width, PROBE_CLIENTS)]
     states = stacked_states(algorithm, fl, algorithm.model.init_params(), len(clients))
     few = tree_map(lambda t: t[:2], states)
-    for engine in engines.values():
-        _time_round(engine, clients[:2], few, hw)
+    try:
+        _time_round(engines["vectorised"], clients[:2], few, hw)
+    except Exception as e:  # noqa: BLE001 - whatever vmap refuses; the sequential engine runs the method as written
+        return {"engine": "sequential", "reason": f"not vmappable: {type(e).__name__}: {_first_line(e)}"}
+    _time_round(engines["sequential"], clients[:2], few, hw)
     best = {name: float("inf") for name in engines}
     for _ in range(PROBE_REPS):
         for name, engine in engines.items():
@@ -128,6 +134,35 @@ def measure(
         "vectorised_s": best["vectorised"],
         "sequential_s": best["sequential"],
     }
+
+
+def _first_line(e: BaseException) -> str:
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")[:200]
+
+
+def valid_choice(entry: Any) -> bool:
+    """A cached decision as :func:`measure` writes it (a measured one, with both timings, or a fallback)."""
+    if not isinstance(entry, dict) or entry.get("engine") not in ("sequential", "vectorised"):
+        return False
+    if "reason" in entry:  # a fallback: the method cannot run under vmap
+        return entry["engine"] == "sequential" and isinstance(entry["reason"], str)
+    times = [entry.get("vectorised_s"), entry.get("sequential_s")]
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times):
+        return False
+    faster = "vectorised" if times[0] <= times[1] else "sequential"  # min() keeps the first on a tie
+    counts = [entry.get("clients"), entry.get("steps")]
+    return entry["engine"] == faster and all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in counts)
+
+
+def read_choices(path: Path) -> dict[str, dict[str, Any]]:
+    """The valid decisions of ``engine-auto.json``; a file of any other shape counts as empty (re-measured)."""
+    try:
+        blob = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(blob, dict):
+        return {}
+    return {k: v for k, v in blob.items() if isinstance(k, str) and valid_choice(v)}
 
 
 def choose(
@@ -143,20 +178,21 @@ def choose(
         params, stacked_states(algorithm, fl, params, 1), m
     )
     key = probe_key(hw, algorithm, data, fl, width)
-    path = Path(cache_dir) / "engine-auto.json" if cache_dir else None
+    path = cache_file(cache_dir, "engine-auto.json")
     if key not in _CHOICES and path is not None and path.exists():
-        with contextlib.suppress(OSError, ValueError):
-            _CHOICES.update(json.loads(path.read_text()))
+        _CHOICES.update(read_choices(path))
     if key in _CHOICES:
-        return {**_CHOICES[key], "reason": "cached measurement"}
-    choice = measure(hw, algorithm, data, fl, seed, width)
-    _CHOICES[key] = choice
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_CHOICES, indent=1))
-        tmp.replace(path)
-    return {**choice, "reason": "measured"}
+        choice = {**_CHOICES[key], "reason": _CHOICES[key].get("reason", "cached measurement")}
+    else:
+        choice = _CHOICES[key] = measure(hw, algorithm, data, fl, seed, width)
+        if path is not None:
+            merged = {**(read_choices(path) if path.exists() else {}), **_CHOICES}
+            write_cache(path, lambda tmp: tmp.write_text(json.dumps(merged, indent=1)))
+        choice = {"reason": "measured", **choice}
+    if choice["reason"].startswith("not vmappable"):
+        name = type(algorithm).__name__
+        print(f"fedrun: engine=auto: {name} runs on the sequential engine ({choice['reason']})", file=sys.stderr)
+    return choice
 
 
 class EngineFactory:

@@ -1,14 +1,38 @@
-"""Gather run directories (a multirun or any set of runs) into one DataFrame: config keys + summary."""
+"""Gather run directories (a multirun or any set of runs) into one DataFrame: config keys + summary.
+
+A run directory whose ``summary.json`` or ``config.yaml`` cannot be read (truncated, not JSON/YAML, the wrong
+shape) is not a row: :func:`collect_runs` returns it apart, as unreadable, so a report can list it under the
+table of the others. A run refused on bad input (``error.txt`` beside Hydra's record, no summary) has status
+``refused``.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
+
+from fedrun.checkpoint import comparable
+
+# columns of load_runs' frame that are not config keys
+META = ("status", "error", "run_dir", "fingerprint")
+# top-level config sections and data keys that do not change results (as fedrun.checkpoint.comparable)
+VOLATILE_PREFIXES = ("output.", "checkpoint.", "tracking.", "data.root", "data.download", "hydra.")
+VOLATILE_KEYS = ("output", "checkpoint", "tracking", "cache_dir")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A run directory the report could not read, and why."""
+
+    run_dir: str
+    why: str
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -18,11 +42,31 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             if "name" in v:
-                out[key] = v["name"]
+                out[key] = _hashable(v["name"])
             out.update(flatten(v, key + "."))
         else:
-            out[key] = tuple(v) if isinstance(v, list) else v
+            out[key] = _hashable(v)
     return out
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((str(k), _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def config_columns(runs: pd.DataFrame) -> list[str]:
+    """The columns of ``runs`` that are config keys deciding results (not summary, status or volatile keys)."""
+    return [
+        c
+        for c in runs.columns
+        if not c.startswith("summary.")
+        and c not in META
+        and c not in VOLATILE_KEYS
+        and not c.startswith(VOLATILE_PREFIXES)
+    ]
 
 
 def natural_key(path: Path) -> list[str | int]:
@@ -31,7 +75,7 @@ def natural_key(path: Path) -> list[str | int]:
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
-    """Every run directory (one holding config.yaml or error.txt, or summary.json) below ``paths``, in sweep order."""
+    """Every run directory (one holding summary.json or error.txt) below ``paths``, in sweep order."""
     runs = set()
     for p in paths:
         for marker in ("summary.json", "error.txt"):
@@ -40,39 +84,120 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 
 def _hydra_overrides(run: Path) -> dict[str, Any]:
+    """The job's Hydra overrides (``.hydra/overrides.yaml``); {} when absent or unreadable (labels only)."""
     f = run / ".hydra" / "overrides.yaml"
-    if not f.is_file():
+    try:
+        items = yaml.safe_load(f.read_text()) if f.is_file() else []
+        out = {}
+        for item in items if isinstance(items, list) else []:
+            k, _, v = str(item).partition("=")
+            out[k.lstrip("+~")] = _hashable(yaml.safe_load(v)) if v else v
+        return out
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
-    out = {}
-    for item in yaml.safe_load(f.read_text()) or []:
-        k, _, v = str(item).partition("=")
-        out[k.lstrip("+~")] = yaml.safe_load(v) if v else v
-    return out
+
+
+def _read_config(run: Path) -> dict[str, Any]:
+    """config.yaml (or, for a refused job, Hydra's .hydra/config.yaml); {} when neither exists."""
+    for f in (run / "config.yaml", run / ".hydra" / "config.yaml"):
+        if f.is_file():
+            try:
+                cfg = yaml.safe_load(f.read_text())
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+                raise ValueError(f"{f.name}: {_short(e)}") from None
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{f.name}: not a mapping of config keys")
+            return cfg
+    return {}
+
+
+def _read_summary(run: Path) -> dict[str, Any] | None:
+    f = run / "summary.json"
+    if not f.is_file():
+        return None
+    try:
+        s = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ValueError(f"summary.json: {_short(e)}") from None
+    if not isinstance(s, dict) or not isinstance(s.get("status", ""), str):
+        raise ValueError("summary.json: not a fedrun summary (a JSON object with a status)")
+    return s
+
+
+def _short(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
+
+
+def fingerprint(cfg: dict[str, Any]) -> str:
+    """A hash of the result-deciding part of a config: two runs with the same one are the same run twice."""
+    try:
+        blob = json.dumps(comparable(cfg), sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        blob = repr(sorted(flatten(cfg).items(), key=str))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def read_run(run: Path) -> dict[str, Any]:
+    """One run's row: flattened config, ``summary.*`` fields, status, error, directory and fingerprint.
+
+    Raises ValueError (naming the file) when the run's config or summary cannot be read.
+    """
+    cfg = _read_config(run)
+    row: dict[str, Any] = flatten(cfg)
+    row.update({k: v for k, v in _hydra_overrides(run).items() if k not in row})
+    s = _read_summary(run)
+    if s is not None:
+        row.update({f"summary.{k}": _hashable(v) for k, v in s.items() if not isinstance(v, dict)})
+        row["status"] = s.get("status", "unknown")
+        row["error"] = s.get("error")
+    else:
+        row["status"] = "refused"  # bad input: error.txt (exit 2), the run never started
+        try:
+            row["error"] = (run / "error.txt").read_text(errors="replace").strip()
+        except OSError as e:
+            row["error"] = f"error.txt: {_short(e)}"
+    if row["status"] == "running":
+        row["status"] = "unfinished"
+    row["run_dir"] = str(run)
+    row["fingerprint"] = fingerprint(cfg) if cfg else f"dir:{run}"
+    return row
+
+
+def collect_runs(paths: list[Path]) -> tuple[pd.DataFrame, list[Unreadable]]:
+    """(one row per readable run, the unreadable run directories with the reason)."""
+    rows, bad = [], []
+    for run in find_runs(paths):
+        try:
+            rows.append(read_run(run))
+        except ValueError as e:
+            bad.append(Unreadable(str(run), str(e)))
+    return pd.DataFrame(rows), bad
 
 
 def load_runs(paths: list[Path]) -> pd.DataFrame:
-    """One row per run: flattened config, summary fields, status, error and directory."""
+    """One row per readable run: flattened config, summary fields, status, error and directory."""
+    return collect_runs(paths)[0]
+
+
+def run_labels(paths: list[Path]) -> list[str]:
+    """Plot labels for run directories (or checkpoint files): the method (``tags.method``, else the algorithm),
+    with the config keys that tell runs of the same method apart; the folder name when no config is readable."""
     rows = []
-    for run in find_runs(paths):
-        row: dict[str, Any] = {}
-        cfg = run / "config.yaml"
-        hydra_cfg = run / ".hydra" / "config.yaml"
-        if cfg.is_file():
-            row.update(flatten(yaml.safe_load(cfg.read_text()) or {}))
-        elif hydra_cfg.is_file():
-            row.update(flatten(yaml.safe_load(hydra_cfg.read_text()) or {}))
-        row.update({k: v for k, v in _hydra_overrides(run).items() if k not in row})
-        summary = run / "summary.json"
-        if summary.is_file():
-            s = json.loads(summary.read_text())
-            row.update({f"summary.{k}": v for k, v in s.items() if not isinstance(v, dict)})
-            row["status"] = s.get("status", "unknown")
-            row["error"] = s.get("error")
-        else:
-            row["status"] = "failed"
-            row["error"] = (run / "error.txt").read_text().strip()
-        if row["status"] == "running":
-            row["status"] = "unfinished"
-        row["run_dir"] = str(run)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    for p in paths:
+        d = p if p.is_dir() else p.parent
+        try:
+            rows.append(flatten(_read_config(d)))
+        except ValueError:
+            rows.append({})
+    base = [str(r.get("tags.method") or r.get("algorithm") or (p.name or p)) for r, p in zip(rows, paths, strict=True)]
+    labels = list(base)
+    for name in set(base):
+        same = [i for i, b in enumerate(base) if b == name]
+        if len(same) < 2:
+            continue
+        frame = pd.DataFrame([rows[i] for i in same])
+        keys = [c for c in config_columns(frame) if frame[c].astype(str).nunique() > 1 and c != "tags.method"]
+        for i, (_, r) in zip(same, frame.iterrows(), strict=True):
+            extra = ", ".join(f"{k}={r[k]}" for k in keys[:3]) or Path(paths[i]).name
+            labels[i] = f"{name} ({extra})"
+    return labels

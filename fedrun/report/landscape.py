@@ -23,6 +23,7 @@ import pandas as pd
 from fedrun.errors import ConfigError, DataError
 from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
 from fedrun.outputs import save_figure
+from fedrun.report.collect import run_labels
 
 COMMANDS = ("line", "plane", "landscape", "coherence")
 
@@ -132,7 +133,7 @@ def _scan_models(args: argparse.Namespace) -> str:
     from fedrun.metrics.landscape import grid_scan, line_scan, plane_axes, plane_through, random_plane
     from fedrun.report.models import eval_set, load_params, load_spec
 
-    names = [m.name or str(m) for m in args.models]
+    names = run_labels(args.models)  # by method (and what tells runs of one method apart), not job number
     es = eval_set(load_spec(args.models[0]), args.split, args.max_samples, args.client, args.device)
     params = [es.check(load_params(m), str(m)) for m in args.models]
     score = es.evaluator(args.batch_size)
@@ -164,10 +165,10 @@ def main(argv: list[str]) -> int:
     try:
         if args.command in ("coherence", "diagnostics"):
             runs = {}
-            for r in args.runs:
+            for r, name in zip(args.runs, run_labels(args.runs), strict=True):
                 if not (r / "metrics.csv").is_file():
                     raise DataError(f"{r}: no metrics.csv")
-                runs[r.name or str(r)] = pd.read_csv(r / "metrics.csv")
+                runs[name] = pd.read_csv(r / "metrics.csv")
             out = args.out or args.runs[0] / "diagnostics.png"
             if not plot_diagnostics(runs, out):
                 raise DataError("no diagnostic columns in these runs: run them with eval.diagnostics=true")

@@ -15,7 +15,7 @@ import pandas as pd
 
 from fedrun.data.partition import partition_stats
 from fedrun.errors import DataError
-from fedrun.outputs import atomic_write, plot_partition
+from fedrun.outputs import atomic_write, partition_title, plot_partition
 
 
 def domain_counts(domains: np.ndarray, parts: list[np.ndarray], n_domains: int) -> np.ndarray:
@@ -67,13 +67,29 @@ def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:
     return df[cols].to_numpy(dtype=np.int64), [c.split("_", 1)[1] for c in cols]
 
 
+def _partition_of(run_dir: Path) -> str | None:
+    """The run's partition and its parameters from its config.yaml (None when unreadable)."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        part = dict(cfg["partition"])
+        name = part.pop("name")
+        return partition_title(name, part, int(cfg["fl"]["clients"]), int(cfg["seed"]))
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return None
+
+
 def report_partition(run_dir: Path) -> str:
     """Write the heatmaps for ``run_dir`` and return a Markdown summary (statistics and domain breakdown)."""
     path = run_dir / "partition.csv"
     if not path.is_file():
         raise DataError(f"{path}: not found; a fedrun run directory holds partition.csv")
     counts, _ = _read_counts(path)
-    plot_partition(counts, run_dir / "partition.png")
+    partition = _partition_of(run_dir)
+    plot_partition(
+        counts, run_dir / "partition.png", "samples per client and class" + (f"\n{partition}" if partition else "")
+    )
     lines = ["| statistic | value |", "|---|---|"]
     lines += [
         f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in partition_stats(counts).items()

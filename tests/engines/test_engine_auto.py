@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config import RunSpec
 from fedrun.engines import auto
 from fedrun.engines.sequential import SequentialEngine
@@ -18,6 +19,7 @@ from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.errors import ConfigError
 from fedrun.models.base import FunctionalModel
 from fedrun.runner import build_experiment, run
+from fedrun.tree import leaves
 
 TINY = (
     "hardware.engine=auto",
@@ -115,3 +117,47 @@ def test_precision_context_is_autocast_only_for_bf16() -> None:
         assert (x @ x).dtype == torch.bfloat16
     with auto.precision_context("fp32", torch.device("cpu")):
         assert (x @ x).dtype == torch.float32
+
+
+class _BranchyFedAvg(FedAvg):
+    """A user's method with a data-dependent Python branch in its loss: fine eagerly, impossible under vmap."""
+
+    def local_loss(self, params, batch, ctx):  # noqa: ANN001, ANN201
+        loss = super().local_loss(params, batch, ctx)
+        if loss.item() > 1e6:  # .item() cannot run on a vmapped tensor
+            return loss * 0.0
+        return loss
+
+
+def test_auto_falls_back_to_sequential_for_a_method_vmap_cannot_run(
+    make_spec: Callable[..., RunSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    spec = make_spec(*TINY)
+    exp = build_experiment(make_spec(*TINY, "hardware.engine=sequential"))
+    algo = _BranchyFedAvg(exp.algorithm.hp, spec.fl, exp.model)
+    monkeypatch.setattr(auto, "_CHOICES", {})
+    capsys.readouterr()
+    engine = auto.EngineFactory(spec.hardware, str(tmp_path))(algo, exp.fed, spec.fl, spec.seed)
+    assert isinstance(engine, SequentialEngine)
+    reason = engine.selection["reason"]
+    assert reason.startswith("not vmappable: RuntimeError") and "item" in reason
+    err = capsys.readouterr().err
+    assert err == f"fedrun: engine=auto: _BranchyFedAvg runs on the sequential engine ({reason})\n"
+    # the sequential engine trains it as written, to FedAvg's numbers (the branch is never taken)
+    params = exp.model.init_params()
+    clients = torch.arange(2)
+
+    def cohort(engine: SequentialEngine, algorithm: FedAvg) -> dict:
+        extras = algorithm.broadcast(params, algorithm.server_init(params))
+        states = auto.stacked_states(algorithm, spec.fl, params, 2)
+        return engine.train_cohort(0, params, extras, clients, states, spec.fl.lr).uploads
+
+    mine = cohort(engine, algo)
+    ref = cohort(SequentialEngine(exp.algorithm, exp.fed, spec.fl, spec.seed), exp.algorithm)
+    assert len(leaves(ref)) > 0 and all(torch.equal(a, b) for a, b in zip(leaves(mine), leaves(ref), strict=True))
+    # the fallback is cached like a measurement, and said again when read back
+    monkeypatch.setattr(auto, "_CHOICES", {})
+    monkeypatch.setattr(auto, "measure", lambda *a: pytest.fail("measured although cached"))
+    again = auto.choose(spec.hardware, algo, exp.fed, spec.fl, spec.seed, str(tmp_path))
+    assert again["engine"] == "sequential" and again["reason"] == reason
+    assert "runs on the sequential engine" in capsys.readouterr().err

@@ -30,6 +30,9 @@ def test_report_on_a_real_multirun(run_cli, tmp_path: Path, capsys) -> None:
     long = pd.read_csv(sweep / "report_final.csv")
     assert len(long) == 4 and (long["n"] == 2).all()
     assert (long["mean"] > 10).all()  # percent, above chance
-    assert (sweep / "report_final.tex").read_text().startswith("\\begin{tabular}")
-    assert report_main([str(sweep), "--table", "rows=seed", "cols=algorithm"]) == 0
+    tex = (sweep / "report_final.tex").read_text()
+    assert tex.startswith("\\begin{table}") and "\\caption{test accuracy (\\%) after the last round" in tex
+    assert "partition.alpha=0.1" in tex and "±" not in tex and "$\\pm$" in tex
+    assert report_main([str(sweep), "--table", "rows=seed", "cols=algorithm", "--over", "partition.alpha"]) == 0
+    assert report_main([str(sweep), "--table", "rows=seed", "cols=algorithm"]) == 2  # alpha would be pooled
     assert report_main([str(sweep), "--rows", "no.such.key"]) == 2

@@ -66,7 +66,7 @@ def test_bad_command_is_one_line_and_the_other_commands_run(tmp_path: Path, caps
     assert (tmp_path / "ok" / "0" / "error.txt").is_file() and not (tmp_path / "bad").exists()
 
 
-def test_rejected_jobs_keep_their_labels_and_show_as_failed_cells(tmp_path: Path, capsys) -> None:
+def test_rejected_jobs_keep_their_labels_and_show_as_refused_cells(tmp_path: Path, capsys) -> None:
     """A job refused on bad input keeps Hydra's record of it (.hydra/), so the report can place its cell."""
     from fedrun.report.cli import main as report_main
 
@@ -79,5 +79,5 @@ def test_rejected_jobs_keep_their_labels_and_show_as_failed_cells(tmp_path: Path
     capsys.readouterr()
     assert report_main([str(tmp_path / "sweep"), "--rows", "tags.method", "--cols", "partition.alpha"]) == 0
     out = capsys.readouterr().out
-    row = next(ln for ln in out.splitlines() if ln.startswith("| FedAvg"))
-    assert row.count("failed") == 2 and "2 of 2 runs did not complete" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| tags.method=FedAvg"))
+    assert row.count("refused") == 2 and "2 of 2 runs did not complete" in out

@@ -9,7 +9,15 @@ import numpy as np
 import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
-from fedrun.data.sources.files import CIFAR_MD5, check_md5, download, extract_tar, read_bytes, safe_unpickle
+from fedrun.data.sources.files import (
+    CIFAR_MD5,
+    check_labels,
+    check_md5,
+    download,
+    extract_tar,
+    read_bytes,
+    safe_unpickle,
+)
 from fedrun.errors import DataError, DataMissing
 from fedrun.registry import DATASETS
 
@@ -45,7 +53,9 @@ def _locate(name: str, p: CIFARParams) -> Path:
     )
 
 
-def _batch(path: Path, label_key: str, verify: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _batch(path: Path, label_key: str, verify: bool, classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One batch file's images (uint8 [N,3,32,32]), labels and, for CIFAR-100, coarse labels; every way the file
+    can be wrong (not a dict, missing or ill-typed arrays, labels out of range) is a DataError naming it."""
     if not path.is_file():
         raise DataError(f"{path}: missing file of the CIFAR python distribution")
     raw = read_bytes(path)
@@ -53,14 +63,23 @@ def _batch(path: Path, label_key: str, verify: bool) -> tuple[np.ndarray, np.nda
         check_md5(path, raw, CIFAR_MD5.get(path.parent.name, {}).get(path.name))
     d = safe_unpickle(raw, str(path))
     try:
-        x = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-        y = np.asarray(d[label_key], dtype=np.int64)
-    except (KeyError, ValueError) as e:
+        data = np.asarray(d["data"])
+        if data.dtype != np.uint8:
+            if not np.issubdtype(data.dtype, np.integer) or (data.size and (data.min() < 0 or data.max() > 255)):
+                raise ValueError(f"'data' of type {data.dtype}, expected bytes 0-255")
+            data = data.astype(np.uint8)
+        x = data.reshape(-1, 3, 32, 32)
+        y = np.asarray(d[label_key])
+        coarse = np.asarray(d["coarse_labels"]) if "coarse_labels" in d else None
+    except (KeyError, ValueError, TypeError) as e:
         raise DataError(f"{path}: not a CIFAR batch ({e})") from None
-    if len(x) != len(y):
-        raise DataError(f"{path}: {len(x)} images but {len(y)} labels")
-    coarse = np.asarray(d["coarse_labels"], dtype=np.int64) if "coarse_labels" in d else None
-    return x, y, coarse
+    if y.ndim != 1 or len(x) != len(y) or (coarse is not None and coarse.shape != y.shape):
+        raise DataError(f"{path}: {len(x)} images but labels of shape {list(y.shape)}; not a CIFAR batch")
+    check_labels(path, y, 0, classes)
+    if coarse is not None:
+        check_labels(path, coarse, 0, 20)
+        coarse = coarse.astype(np.int64)
+    return x, y.astype(np.int64), coarse
 
 
 def _split(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> Split:
@@ -73,8 +92,8 @@ def _split(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> Spl
 @DATASETS.register("cifar10", CIFARParams)
 def load_cifar10(p: CIFARParams) -> Dataset:
     d = _locate("cifar10", p)
-    train = _split([_batch(d / f"data_batch_{i}", "labels", p.verify) for i in range(1, 6)])
-    test = _split([_batch(d / "test_batch", "labels", p.verify)])
+    train = _split([_batch(d / f"data_batch_{i}", "labels", p.verify, 10) for i in range(1, 6)])
+    test = _split([_batch(d / "test_batch", "labels", p.verify, 10)])
     return Dataset("cifar10", train, test, 10, (3, 32, 32), MEAN["cifar10"], STD["cifar10"])
 
 
@@ -82,6 +101,6 @@ def load_cifar10(p: CIFARParams) -> Dataset:
 def load_cifar100(p: CIFARParams) -> Dataset:
     """CIFAR-100 with fine labels as ``y`` and the 20 superclasses kept as ``coarse``."""
     d = _locate("cifar100", p)
-    train = _split([_batch(d / "train", "fine_labels", p.verify)])
-    test = _split([_batch(d / "test", "fine_labels", p.verify)])
+    train = _split([_batch(d / "train", "fine_labels", p.verify, 100)])
+    test = _split([_batch(d / "test", "fine_labels", p.verify, 100)])
     return Dataset("cifar100", train, test, 100, (3, 32, 32), MEAN["cifar100"], STD["cifar100"])

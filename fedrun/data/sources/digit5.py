@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, load_pickled_pair, read_image_folder, to_chw_uint8
 from fedrun.errors import ConfigError, DataError, DataMissing
 from fedrun.registry import DATASETS
@@ -48,6 +49,13 @@ class Digit5Params(DataParams):
 Arrays = tuple[np.ndarray, np.ndarray]
 
 
+def _check(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """As many images as labels, labels 0-9: a DataError naming the file otherwise."""
+    if y.ndim != 1 or len(x) != len(y):
+        raise DataError(f"{path}: {len(x)} images but labels of shape {list(y.shape)}")
+    check_labels(path, y, 0, 10)
+
+
 def _fedbn(root: Path, name: str) -> tuple[Arrays, Arrays] | None:
     for base in (root / "digit_dataset", root / "digit5", root):
         d = base / FEDBN_FOLDERS[name]
@@ -55,11 +63,14 @@ def _fedbn(root: Path, name: str) -> tuple[Arrays, Arrays] | None:
         test = d / "test.pkl"
         if parts and test.is_file():
             pairs = [load_pickled_pair(p) for p in parts]
+            for (px, py), p in zip(pairs, parts, strict=True):
+                _check(p, px, py)
             x = np.concatenate(
                 [to_chw_uint8(px, 28, name=str(p)).numpy() for (px, _), p in zip(pairs, parts, strict=True)]
             )
             y = np.concatenate([py for _, py in pairs])
             tx, ty = load_pickled_pair(test)
+            _check(test, tx, ty)
             return (x, y), (to_chw_uint8(tx, 28, name=str(test)).numpy(), ty)
     return None
 
@@ -69,6 +80,8 @@ def _npz(root: Path, name: str) -> tuple[Arrays, Arrays] | None:
     if not path.is_file():
         return None
     z = load_npz(path, ("x_train", "y_train", "x_test", "y_test"))
+    _check(path, z["x_train"], z["y_train"])
+    _check(path, z["x_test"], z["y_test"])
     to = lambda x: to_chw_uint8(x, 28, name=str(path)).numpy()  # noqa: E731
     return (to(z["x_train"]), z["y_train"].astype(np.int64)), (to(z["x_test"]), z["y_test"].astype(np.int64))
 

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
-from fedrun.data.sources.files import load_idx_split
-from fedrun.data.sources.leaf import read_leaf_users
+from fedrun.data.sources.files import check_labels, load_idx_split
+from fedrun.data.sources.leaf import read_leaf_files
 from fedrun.errors import ConfigError, DataError, DataMissing
 from fedrun.registry import DATASETS, in_range
 
@@ -76,17 +76,16 @@ def load_emnist(p: EMNISTParams) -> Dataset:
         "test_x": (f"{stem}-test-images-idx3-ubyte", None),
         "test_y": (f"{stem}-test-labels-idx1-ubyte", None),
     }
-    a = load_idx_split("emnist", dirs, files, None, root, False, HINT.format(root=root))
+    lo = 1 if p.split == "letters" else 0  # letters are 1-26 in the files
+    labels = (lo, lo + CLASSES[p.split])
+    a = load_idx_split("emnist", dirs, files, None, root, False, HINT.format(root=root), labels=labels)
     rng = np.random.default_rng(p.seed)
     splits = []
     for part in ("train", "test"):
         x, y = a[f"{part}_x"].transpose(0, 2, 1), a[f"{part}_y"].astype(np.int64)
         if len(x) != len(y):
             raise DataError(f"emnist {p.split} {part}: {len(x)} images but {len(y)} labels")
-        if p.split == "letters":
-            y = y - 1
-        if len(y) and (y.min() < 0 or y.max() >= CLASSES[p.split]):
-            raise DataError(f"emnist {p.split} {part}: labels outside 0..{CLASSES[p.split] - 1}; wrong split files?")
+        y = y - lo  # each file's label range is checked (and named) by load_idx_split
         splits.append(_subset(x, y, p.fraction, rng))
     return Dataset(
         name="emnist",
@@ -101,10 +100,21 @@ def load_emnist(p: EMNISTParams) -> Dataset:
 
 
 def _leaf_images(rows: list, name: str) -> np.ndarray:
-    x = np.asarray(rows, dtype=np.float32)
+    try:
+        x = np.asarray(rows, dtype=np.float32)
+    except ValueError:  # ragged rows
+        raise DataError(f"{name}: FEMNIST rows of different lengths; each must hold 784 pixel values") from None
     if x.ndim != 2 or x.shape[1] != 784:
         raise DataError(f"{name}: FEMNIST rows must hold 784 pixel values, got shape {list(x.shape)}")
     return np.clip(np.rint(x * 255.0), 0, 255).astype(np.uint8).reshape(-1, 1, 28, 28)
+
+
+def _leaf_labels(y: list, name: str) -> np.ndarray:
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in y):
+        raise DataError(f"{name}: FEMNIST labels must be integers 0-61")
+    out = np.asarray(y, dtype=np.int64)
+    check_labels(Path(name), out, 0, 62)
+    return out
 
 
 def load_femnist(p: EMNISTParams) -> Dataset:
@@ -116,23 +126,21 @@ def load_femnist(p: EMNISTParams) -> Dataset:
             f"emnist (source=leaf): femnist/data/train and test not found under {root}; run LEAF's "
             "data/femnist/preprocess.sh (github.com/TalwalkarLab/leaf) and copy data/train, data/test there"
         )
-    train = read_leaf_users(base / "train")
-    test = read_leaf_users(base / "test")
+    train = read_leaf_files(base / "train")
+    test = read_leaf_files(base / "test")
     rng = np.random.default_rng(p.seed)
     if p.fraction < 1.0:
         keep = np.sort(rng.choice(len(train), max(1, int(round(p.fraction * len(train)))), replace=False))
-        writers = {train[i][0] for i in keep}
+        writers = {train[i].user for i in keep}
         train = [train[i] for i in keep]
-        test = [t for t in test if t[0] in writers]
-    xs = [_leaf_images(x, f"femnist {u}") for u, x, _ in train]
-    ys = [np.asarray(y, dtype=np.int64) for _, _, y in train]
+        test = [t for t in test if t.user in writers]
+    where = lambda u: f"{u.file} (writer {u.user})"  # noqa: E731
+    xs = [_leaf_images(u.x, where(u)) for u in train]
+    ys = [_leaf_labels(u.y, where(u)) for u in train]
     starts = np.concatenate([[0], np.cumsum([len(y) for y in ys])])
     natural = [np.arange(starts[i], starts[i + 1]) for i in range(len(ys))]
-    tx = [_leaf_images(x, f"femnist {u}") for u, x, _ in test] or [np.zeros((0, 1, 28, 28), np.uint8)]
-    ty = [np.asarray(y, dtype=np.int64) for _, _, y in test] or [np.zeros(0, np.int64)]
-    y_all = np.concatenate(ys + ty)
-    if len(y_all) and (y_all.min() < 0 or y_all.max() >= 62):
-        raise DataError("emnist (source=leaf): labels outside 0..61; not LEAF FEMNIST files?")
+    tx = [_leaf_images(u.x, where(u)) for u in test] or [np.zeros((0, 1, 28, 28), np.uint8)]
+    ty = [_leaf_labels(u.y, where(u)) for u in test] or [np.zeros(0, np.int64)]
     cat = lambda a: torch.from_numpy(np.concatenate(a))  # noqa: E731
     return Dataset(
         name="emnist",

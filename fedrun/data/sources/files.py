@@ -68,17 +68,62 @@ def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
-def read_bytes(path: Path) -> bytes:
-    """Read a file, transparently gunzipping ``.gz``; corrupt archives give a DataError naming the file."""
+def _open(path: Path):  # noqa: ANN202 - a binary file object (gzip-decompressing for .gz)
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _cannot_read(path: Path, e: BaseException) -> DataError:
+    return DataError(f"{path}: cannot read ({e}); the file is truncated or corrupt, delete it and fetch it again")
+
+
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """Read a file, transparently gunzipping ``.gz``; corrupt archives give a DataError naming the file.
+
+    With ``limit`` no more than that many (decompressed) bytes are read: a file longer than its format's known
+    size is refused without being decompressed whole (a small gzip can hold gigabytes of zeros).
+    """
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                return f.read()
-        return path.read_bytes()
+        with _open(path) as f:
+            raw = f.read() if limit is None else f.read(limit + 1)
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(
-            f"{path}: cannot read ({e}); the file is truncated or corrupt, delete it and fetch it again"
-        ) from None
+        raise _cannot_read(path, e) from None
+    if limit is not None and len(raw) > limit:
+        raise DataError(f"{path}: longer than the {limit} bytes its format allows; a wrong or damaged file")
+    return raw
+
+
+# the largest IDX payload fedrun reads (EMNIST ByClass train images: 547 MB); a header promising more is damage
+MAX_IDX_BYTES = 2**31
+
+
+def read_idx_bytes(path: Path, stem: str | None = None, verify: bool = True) -> bytes:
+    """The bytes of an IDX file (gunzipped), read no further than its header promises.
+
+    The magic number and the shape are checked from the header before any data is read (a known MNIST-layout
+    ``stem`` must have its per-sample shape and at most its sample count, exactly it with ``verify``); then
+    exactly the promised data bytes are read, and one more byte is an error (trailing data). So a damaged or
+    hostile file never costs more memory than the file it claims to be.
+    """
+    try:
+        with _open(path) as f:
+            head = f.read(4)
+            if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_DTYPES:
+                raise DataError(f"{path}: not an IDX file (bad magic number)")
+            dims = f.read(4 * head[3])
+            if len(dims) < 4 * head[3]:
+                raise DataError(f"{path}: truncated IDX header")
+            shape = tuple(int.from_bytes(dims[4 * i : 4 * i + 4], "big") for i in range(head[3]))
+            if stem is not None:
+                _check_shape(path, stem, shape, verify)
+            expected = int(np.prod(shape, dtype=object)) * np.dtype(_IDX_DTYPES[head[2]]).itemsize
+            if expected > MAX_IDX_BYTES:
+                raise DataError(f"{path}: IDX header promises {expected} data bytes, more than any dataset holds")
+            data = f.read(expected + 1)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise _cannot_read(path, e) from None
+    if len(data) > expected:
+        raise DataError(f"{path}: longer than its IDX header says ({expected} data bytes); a damaged file")
+    return head + dims + data
 
 
 def find_file(stem: str, dirs: list[Path]) -> Path | None:
@@ -99,21 +144,40 @@ def check_md5(path: Path, raw: bytes, expected: str | None) -> None:
         raise DataError(f"{path}: checksum mismatch (corrupt or a different file); delete it and fetch it again")
 
 
+def _check_shape(path: Path, stem: str, shape: tuple[int, ...], verify: bool) -> None:
+    """A known MNIST-layout file's shape: the per-sample shape always, the sample count with ``verify`` (else at
+    most the standard count: a subset may be smaller, never larger)."""
+    known = IDX_SHAPES.get(stem)
+    if known is None:
+        return
+    too_many = len(shape) > 0 and shape[0] > known[0]
+    if tuple(shape[1:]) != known[1:] or (verify and shape != known) or too_many:
+        raise DataError(
+            f"{path}: shape {list(shape)}, expected {list(known)} for {stem}; a wrong or damaged file, fetch it again"
+        )
+
+
+def check_labels(path: Path, y: np.ndarray, lo: int, hi: int) -> None:
+    """Labels must be integers in [lo, hi): a DataError naming ``path`` otherwise."""
+    if y.size == 0:
+        return
+    if not np.issubdtype(y.dtype, np.integer):
+        raise DataError(f"{path}: labels of type {y.dtype}, expected integers; a wrong or damaged file")
+    if int(y.min()) < lo or int(y.max()) >= hi:
+        bad = int(y.min()) if int(y.min()) < lo else int(y.max())
+        raise DataError(f"{path}: label {bad} out of range [{lo}, {hi}); a corrupt file, fetch it again")
+
+
 def check_idx(path: Path, stem: str, arr: np.ndarray, verify: bool = True) -> None:
     """Known shape and label range of a standard MNIST-layout file (no-op for other files).
 
     The per-sample shape and the label range are always checked; the sample count only with ``verify``
     (a subset written in the same format is a valid file too).
     """
-    shape = IDX_SHAPES.get(stem)
-    if shape is not None and (arr.shape[1:] != shape[1:] or (verify and arr.shape != shape)):
-        raise DataError(
-            f"{path}: shape {list(arr.shape)}, expected {list(shape)} for {stem}; a wrong or damaged file,"
-            " fetch it again"
-        )
+    _check_shape(path, stem, tuple(arr.shape), verify)
     classes = IDX_CLASSES.get(stem)
-    if classes is not None and arr.size and int(arr.max()) >= classes:
-        raise DataError(f"{path}: label {int(arr.max())} out of range [0, {classes}); a corrupt file, fetch it again")
+    if classes is not None:
+        check_labels(path, arr, 0, classes)
 
 
 def download(url: str, dest: Path, md5_expected: str | None) -> None:
@@ -140,11 +204,13 @@ def load_idx_split(
     allow_download: bool,
     hint: str,
     verify: bool = True,
+    labels: tuple[int, int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Load the four IDX files of an MNIST-style dataset.
 
     ``files`` maps a key (``train_x``...) to (file stem, md5 of the decompressed bytes or None); with
-    ``verify`` the md5 and the full standard shape are checked.
+    ``verify`` the md5 and the full standard shape are checked. ``labels`` = [lo, hi) is the range of the
+    ``*_y`` files' labels (each file is checked, and named when out of range).
     """
     out = {}
     for key, (stem, digest) in files.items():
@@ -155,11 +221,13 @@ def load_idx_split(
         if path is None:
             looked = ", ".join(str(d) for d in dirs)
             raise DataMissing(f"{name}: {stem}[.gz] not found (looked in {looked}); {hint}")
-        raw = read_bytes(path)
+        raw = read_idx_bytes(path, stem, verify)
         if verify:
             check_md5(path, raw, digest)
         out[key] = parse_idx(raw, str(path))
         check_idx(path, stem, out[key], verify)
+        if labels is not None and key.endswith("_y"):
+            check_labels(path, out[key], *labels)
     for split in ("train", "test"):
         x, y = out.get(f"{split}_x"), out.get(f"{split}_y")
         if x is not None and y is not None and len(x) != len(y):
@@ -184,10 +252,13 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
 
 
 def safe_unpickle(raw: bytes, name: str) -> dict:
+    """A data pickle holding a dict (the CIFAR batches), keys decoded; DataError naming ``name`` otherwise."""
     try:
         obj = _NumpyOnlyUnpickler(io.BytesIO(raw), encoding="bytes").load()
     except Exception as e:  # noqa: BLE001 - any failure means a bad file
         raise DataError(f"{name}: cannot unpickle ({e}); truncated or corrupt, delete it and fetch it again") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{name}: holds a {type(obj).__name__}, not the dict of a CIFAR batch; a wrong file")
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import io
 import pickle
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedrun.data.sources.files import check_labels
 from fedrun.errors import DataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
@@ -51,7 +54,16 @@ def load_pickled_pair(path: Path) -> tuple[np.ndarray, np.ndarray]:
         obj = (obj.get("images", obj.get("x")), obj.get("labels", obj.get("y")))
     if not (isinstance(obj, (tuple, list)) and len(obj) == 2):
         raise DataError(f"{path}: expected a pickled (images, labels) pair")
-    return np.asarray(obj[0]), np.asarray(obj[1]).astype(np.int64).reshape(-1)
+    try:
+        images, labels = np.asarray(obj[0]), np.asarray(obj[1]).reshape(-1)
+    except (ValueError, TypeError) as e:
+        raise DataError(f"{path}: not an (images, labels) pair of arrays ({e})") from None
+    if images.ndim < 3 or not (np.issubdtype(images.dtype, np.integer) or np.issubdtype(images.dtype, np.floating)):
+        raise DataError(
+            f"{path}: images of type {images.dtype} and shape {list(images.shape)}; expected [N, H, W(, C)]"
+        )
+    check_labels(path, labels, 0, np.iinfo(np.int64).max)
+    return images, labels.astype(np.int64)
 
 
 def load_npz(path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -62,7 +74,7 @@ def load_npz(path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
             if missing:
                 raise DataError(f"{path}: missing arrays {missing} (has {z.files}); expected keys {list(keys)}")
             return {k: z[k] for k in keys}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:  # truncated or foreign
         raise DataError(f"{path}: cannot read the .npz dump ({e}); delete it and fetch it again") from None
 
 
@@ -72,6 +84,10 @@ def to_chw_uint8(images: np.ndarray, size: int, channels: int = 3, name: str = "
     Grey images are repeated to ``channels``; other sizes are resized bilinearly with antialiasing
     (FedBN/FedIMA resize Digit-Five to 28x28)."""
     x = np.asarray(images)
+    if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)) or x.size == 0:
+        raise DataError(
+            f"{name}: images of type {x.dtype} and shape {list(x.shape)}; expected a non-empty array of numbers"
+        )
     if x.dtype != np.uint8:
         x = np.clip(np.rint(x * 255.0 if x.max() <= 1.0 else x), 0, 255).astype(np.uint8)
     if x.ndim == 3:

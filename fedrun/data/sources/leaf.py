@@ -1,17 +1,69 @@
 """LEAF's json format (Caldas et al. 2018), shared by Shakespeare and FEMNIST:
-``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}`` per file."""
+``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}`` per file.
+
+Every file is checked for that shape before use: ``users`` a list of names each found in ``user_data``, ``x`` and
+``y`` lists of the same length, each ``x`` a string, a number or a flat list of numbers (a Shakespeare window,
+a FEMNIST image), each ``y`` a string or a number. Anything else (other types, deeper nesting, a json nested
+too deeply to parse) is one DataError naming the file.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedrun.errors import DataError
 
 
-def read_leaf_users(folder: Path) -> list[tuple[str, list[Any], list[Any]]]:
-    """(user, x, y) for every user of every ``*.json`` in ``folder`` (files sorted, users in file order)."""
+@dataclass(frozen=True)
+class LeafUser:
+    """One user's samples and the file they came from (to name it in later errors)."""
+
+    file: Path
+    user: str
+    x: list[Any]
+    y: list[Any]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_x(v: Any) -> bool:
+    return isinstance(v, str) or _number(v) or (isinstance(v, list) and all(_number(e) for e in v))
+
+
+def _users(blob: Any) -> list[tuple[str, list[Any], list[Any]]]:
+    """(user, x, y) of one parsed file; ValueError saying what is wrong with its shape."""
+    if not isinstance(blob, dict):
+        raise ValueError(f"the top level is a {type(blob).__name__}, not an object")
+    users, data = blob.get("users"), blob.get("user_data")
+    if not isinstance(users, list) or not isinstance(data, dict):
+        raise ValueError("'users' must be a list and 'user_data' an object")
+    out = []
+    for u in users:
+        if not isinstance(u, str):
+            raise ValueError(f"user name {u!r} is not a string")
+        entry = data.get(u)
+        if not isinstance(entry, dict) or not isinstance(entry.get("x"), list) or not isinstance(entry.get("y"), list):
+            raise ValueError(f"user {u}: user_data must hold lists 'x' and 'y'")
+        x, y = entry["x"], entry["y"]
+        if len(x) != len(y):
+            raise ValueError(f"user {u} has {len(x)} inputs but {len(y)} targets")
+        bad_x = next((i for i, v in enumerate(x) if not _check_x(v)), None)
+        if bad_x is not None:
+            raise ValueError(f"user {u}: x[{bad_x}] is not a string, number or flat list of numbers")
+        bad_y = next((i for i, v in enumerate(y) if not (isinstance(v, str) or _number(v))), None)
+        if bad_y is not None:
+            raise ValueError(f"user {u}: y[{bad_y}] is not a string or number")
+        out.append((u, x, y))
+    return out
+
+
+def read_leaf_files(folder: Path) -> list[LeafUser]:
+    """Every user of every ``*.json`` in ``folder`` (files sorted, users in file order), with its file."""
     files = sorted(folder.glob("*.json"))
     if not files:
         raise DataError(f"{folder}: no LEAF .json files; generate them with LEAF's preprocess.sh")
@@ -19,11 +71,14 @@ def read_leaf_users(folder: Path) -> list[tuple[str, list[Any], list[Any]]]:
     for f in files:
         try:
             blob = json.loads(f.read_text(encoding="utf-8"))
-            for u in blob["users"]:
-                x, y = blob["user_data"][u]["x"], blob["user_data"][u]["y"]
-                if len(x) != len(y):
-                    raise ValueError(f"user {u} has {len(x)} inputs but {len(y)} targets")
-                out.append((u, x, y))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            out += [LeafUser(f, u, x, y) for u, x, y in _users(blob)]
+        except RecursionError:
+            raise DataError(f"{f}: not a LEAF json file (nested too deeply to parse)") from None
+        except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise DataError(f"{f}: not a LEAF json file ({e}); regenerate it with LEAF's preprocess.sh") from None
     return out
+
+
+def read_leaf_users(folder: Path) -> list[tuple[str, list[Any], list[Any]]]:
+    """(user, x, y) for every user of every ``*.json`` in ``folder`` (files sorted, users in file order)."""
+    return [(u.user, u.x, u.y) for u in read_leaf_files(folder)]

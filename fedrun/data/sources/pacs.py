@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, read_image_folder, to_chw_uint8
 from fedrun.errors import ConfigError, DataError, DataMissing
 from fedrun.registry import DATASETS, in_range, positive
@@ -60,10 +61,11 @@ def load_domain(root: Path, name: str, p: PACSParams) -> tuple[np.ndarray, np.nd
         npz = base / f"{name}.npz"
         if npz.is_file():
             z = load_npz(npz, ("x", "y"))
-            y = z["y"].astype(np.int64).reshape(-1)
-            if len(y) != len(z["x"]) or (len(y) and (y.min() < 0 or y.max() >= len(CLASSES))):
+            y = z["y"].reshape(-1)
+            if len(y) != len(z["x"]):
                 raise DataError(f"{npz}: {len(z['x'])} images, {len(y)} labels; labels must be 0-6")
-            return to_chw_uint8(z["x"], p.crop, name=str(npz)).numpy(), y
+            check_labels(npz, y, 0, len(CLASSES))
+            return to_chw_uint8(z["x"], p.crop, name=str(npz)).numpy(), y.astype(np.int64)
     raise DataMissing(
         f"pacs: domain {name} not found under {root} (looked for PACS/{name}/<class>/ and PACS/{name}.npz); "
         "download PACS (the 'kfold' images, https://domaingeneralization.github.io) and extract it to "

@@ -1,0 +1,119 @@
+"""``fedrun-report curves DIR... --rows algorithm``: mean ± std of a per-round metric against the round, one line
+per row group (one panel per ``--cols`` group), over the seeds of each group, as every FL paper draws it.
+
+A group pools its runs over ``--over`` (seeds) only; another config key that varies inside it is an error, as in
+the tables. Only completed runs are drawn; the others are listed. Writes ``curves_<metric>.png`` and a CSV of
+the drawn values (group, round, mean, std, n) beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from fedrun.outputs import atomic_write, save_figure
+from fedrun.report.collect import collect_runs
+from fedrun.report.pooling import DEFAULT_OVER, check_pooling, drop_duplicates, label
+from fedrun.report.tables import value_key as norm
+
+PERCENT_COLUMNS = {"test_acc", "train_acc"}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="fedrun-report curves", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
+    ap.add_argument("--rows", default="algorithm", help="config keys of a line (comma-separated)")
+    ap.add_argument("--cols", default="", help="config keys of a panel (comma-separated)")
+    ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a line averages over (default: seed)")
+    ap.add_argument("--metric", default="test_acc", help="a metrics.csv column (default: test_acc)")
+    ap.add_argument("--out", type=Path, default=None, help="PNG path (default: DIR/curves_<metric>.png)")
+    return ap.parse_args(argv)
+
+
+def group_curves(runs: pd.DataFrame, keys: list[str], metric: str) -> dict[tuple, pd.DataFrame]:
+    """Per group of ``keys``: round, mean, std (ddof 1; 0 for one run) and n of ``metric`` over its runs."""
+    out = {}
+    groups = runs.groupby(keys, dropna=False, sort=False) if keys else [((), runs)]
+    for vals, grp in groups:
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        frames = []
+        for i, d in enumerate(grp["run_dir"]):
+            m = pd.read_csv(Path(d) / "metrics.csv")
+            if metric not in m or "round" not in m:
+                raise ValueError(f"{d}/metrics.csv: no '{metric}' column; columns: {', '.join(m.columns)}")
+            frames.append(m[["round", metric]].assign(run=i))
+        if not frames:
+            continue
+        long = pd.concat(frames)
+        scale = 100.0 if metric in PERCENT_COLUMNS else 1.0
+        stats = long.groupby("round")[metric].agg(["mean", "std", "count"]).reset_index()
+        stats = stats.rename(columns={"count": "n"})
+        stats["std"] = stats["std"].fillna(0.0)
+        stats[["mean", "std"]] *= scale
+        out[vals] = stats
+    return out
+
+
+def plot(curves: dict[tuple, pd.DataFrame], rows: list[str], cols: list[str], metric: str, path: Path) -> None:
+    from fedrun.outputs import _plt
+
+    plt = _plt()
+    panels = list({norm(k[len(rows) :]): k[len(rows) :] for k in curves}.values())
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False, sharey=True)
+    unit = " (%)" if metric in PERCENT_COLUMNS else ""
+    for ax, panel in zip(axes[0], panels, strict=True):
+        for key, c in curves.items():
+            if norm(key[len(rows) :]) != norm(panel):
+                continue
+            n = int(c["n"].max())
+            line = ax.plot(c["round"], c["mean"], label=f"{label(rows, key[: len(rows)]) or 'all runs'} (n={n})")[0]
+            ax.fill_between(c["round"], c["mean"] - c["std"], c["mean"] + c["std"], color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("round")
+        ax.set_title(label(cols, panel) or f"{metric}: mean ± std over seeds")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0, 0].set_ylabel(f"{metric}{unit}")
+    save_figure(fig, path, dpi=120)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    rows = [k for k in args.rows.split(",") if k]
+    cols = [k for k in args.cols.split(",") if k]
+    over = [k for k in args.over.split(",") if k]
+    try:
+        for d in args.dirs:
+            if not d.is_dir():
+                raise ValueError(f"{d}: no such directory")
+        runs, unreadable = collect_runs(args.dirs)
+        if runs.empty:
+            raise ValueError(f"no readable runs under {', '.join(map(str, args.dirs))}")
+        runs, _ = drop_duplicates(runs)
+        for key in rows + cols:
+            if key not in runs:
+                raise ValueError(f"no config key '{key}' in these runs")
+        check_pooling(runs, rows + cols, over)
+        has_metrics = runs["run_dir"].map(lambda d: (Path(d) / "metrics.csv").is_file())
+        done = runs[(runs["status"] == "completed") & has_metrics]
+        if done.empty:
+            raise ValueError("no completed run with a metrics.csv to draw")
+        curves = group_curves(done, rows + cols, args.metric)
+    except (ValueError, OSError, pd.errors.ParserError) as e:
+        print(f"fedrun-report curves: error: {e}", file=sys.stderr)
+        return 2
+    out = args.out or args.dirs[0] / f"curves_{args.metric}.png"
+    plot(curves, rows, cols, args.metric, out)
+    table = pd.concat(
+        [c.assign(group=label(rows + cols, k) or "all runs") for k, c in curves.items()], ignore_index=True
+    )[["group", "round", "mean", "std", "n"]]
+    atomic_write(out.with_suffix(".csv"), table.to_csv(index=False))
+    left = runs[~runs["run_dir"].isin(done["run_dir"])]
+    for _, r in left.iterrows():
+        print(f"not drawn: {r['run_dir']}: {r['status']}")
+    for u in unreadable:
+        print(f"unreadable: {u.run_dir}: {u.why}")
+    print(f"written: {out}, {out.with_suffix('.csv')}")
+    return 0
