@@ -38,6 +38,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
@@ -78,13 +79,25 @@ def _run_and_report(func: Any) -> Any:
             why = "each job's summary.json or error.txt says why"
             print(f"fedrun: error: no trial of the study completed ({why})", file=sys.stderr)
             sys.exit(EXIT_RUN_FAILED)
-        # Hydra often says only "Error merging override x=y"; the why is in the cause
-        cause = f": {ex.__cause__}" if ex.__cause__ is not None else ""
-        print(f"fedrun: error: {one_line(str(ex) + cause)}", file=sys.stderr)
+        print(f"fedrun: error: {describe(ex)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     if isinstance(result, list) and sweeps.report_multirun(result):  # Optuna's sweeper returns None
         sys.exit(EXIT_RUN_FAILED)
     return result
+
+
+def describe(ex: BaseException) -> str:
+    """One line for an error raised while composing: the field and the why, and the file it came from."""
+    cause = ex.__cause__
+    if cause is None and isinstance(ex.__context__, OmegaConfBaseException):  # Hydra's "In 'experiment/x': ..."
+        cause = ex.__context__
+    key = getattr(cause, "full_key", None)
+    if isinstance(cause, OmegaConfBaseException) and key:  # a value or key refused by the schema
+        source = re.match(r"In '([^']+)'", str(ex))
+        where = f" (in {source.group(1)}.yaml)" if source else ""
+        return f"{key}: {str(cause).splitlines()[0]}{where}"
+    # Hydra often says only "Error merging override x=y"; the why is in the cause
+    return one_line(str(ex) + (f": {cause}" if cause is not None else ""))
 
 
 def _no_completed_trial(ex: BaseException) -> bool:

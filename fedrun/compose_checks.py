@@ -54,7 +54,7 @@ def parse(overrides: list[str]) -> list[Override]:
     for line in overrides:
         try:
             parsed.append(parser.parse_override(line))
-        except HydraException as e:
+        except (HydraException, ValueError) as e:  # ValueError: an integer of over 4,300 digits
             why = str(e).strip() or type(e.__cause__).__name__
             why = why.replace("token recognition error at: ", "unmatched quote or bracket at ")
             raise ConfigError(

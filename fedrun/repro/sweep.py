@@ -24,7 +24,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from fedrun import compose_checks
-from fedrun.cli import CONF_DIR, execute, one_line
+from fedrun.cli import CONF_DIR, describe, execute, one_line
 from fedrun.outputs import atomic_write
 from fedrun.sweeps import job_dir_name, record_job
 
@@ -69,8 +69,7 @@ def _run_command(args: list[str], log: bool) -> bool:
         try:
             cfg = compose(config_name="config", overrides=job)
         except Exception as e:  # noqa: BLE001 - every composition error is bad input, as in fedrun.cli
-            cause = f": {e.__cause__}" if e.__cause__ is not None else ""
-            print(f"fedrun: error: {one_line(str(e) + cause)}", file=sys.stderr)
+            print(f"fedrun: error: {describe(e)}", file=sys.stderr)
             return False
         run_dir = sweep_dir / job_dir_name(cfg, job)
         record_job(sweep_dir, run_dir.name, job)
