@@ -108,3 +108,20 @@ def test_objective_is_the_chosen_summary_metric_of_a_completed_run(
         make_spec("output.objective=mean")
     bad = compose_cfg(["fl.lr=-1"])  # in a sweep, a job with bad input returns no value (and does not exit)
     assert execute(bad, tmp_path / "job", multirun=True) is None
+
+
+def test_the_study_name_names_the_experiment_preset() -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedrun.cli import CONF_DIR
+
+    def name(*overrides: str) -> str:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            cfg = compose("config", overrides=["hydra/sweeper=optuna_tpe", *overrides], return_hydra_config=True)
+        return cfg.hydra.sweeper.study_name
+
+    assert name() == "fedrun-fedavg-fmnist-mlp-dirichlet"  # as before: studies without a preset continue
+    assert name("experiment=smoke", "algorithm=fedprox") == "fedrun-smoke-fedprox-fmnist-mlp-dirichlet"
+    assert name("experiment=fedlaw_table3_fmnist_mlp") != name("experiment=fedlaw_table3_fmnist_lenet")
