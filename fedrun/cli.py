@@ -42,7 +42,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
-from fedrun import compose_checks, sweeps
+from fedrun import compose_checks, conf_location, sweeps
 from fedrun.config import RunSpec, validate
 from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.errors import ConfigError, DataError, ResumeError
@@ -167,16 +167,15 @@ def print_summary(s: dict[str, Any], console: Console) -> None:
     console.print(f"run directory: {s['run_dir']}")
 
 
-_CHECKOUT_CONF = Path(__file__).resolve().parent.parent / "conf"
-INSTALLED = not (_CHECKOUT_CONF / "config.yaml").is_file()  # a wheel ships conf/ as the package fedrun.conf
-CONF_DIR = str(Path(__file__).resolve().parent / "conf" if INSTALLED else _CHECKOUT_CONF)
+CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or the installed package fedrun.conf
+INSTALLED = conf_location.INSTALLED
 
 
 class SweepInterrupted(KeyboardInterrupt):
     """A job of a sweep was interrupted (Ctrl-C, SIGTERM): the sweep stops instead of starting the next job."""
 
 
-@hydra.main(version_base=None, config_path="pkg://fedrun.conf" if INSTALLED else CONF_DIR, config_name="config")
+@hydra.main(version_base=None, config_path=conf_location.HYDRA_CONFIG_PATH, config_name="config")
 def _job(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN

@@ -311,7 +311,7 @@ def load_imports(modules: Any) -> None:
     """Import ``imports`` (the user's modules, e.g. ``[mypkg.algo]``) so that the components they register
     (``@ALGORITHMS.register(...)``) exist before validation. Names are dotted module names looked up on
     ``sys.path`` and, after it, in the current directory (as ``python -m`` would); never file paths."""
-    if modules is None:
+    if not modules:
         return
     if not isinstance(modules, list):
         raise ConfigError("imports", f"expected a list of module names, got {modules!r}")

@@ -148,6 +148,13 @@ PRESETS = [
     ("experiment/p_seed.yaml", "# @package _global_\nseed: -3\n", "seed"),
 ]
 
+# sweeps (fedrun -m): the sweep's directories
+MULTIRUN = [
+    ("hydra.sweep.dir= seed=0,1", "hydra.sweep.dir"),
+    ("hydra.sweep.subdir= seed=0,1", "hydra.sweep.subdir"),
+    ("seed=0,1 experiment=smoke,../../x", "experiment"),
+]
+
 CASES = [*_generated(), *HAND]
 Result = tuple[object, str, Path, Path, Path]  # exit code, stderr, run dir, cache dir, working dir
 
@@ -206,8 +213,13 @@ def test_malformed_preset_is_refused(fedrun_main: Callable, tmp_path: Path, path
     _refused(result, field)
 
 
+@pytest.mark.parametrize(("overrides", "field"), MULTIRUN, ids=[m[0] for m in MULTIRUN])
+def test_malformed_sweep_is_refused(fedrun_main: Callable, overrides: str, field: str) -> None:
+    _refused(fedrun_main(*overrides.split(" "), base=BASE[1:], flags=("-m",)), field)
+
+
 def test_the_table_is_large_and_covers_every_schema_field() -> None:
     fields = {f"{s}.{f.name}" for s in SECTIONS for f in dataclasses.fields(typing.get_type_hints(FedrunConfig)[s])}
     named = {field for _, field in CASES}
     assert fields <= named
-    assert len(CASES) + len(PRESETS) >= 250, len(CASES) + len(PRESETS)
+    assert len(CASES) + len(PRESETS) + len(MULTIRUN) == 272  # the count README's "Runs that survive" quotes
