@@ -4,9 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install data run test lint bench gpu-check clean reproduce-list
+.PHONY: install data run test lint bench gpu-check clean reproduce-list package-check
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch pinned first: a CPU wheel of 2.13.0 is on disk here; unpinned, pip would fetch a CUDA build
 	$(BIN)/pip install -q torch==2.13.0
@@ -54,5 +54,11 @@ reproduce-%: install data
 lint: install
 	$(BIN)/ruff check fedrun tests scripts
 
+## The wheel installs anywhere: build it, install it into a fresh venv, run it from another directory (CI runs it)
+package-check: install data
+	PYTHON=$(PYTHON) BIN=$(BIN) scripts/package_check.sh
+
+## Removes what make built (the venv, build files); never outputs/ (results, and the partition cache)
 clean:
-	rm -rf $(VENV) $(GPU_VENV) outputs/multirun outputs/20* outputs/.cache
+	rm -rf $(VENV) $(GPU_VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	find fedrun tests scripts conf -name __pycache__ -type d -prune -exec rm -rf {} +

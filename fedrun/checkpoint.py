@@ -30,7 +30,7 @@ FORMAT_VERSION = 1
 FINISHED = ("completed", "diverged")  # statuses a re-run skips: both are deterministic outcomes
 
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
-_VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking")
+_VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
 _VOLATILE_DATA = ("root", "download")
 # hardware.device: a run checkpointed on a GPU continues on the CPU (and back). Its later rounds agree with
 # an uninterrupted run to float tolerance, not bit for bit (GPU and CPU kernels round differently).

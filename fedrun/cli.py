@@ -15,6 +15,11 @@ Each job returns its ``output.objective`` (summary.json's ``test_acc_last_k`` by
 sweeper such as Optuna's (``-m hydra/sweeper=optuna_tpe``, conf/hydra/sweeper/) can maximise it. A job that
 does not complete (bad input, failure, divergence) returns None: Optuna records that trial as FAIL and the
 study goes on; a study with no completed trial at all ends with one line and exit code 1.
+
+Before Hydra acts on a composed config, fedrun/compose_checks.py refuses what would run code or reach
+outside conf/. A sweep's jobs run in directories keyed by their config (fedrun/sweeps.py), so a sweep can
+grow; a sweep of the basic sweeper ends with "k of N jobs failed" and exit code 1 when k > 0, and Ctrl-C
+stops it (finished jobs are kept; the same command resumes).
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
+from fedrun import compose_checks, conf_location, sweeps
 from fedrun.config import RunSpec, validate
 from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.errors import ConfigError, DataError, ResumeError
@@ -43,6 +50,9 @@ from fedrun.outputs import atomic_write, write_json
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+
+sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
 
 
 def one_line(message: str) -> str:
@@ -54,24 +64,40 @@ def one_line(message: str) -> str:
     )
     if m:
         options = ", ".join(o.strip() for o in m.group(3).split("\n") if o.strip())
-        return f"{m.group(1)}: unknown option '{m.group(2)}'; valid: {options}"
+        return f"{m.group(1)}: unknown option {compose_checks.shorten(m.group(2))!r}; valid: {options}"
     lines = [ln.strip() for ln in message.splitlines()]
     return " ".join(ln for ln in lines if ln and not ln.startswith(("full_key", "reference_type", "object_type")))
 
 
 def _run_and_report(func: Any) -> Any:
-    """Replaces Hydra's error reporter for errors raised while composing (bad overrides, unknown options)."""
+    """Replaces Hydra's error reporter for errors raised while composing (bad overrides, unknown options);
+    ends a sweep of the basic sweeper (Hydra returns its jobs' results here) with how many jobs failed."""
     try:
-        return func()
+        result = func()
     except Exception as ex:  # noqa: BLE001 - every composition error is bad input
         if _no_completed_trial(ex):
             why = "each job's summary.json or error.txt says why"
             print(f"fedrun: error: no trial of the study completed ({why})", file=sys.stderr)
             sys.exit(EXIT_RUN_FAILED)
-        # Hydra often says only "Error merging override x=y"; the why is in the cause
-        cause = f": {ex.__cause__}" if ex.__cause__ is not None else ""
-        print(f"fedrun: error: {one_line(str(ex) + cause)}", file=sys.stderr)
+        print(f"fedrun: error: {describe(ex)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    if isinstance(result, list) and sweeps.report_multirun(result):  # Optuna's sweeper returns None
+        sys.exit(EXIT_RUN_FAILED)
+    return result
+
+
+def describe(ex: BaseException) -> str:
+    """One line for an error raised while composing: the field and the why, and the file it came from."""
+    cause = ex.__cause__
+    if cause is None and isinstance(ex.__context__, OmegaConfBaseException):  # Hydra's "In 'experiment/x': ..."
+        cause = ex.__context__
+    key = getattr(cause, "full_key", None)
+    if isinstance(cause, OmegaConfBaseException) and key:  # a value or key refused by the schema
+        source = re.match(r"In '([^']+)'", str(ex))
+        where = f" (in {source.group(1)}.yaml)" if source else ""
+        return f"{key}: {str(cause).splitlines()[0]}{where}"
+    # Hydra often says only "Error merging override x=y"; the why is in the cause
+    return one_line(str(ex) + (f": {cause}" if cause is not None else ""))
 
 
 def _no_completed_trial(ex: BaseException) -> bool:
@@ -141,15 +167,36 @@ def print_summary(s: dict[str, Any], console: Console) -> None:
     console.print(f"run directory: {s['run_dir']}")
 
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or the installed package fedrun.conf
+INSTALLED = conf_location.INSTALLED
 
 
-@hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
+class SweepInterrupted(KeyboardInterrupt):
+    """A job of a sweep was interrupted (Ctrl-C, SIGTERM): the sweep stops instead of starting the next job."""
+
+
+@hydra.main(version_base=None, config_path=conf_location.HYDRA_CONFIG_PATH, config_name="config")
 def _job(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
-    label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]" if multirun else ""
-    return execute(cfg, Path(hc.runtime.output_dir), multirun, label)
+    run_dir = Path(hc.runtime.output_dir)
+    if not multirun:
+        return execute(cfg, run_dir, multirun)
+    label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]"
+    sweeps.record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
+    before = _summary_text(run_dir)
+    value = execute(cfg, run_dir, multirun, label)
+    if _summary_text(run_dir) != before and sweeps.job_status(run_dir) == "interrupted":
+        why = "the sweep stops; the same command (same hydra.sweep.dir) resumes it"
+        raise SweepInterrupted(f"{label} interrupted; {why}")
+    return value
+
+
+def _summary_text(run_dir: Path) -> str | None:
+    try:
+        return (run_dir / "summary.json").read_text()
+    except OSError:
+        return None
 
 
 def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> float | None:
@@ -225,12 +272,19 @@ def _fail(message: str) -> NoReturn:
 def main() -> None:
     tune_glibc_malloc()  # before any large allocation: see fedrun/engines/allocator.py
     hydra_utils.run_and_report = _run_and_report
+    compose_checks.install()
+    # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling
+    sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]
     args = sys.argv[1:]
     dirs = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
-    if dirs:
-        resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
-        return
-    _job()
+    try:
+        if dirs:
+            resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
+            return
+        _job()
+    except KeyboardInterrupt as e:  # Ctrl-C outside a run's round loop, or a sweep stopped by it
+        print(f"fedrun: {e or 'interrupted'}", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

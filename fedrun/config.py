@@ -7,11 +7,16 @@ fails before any work with one line naming the field.
 
 from __future__ import annotations
 
+import importlib
+import os
+import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.errors import ConfigError
 from fedrun.registry import (
@@ -249,6 +254,7 @@ class FedrunConfig:
     seed: int = 0
     cache_dir: str | None = "outputs/.cache"
     tags: dict[str, Any] = field(default_factory=dict)  # free report labels (method, preset); no effect on a run
+    imports: list[str] = field(default_factory=list)  # the user's modules registering methods etc.: load_imports
 
 
 ConfigStore.instance().store(name="fedrun_schema", node=FedrunConfig)
@@ -298,9 +304,55 @@ def _section(cls: type, node: Any, prefix: str) -> Any:
     return build_params(cls, dict(node or {}), prefix, ignore=())
 
 
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+
+
+def load_imports(modules: Any) -> None:
+    """Import ``imports`` (the user's modules, e.g. ``[mypkg.algo]``) so that the components they register
+    (``@ALGORITHMS.register(...)``) exist before validation. Names are dotted module names looked up on
+    ``sys.path`` and, after it, in the current directory (as ``python -m`` would); never file paths."""
+    if not modules:
+        return
+    if not isinstance(modules, list):
+        raise ConfigError("imports", f"expected a list of module names, got {modules!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    for i, name in enumerate(modules):
+        if not isinstance(name, str) or not MODULE_NAME.match(name):
+            raise ConfigError(f"imports[{i}]", f"{name!r} is not a module name (dotted, like mypkg.algo)")
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - the user's module: name it and why, in one line
+            why = str(e).splitlines()[0] if str(e) else ""
+            raise ConfigError(f"imports[{i}]", f"cannot import {name!r}: {type(e).__name__}: {why}") from None
+
+
+def _raw_node_value(cfg: DictConfig, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return None
+        node = node._get_node(part)
+    return node._value() if node is not None else None
+
+
+def resolve(cfg: DictConfig) -> dict[str, Any]:
+    """The config as plain containers, every interpolation resolved; a failing one is a ConfigError naming
+    its field (``${undefined.key}``, recursion, an unknown resolver, a value of the wrong type)."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "config"
+        why = re.sub(r"^While dereferencing interpolation '.*?': ", "", str(e).splitlines()[0])
+        value = _raw_node_value(cfg, key)
+        shown = f"cannot resolve {value!r}: " if isinstance(value, str) and "${" in value else ""
+        raise ConfigError(key, f"{shown}{why}") from None
+
+
 def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
     """Check every field and build the typed run spec; raises ConfigError naming the first bad field."""
-    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    raw = resolve(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
+    load_imports(raw.get("imports"))
     spec = RunSpec(
         algorithm=_component("algorithm", ALGORITHMS, raw.get("algorithm")),
         data=_component("data", DATASETS, raw.get("data")),

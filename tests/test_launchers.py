@@ -20,6 +20,7 @@ from fedrun import runner
 from fedrun.config import RunSpec
 from fedrun.devices import job_device, multirun_job_num
 from fedrun.runner import run
+from fedrun.sweeps import find_jobs, read_index
 from tests.conftest import CONF_DIR
 
 TINY = (
@@ -50,8 +51,9 @@ def test_joblib_multirun_of_4_jobs_matches_single_runs(
     sweep = tmp_path / "run"
     launcher = yaml.safe_load((sweep / "multirun.yaml").read_text())["hydra"]["launcher"]
     assert launcher["_target_"].endswith("JoblibLauncher") and launcher["n_jobs"] == 2
+    assert len(read_index(sweep)) == 4  # each job's directory (named by its config) is in the sweep's index
     for seed in range(4):
-        job = sweep / str(seed)
+        (job,) = find_jobs(sweep, f"seed={seed}")
         summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["seed"] == seed and summary["device"] == "cpu"
         reference = tmp_path / f"reference-{seed}"
@@ -64,8 +66,9 @@ def test_submitit_local_multirun_completes(run_cli: Callable, tmp_path: Path) ->
     res = run_cli("-m", "hydra/launcher=slurm_local", *TINY, "seed=0,1")
     assert res.returncode == 0, res.stderr
     sweep = tmp_path / "run"
-    for job in ("0", "1"):
-        summary = json.loads((sweep / job / "summary.json").read_text())
+    for seed in (0, 1):
+        (job,) = find_jobs(sweep, f"seed={seed}")
+        summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["rounds_completed"] == 2
     assert any((sweep / ".submitit").rglob("*_result.pkl"))  # the jobs really went through submitit
 

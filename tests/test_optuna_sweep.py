@@ -49,8 +49,8 @@ def test_optuna_study_maximises_the_runs_last_k_accuracy_and_records_failed_tria
     trials = study.trials
     assert len(trials) == 3 and {t.params["fl.rounds"] for t in trials} == {0, 2}  # both kinds (seed 0)
     metric = {}
-    for t in trials:  # trial n is sweep job n, run with the trial's params
-        job = sweep / str(t.number)
+    for t in trials:  # each trial's run dir is named by its config; its overrides hold the trial's params
+        job = _trial_dir(sweep, t.params)
         if t.params["fl.rounds"] == 0:
             assert t.state == optuna.trial.TrialState.FAIL and t.value is None
             assert sorted(p.name for p in job.iterdir()) == [".hydra", "error.txt"]
@@ -68,6 +68,17 @@ def test_optuna_study_maximises_the_runs_last_k_accuracy_and_records_failed_tria
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert results["best_value"] == pytest.approx(metric[best], abs=1e-12)
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE
+
+
+def _trial_dir(sweep: Path, params: dict) -> Path:
+    def overrides(d: Path) -> dict:
+        return dict(o.split("=", 1) for o in yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text()))
+
+    (job,) = [
+        d for d in sweep.iterdir()
+        if (d / ".hydra").is_dir() and all(yaml.safe_load(overrides(d)[k]) == v for k, v in params.items())
+    ]  # fmt: skip
+    return job
 
 
 def test_a_study_without_a_completed_trial_ends_with_one_line_and_exit_1(
@@ -97,3 +108,20 @@ def test_objective_is_the_chosen_summary_metric_of_a_completed_run(
         make_spec("output.objective=mean")
     bad = compose_cfg(["fl.lr=-1"])  # in a sweep, a job with bad input returns no value (and does not exit)
     assert execute(bad, tmp_path / "job", multirun=True) is None
+
+
+def test_the_study_name_names_the_experiment_preset() -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedrun.cli import CONF_DIR
+
+    def name(*overrides: str) -> str:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            cfg = compose("config", overrides=["hydra/sweeper=optuna_tpe", *overrides], return_hydra_config=True)
+        return cfg.hydra.sweeper.study_name
+
+    assert name() == "fedrun-fedavg-fmnist-mlp-dirichlet"  # as before: studies without a preset continue
+    assert name("experiment=smoke", "algorithm=fedprox") == "fedrun-smoke-fedprox-fmnist-mlp-dirichlet"
+    assert name("experiment=fedlaw_table3_fmnist_mlp") != name("experiment=fedlaw_table3_fmnist_lenet")

@@ -17,6 +17,7 @@ from fedrun.report import cli as report_cli
 from fedrun.report.collect import load_runs
 from fedrun.report.tables import make_table
 from fedrun.runner import run
+from fedrun.sweeps import find_jobs, job_dir_name
 from tests.conftest import compose_cfg
 from tests.test_runner_resume import SMALL, _kill_after_first_checkpoint, _metrics, _start
 
@@ -26,32 +27,37 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
 ) -> None:
     sweep = tmp_path / "run"
     args = ["-m", *SMALL, "fl.lr=0.05,-1"]  # job 0 is fine, job 1 has a bad value
-    proc = _start([*args, f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}"], tmp_path)
-    _kill_after_first_checkpoint(proc, sweep / "0" / CHECKPOINT_FILE)
-    assert not (sweep / "1").exists()  # the sweep died inside job 0
+    cache = f"cache_dir={tmp_path / 'cache'}"
+    # each job's directory is named by its config (fedrun/sweeps.py): known before the sweep starts
+    good, bad = (sweep / job_dir_name(compose_cfg([*SMALL, lr, cache]), []) for lr in ("fl.lr=0.05", "fl.lr=-1"))
+    proc = _start([*args, f"hydra.sweep.dir={sweep}", cache], tmp_path)
+    _kill_after_first_checkpoint(proc, good / CHECKPOINT_FILE)
+    assert not bad.exists()  # the sweep died inside job 0
 
     res = run_cli(*args)  # the same sweep command, the same sweep dir
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # one job failed
+    assert f"fedrun: 1 of 2 jobs failed (failed: 1); `fedrun-report {sweep}` lists them" in res.stderr
     assert "Traceback" not in res.stderr
-    job0 = json.loads((sweep / "0" / "summary.json").read_text())
+    assert find_jobs(sweep, "fl.lr=0.05") == [good] and find_jobs(sweep, "fl.lr=-1") == [bad]
+    job0 = json.loads((good / "summary.json").read_text())
     assert job0["status"] == "completed" and job0["resumed_from_round"] >= 1
     reference = tmp_path / "reference"
     reference.mkdir()
     run(make_spec(*SMALL, "fl.lr=0.05"), reference)
-    pd.testing.assert_frame_equal(_metrics(sweep / "0"), _metrics(reference), check_exact=True)
-    assert sorted(p.name for p in (sweep / "1").iterdir()) == [".hydra", "error.txt"]
-    assert "fl.lr: must be >= 0" in (sweep / "1" / "error.txt").read_text()
+    pd.testing.assert_frame_equal(_metrics(good), _metrics(reference), check_exact=True)
+    assert sorted(p.name for p in bad.iterdir()) == [".hydra", "error.txt"]
+    assert "fl.lr: must be >= 0" in (bad / "error.txt").read_text()
 
     # a third pass skips the finished job (in-process: the same code path as inside the sweep)
-    mtime = (sweep / "0" / "metrics.csv").stat().st_mtime_ns
-    cli.execute(compose_cfg([*SMALL, "fl.lr=0.05", f"cache_dir={tmp_path / 'cache'}"]), sweep / "0", True, "job 0")
+    mtime = (good / "metrics.csv").stat().st_mtime_ns
+    cli.execute(compose_cfg([*SMALL, "fl.lr=0.05", cache]), good, True, "job 0")
     assert "job 0: already completed; skipped" in capsys.readouterr().err
-    assert (sweep / "0" / "metrics.csv").stat().st_mtime_ns == mtime
+    assert (good / "metrics.csv").stat().st_mtime_ns == mtime
 
     assert report_cli.main([str(sweep), "--rows", "algorithm", "--cols", "fl.lr"]) == 0
     out = capsys.readouterr().out
     assert "1 of 2 runs did not complete" in out
-    assert f"{sweep / '1'}: refused: fl.lr: must be >= 0" in out
+    assert f"{bad}: refused: fl.lr: must be >= 0" in out
 
 
 def _fake_run(d: Path, lr: float, seed: int, status: str, acc: float | None = None) -> None:

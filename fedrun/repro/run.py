@@ -25,6 +25,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import fedrun.config  # noqa: F401 - registers the fedrun_schema structured config
+from fedrun import conf_location
 from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.repro.registry import BY_NAME, TARGETS, Target
 from fedrun.repro.smoke import (
@@ -35,7 +36,7 @@ from fedrun.repro.smoke import (
     smoke_seconds,
 )
 
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or of the installed package
 # training-set sizes used for the cost estimate (approximate where marked)
 TRAIN_SIZE = {
     "fmnist": 60000,

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from fedrun.conf_location import CONF_DIR  # conf/ of the checkout, or of the installed package
+
 SMOKE = {
     "rounds": 2,
     "clients": 5,

@@ -4,9 +4,10 @@ A reproduce target is one ``fedrun -m`` per (preset, method). Started as subproc
 torch and Hydra start-up and loads its dataset again; for a ``-smoke`` target that dominates (80 processes
 for FedIMA Table I). Here each command's overrides are expanded with Hydra's own BasicSweeper (cartesian
 product in override order, so job ``n`` is the job ``fedrun -m`` numbers ``n``), each job's config is
-composed with Hydra's compose API and run by :func:`fedrun.cli.execute`, into ``<hydra.sweep.dir>/<n>``
-with ``.hydra/overrides.yaml`` and ``.hydra/config.yaml`` as Hydra writes them (a rejected job keeps them, so
-fedrun-report can still label its cell). A failing job is recorded and the sweep goes on;
+composed with Hydra's compose API and run by :func:`fedrun.cli.execute`, into ``<hydra.sweep.dir>/<key>``
+(the hash of its config that ``fedrun -m`` names it by, fedrun/sweeps.py, recorded in the sweep's
+``index.yaml``) with ``.hydra/overrides.yaml`` and ``.hydra/config.yaml`` as Hydra writes them (a rejected
+job keeps them, so fedrun-report can still label its cell). A failing job is recorded and the sweep goes on;
 a finished run is skipped, an unfinished one resumes, as with ``fedrun -m``.
 """
 
@@ -22,8 +23,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from fedrun.cli import CONF_DIR, execute, one_line
+from fedrun import compose_checks
+from fedrun.cli import CONF_DIR, describe, execute, one_line
 from fedrun.outputs import atomic_write
+from fedrun.sweeps import job_dir_name, record_job
 
 
 def split_command(args: list[str]) -> tuple[Path, list[str]]:
@@ -44,6 +47,7 @@ def run_commands(commands: list[list[str]], log: bool = True) -> int:
     """Run the jobs of every ``fedrun -m`` argument list in ``commands``; the number of commands that failed
     to expand or compose (bad overrides: one line on stderr, like ``fedrun``'s exit code 2)."""
     failed = 0
+    compose_checks.install()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
@@ -65,10 +69,10 @@ def _run_command(args: list[str], log: bool) -> bool:
         try:
             cfg = compose(config_name="config", overrides=job)
         except Exception as e:  # noqa: BLE001 - every composition error is bad input, as in fedrun.cli
-            cause = f": {e.__cause__}" if e.__cause__ is not None else ""
-            print(f"fedrun: error: {one_line(str(e) + cause)}", file=sys.stderr)
+            print(f"fedrun: error: {describe(e)}", file=sys.stderr)
             return False
-        run_dir = sweep_dir / str(num)
+        run_dir = sweep_dir / job_dir_name(cfg, job)
+        record_job(sweep_dir, run_dir.name, job)
         (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / ".hydra" / "overrides.yaml", yaml.safe_dump(job, default_flow_style=False))
         atomic_write(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))

@@ -10,6 +10,7 @@ import yaml
 
 from fedrun.outputs import TIMING_COLUMNS
 from fedrun.repro.sweep import expand, run_commands, split_command
+from fedrun.sweeps import find_jobs, read_index
 
 TINY = [
     "data.max_train_samples=400",
@@ -44,7 +45,9 @@ def test_in_process_jobs_equal_fedrun_multirun_jobs(run_cli, tmp_path: Path) -> 
     r = run_cli("-m", *sweep, run_dir=tmp_path / "cli")
     assert r.returncode == 0, r.stderr[-2000:]
     assert run_commands([["-m", *sweep, f"hydra.sweep.dir={tmp_path / 'inproc'}"]], log=False) == 0
-    for job in ("0", "1"):
+    jobs = sorted(read_index(tmp_path / "cli"))  # each job's directory is named by its config: the same names
+    assert len(jobs) == 2 and sorted(read_index(tmp_path / "inproc")) == jobs
+    for job in jobs:
         cli, mine = tmp_path / "cli" / job, tmp_path / "inproc" / job
         read = lambda d: yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())  # noqa: E731
         assert [o for o in read(cli) if not o.startswith("cache_dir")] == [
@@ -53,7 +56,8 @@ def test_in_process_jobs_equal_fedrun_multirun_jobs(run_cli, tmp_path: Path) -> 
         a, b = (pd.read_csv(d / "metrics.csv").drop(columns=list(TIMING_COLUMNS), errors="ignore") for d in (cli, mine))
         pd.testing.assert_frame_equal(a, b)
         assert yaml.safe_load((cli / "config.yaml").read_text()) == yaml.safe_load((mine / "config.yaml").read_text())
-    assert yaml.safe_load((tmp_path / "inproc" / "1" / "config.yaml").read_text())["partition"]["alpha"] == 0.1
+    (second,) = find_jobs(tmp_path / "inproc", "partition.alpha=0.1")
+    assert yaml.safe_load((second / "config.yaml").read_text())["partition"]["alpha"] == 0.1
 
 
 def test_bad_command_is_one_line_and_the_other_commands_run(tmp_path: Path, capsys) -> None:
@@ -62,8 +66,9 @@ def test_bad_command_is_one_line_and_the_other_commands_run(tmp_path: Path, caps
     assert run_commands([bad, missing], log=False) == 1
     err = capsys.readouterr().err
     assert "fedrun: error: algorithm: unknown option 'nope'; valid:" in err and "fedavg" in err
-    assert "cifar10: folder cifar-10-batches-py not found" in (tmp_path / "ok" / "1" / "error.txt").read_text()
-    assert (tmp_path / "ok" / "0" / "error.txt").is_file() and not (tmp_path / "bad").exists()
+    (seed1,), (seed2,) = find_jobs(tmp_path / "ok", "seed=1"), find_jobs(tmp_path / "ok", "seed=2")
+    assert "cifar10: folder cifar-10-batches-py not found" in (seed2 / "error.txt").read_text()
+    assert (seed1 / "error.txt").is_file() and not (tmp_path / "bad").exists()
 
 
 def test_rejected_jobs_keep_their_labels_and_show_as_refused_cells(tmp_path: Path, capsys) -> None:
@@ -73,7 +78,7 @@ def test_rejected_jobs_keep_their_labels_and_show_as_refused_cells(tmp_path: Pat
     missing = ["data=cifar10", f"data.root={tmp_path / 'none'}", "partition.alpha=0.1,1", *TINY]
     cmd = ["-m", *missing, "++tags.method='FedAvg'", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     assert run_commands([cmd], log=False) == 0
-    job = tmp_path / "sweep" / "1"
+    (job,) = find_jobs(tmp_path / "sweep", "partition.alpha=1")
     assert sorted(p.name for p in job.iterdir()) == [".hydra", "error.txt"]
     assert sorted(p.name for p in (job / ".hydra").iterdir()) == ["config.yaml", "overrides.yaml"]
     capsys.readouterr()
