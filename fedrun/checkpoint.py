@@ -12,6 +12,7 @@ import copy
 import hashlib
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,13 +33,36 @@ FINISHED = ("completed", "diverged")  # statuses a re-run skips: both are determ
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking")
 _VOLATILE_DATA = ("root", "download")
+# Evaluation settings that change what is measured or summarised, never the training: a resumed or extended
+# run may change them (new columns start at the resumed round). eval.every (which rounds have rows),
+# eval.client_acc_split (what a column means) and eval.client_weights (a log that must be complete) may not.
+_VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "diagnostics")
 
 
-def comparable(raw: dict[str, Any]) -> dict[str, Any]:
+def round_schedule(raw: dict[str, Any]) -> dict[str, int]:
+    """The rounds a config derives from ``fl.rounds`` as fractions of it: IMA's t_s = int(ima.start x R)
+    (fedrun/algorithms/ima.py) and FedFA's first calibrated round, the first t > calib_start x R
+    (fedrun/algorithms/fedfa.py). Extending a run (a larger ``fl.rounds``) must keep them."""
+    rounds = (raw.get("fl") or {}).get("rounds")
+    if not isinstance(rounds, int):
+        return {}
+    out = {}
+    ima, algo = raw.get("ima") or {}, raw.get("algorithm") or {}
+    if ima.get("enabled"):
+        out["ima.start"] = int(ima.get("start", 0.75) * rounds)
+    if algo.get("name") == "fedfa":
+        out["algorithm.calib_start"] = math.floor(algo.get("calib_start", 0.25) * rounds) + 1
+    return out
+
+
+def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
     """The part of a composed config that determines the results.
 
     Sections added later are left out while off (no corrupted clients, no client-weight log), so runs
-    checkpointed before they existed still resume.
+    checkpointed before they existed still resume. ``fl.rounds`` is left out too, so a run can be extended:
+    the rounds it decides, IMA's t_s and FedFA's calibration start (:func:`round_schedule`), stand in for it
+    and for the fractions they come from. ``legacy=True`` gives the comparable part as fingerprints had it
+    before runs could be extended (with ``fl.rounds`` and every ``eval`` key): those checkpoints still load.
     """
     out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
     if isinstance(out.get("data"), dict):
@@ -48,13 +72,39 @@ def comparable(raw: dict[str, Any]) -> dict[str, Any]:
         out.pop("corrupt")
     if isinstance(out.get("eval"), dict) and not out["eval"].get("client_weights"):
         out["eval"].pop("client_weights", None)
+    if legacy:
+        return out
+    if isinstance(out.get("eval"), dict):
+        for k in _VOLATILE_EVAL:
+            out["eval"].pop(k, None)
+    schedule = round_schedule(raw)
+    if schedule:
+        out["round_schedule"] = schedule
+        for key in schedule:
+            section, name = key.split(".")
+            out[section].pop(name, None)
+    if isinstance(out.get("fl"), dict):
+        out["fl"].pop("rounds", None)
     return out
 
 
-def fingerprint(raw: dict[str, Any]) -> str:
+def fingerprint(raw: dict[str, Any], legacy: bool = False) -> str:
     """A stable hash of :func:`comparable` (sorted JSON)."""
-    blob = json.dumps(comparable(raw), sort_keys=True, default=str).encode()
+    blob = json.dumps(comparable(raw, legacy), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def fingerprints(raw: dict[str, Any], done: int) -> tuple[str, ...]:
+    """The fingerprints a checkpoint after ``done`` rounds may carry to continue this config: today's, and a
+    checkpoint's from before runs could be extended, of this config (a resume) or of this config cut to
+    ``done`` rounds (a finished run being extended; only when that keeps :func:`round_schedule`)."""
+    out = [fingerprint(raw), fingerprint(raw, legacy=True)]
+    fl = raw.get("fl")
+    if isinstance(fl, dict) and fl.get("rounds") != done:
+        cut = {**raw, "fl": {**fl, "rounds": done}}
+        if round_schedule(cut) == round_schedule(raw):
+            out.append(fingerprint(cut, legacy=True))
+    return tuple(out)
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -131,15 +181,27 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def load_checkpoint(path: Path, expected_fingerprint: str | None = None) -> Checkpoint:
-    """Load without executing code from the file; refuse one written for a different config."""
+def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | None = None) -> Checkpoint:
+    """Load without executing code from the file; refuse one written for a different config (``expected_fingerprint``:
+    the config's fingerprint, or the accepted ones, :func:`fingerprints`).
+
+    Only the file's format is checked here; fedrun.run_state checks every field against the run's model and
+    config before using it.
+    """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure means an unusable file
         raise ResumeError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to restart the run") from None
     if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
         raise ResumeError(f"{path}: not a fedrun checkpoint of format {FORMAT_VERSION}; delete it to restart the run")
-    if expected_fingerprint is not None and state["fingerprint"] != expected_fingerprint:
+    fields = set(Checkpoint.__dataclass_fields__)
+    missing = sorted(fields - set(state) - {"buffers"})  # buffers: absent from checkpoints of before them
+    unknown = sorted(set(state) - fields - {"version"})
+    if missing or unknown:
+        what = f"missing {', '.join(missing)}" if missing else f"unknown key {', '.join(map(str, unknown))}"
+        raise ResumeError(f"{path}: damaged checkpoint ({what}); delete it to restart the run")
+    accepted = (expected_fingerprint,) if isinstance(expected_fingerprint, str) else expected_fingerprint
+    if accepted is not None and state["fingerprint"] not in accepted:
         raise ResumeError(
             f"{path}: written for a different config; resume with the run's own config or use a new run dir"
         )
@@ -171,14 +233,55 @@ def prior_status(run_dir: Path) -> str | None:
 def check_run_dir(run_dir: Path, raw: dict[str, Any]) -> str | None:
     """Before a run starts in ``run_dir``: the status of an earlier run of the *same* config there, or None.
 
-    Raises ResumeError (one line, naming the first differing keys) when the directory holds a run of a
-    different config: it is never overwritten.
+    ``extending`` when that run completed with fewer rounds than ``raw``'s ``fl.rounds``: it continues from its
+    final checkpoint. Raises ResumeError (one line, naming the first differing keys) when the directory holds a
+    run of a different config (it is never overwritten), a completed run with more rounds than asked, or one
+    that cannot be extended.
     """
     old = saved_config(run_dir)
     if old is None:
         return None
+    moved = schedule_moved(old, raw)
+    if moved:
+        raise ResumeError(f"{run_dir}: {moved}")
     diff = config_diff(old, raw)
     if diff:
         shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
         raise ResumeError(f"{run_dir} holds a run with a different config ({shown}); use a new run dir")
-    return prior_status(run_dir) or "unfinished"
+    status = prior_status(run_dir) or "unfinished"
+    done, rounds = (old.get("fl") or {}).get("rounds"), (raw.get("fl") or {}).get("rounds")
+    if status != "completed" or not isinstance(done, int) or rounds == done:
+        return status
+    if rounds < done:
+        raise ResumeError(
+            f"fl.rounds: {run_dir} holds a completed run of {done} rounds; valid: fl.rounds >= {done} (more extends it)"
+        )
+    if not (run_dir / CHECKPOINT_FILE).is_file():
+        raise ResumeError(
+            f"fl.rounds: the completed {done}-round run in {run_dir} kept no final checkpoint"
+            f" (checkpoint.keep_final=false), so it cannot be extended to {rounds} rounds; run them in a new run dir"
+        )
+    return "extending"
+
+
+def schedule_moved(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why ``new`` cannot continue a run of ``old``: a round of :func:`round_schedule` that moved (a longer
+    ``fl.rounds`` moves IMA's t_s = int(ima.start x fl.rounds)), with the fraction that keeps it; else None."""
+    before, after = round_schedule(old), round_schedule(new)
+    if before.keys() != after.keys() or before == after:
+        return None  # the generic config diff names a switch that was turned on or off
+    key = next(k for k in before if before[k] != after[k])
+    section, name = key.split(".")
+    r0, r1 = old["fl"]["rounds"], new["fl"]["rounds"]
+    keep = None
+    for x in (before[key], before[key] + 0.5, before[key] - 1, before[key] - 0.5):
+        fraction = float(f"{x / r1:.6g}")
+        if round_schedule({**new, section: {**new[section], name: fraction}})[key] == before[key]:
+            keep = f"{key}={fraction:g}"
+            break
+    return (
+        f"{key}: its round moves from {before[key]} to {after[key]} (fl.rounds {r0} -> {r1}), so the rounds already"
+        f" run differ from this config's; valid: keep it at round {before[key]}"
+        + (f" ({keep})" if keep else "")
+        + ", or a new run dir"
+    )

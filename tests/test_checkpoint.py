@@ -16,8 +16,11 @@ from fedrun.checkpoint import (
     check_run_dir,
     config_diff,
     fingerprint,
+    fingerprints,
     load_checkpoint,
+    round_schedule,
     save_checkpoint,
+    schedule_moved,
 )
 from fedrun.errors import ResumeError
 
@@ -120,3 +123,58 @@ def test_later_sections_left_at_off_keep_older_fingerprints() -> None:
     assert fingerprint(off) == fingerprint(old)
     assert fingerprint({**off, "corrupt": {"fraction": 0.25, "labels": [0, 1]}}) != fingerprint(old)
     assert fingerprint({**off, "eval": {"every": 1, "client_weights": True}}) != fingerprint(old)
+
+
+def _old_fingerprint(raw: dict) -> str:
+    """fingerprint() as fedrun computed it before runs could be extended (written out again, for the test)."""
+    import copy
+    import hashlib
+    import json
+
+    out = copy.deepcopy({k: v for k, v in raw.items() if k not in ("output", "checkpoint", "cache_dir", "tracking")})
+    for k in ("root", "download"):
+        out["data"].pop(k, None)
+    if not (out.get("corrupt") or {}).get("fraction"):
+        out.pop("corrupt", None)
+    if "eval" in out and not out["eval"].get("client_weights"):
+        out["eval"].pop("client_weights", None)
+    return hashlib.sha256(json.dumps(out, sort_keys=True, default=str).encode()).hexdigest()
+
+
+EXTENSIBLE = {**RAW, "fl": {**RAW["fl"], "rounds": 200}, "eval": {"every": 1, "target": None, "last_k": 10}}
+
+
+def test_fl_rounds_and_evaluation_settings_leave_the_fingerprint_but_schedule_rounds_do_not() -> None:
+    longer = {**EXTENSIBLE, "fl": {**EXTENSIBLE["fl"], "rounds": 400}}
+    assert fingerprint(longer) == fingerprint(EXTENSIBLE)
+    assert fingerprint({**EXTENSIBLE, "eval": {"every": 1, "target": 0.8, "last_k": 5}}) == fingerprint(EXTENSIBLE)
+    assert fingerprint({**EXTENSIBLE, "eval": {"every": 2, "target": None, "last_k": 10}}) != fingerprint(EXTENSIBLE)
+    ima = {**EXTENSIBLE, "ima": {"enabled": True, "start": 0.75}}
+    assert round_schedule(ima) == {"ima.start": 150}
+    assert fingerprint({**ima, "fl": longer["fl"]}) != fingerprint(ima)  # t_s 150 -> 300
+    assert fingerprint({**ima, "fl": longer["fl"], "ima": {"enabled": True, "start": 0.375}}) == fingerprint(ima)
+    fedfa = {**EXTENSIBLE, "algorithm": {"name": "fedfa", "calib_start": 0.25}}
+    assert round_schedule(fedfa) == {"algorithm.calib_start": 51}  # the first round t (0-based) with t > 0.25 x 200
+    assert "ima.start: its round moves from 150 to 300" in schedule_moved(ima, {**ima, "fl": longer["fl"]})
+    assert "(ima.start=0.375)" in schedule_moved(ima, {**ima, "fl": longer["fl"]})
+
+
+def test_checkpoints_from_before_extension_still_resume_and_extend() -> None:
+    old = _old_fingerprint(EXTENSIBLE)
+    assert fingerprint(EXTENSIBLE, legacy=True) == old
+    assert old in fingerprints(EXTENSIBLE, 150)  # an interrupted run, resumed
+    longer = {**EXTENSIBLE, "fl": {**EXTENSIBLE["fl"], "rounds": 400}}
+    assert old in fingerprints(longer, 200)  # a finished 200-round run, extended to 400
+    assert old not in fingerprints(longer, 150)
+    ima = {**EXTENSIBLE, "ima": {"enabled": True, "start": 0.75}}
+    assert _old_fingerprint(ima) not in fingerprints({**ima, "fl": longer["fl"]}, 200)  # would move t_s
+
+
+def test_only_known_methods_read_fl_rounds() -> None:
+    """A method whose computation depends on fl.rounds must declare the rounds it derives in round_schedule,
+    or extending its runs would silently change them."""
+    import fedrun.algorithms
+
+    root = Path(fedrun.algorithms.__file__).parent
+    readers = sorted(f.name for f in root.glob("*.py") if "fl.rounds" in f.read_text())
+    assert readers == ["fedfa.py", "ima.py"]
