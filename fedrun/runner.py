@@ -228,7 +228,7 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
 def start_line(spec: RunSpec, info: dict[str, Any], start: int) -> str:
     """The log line of a run's start: what runs, where, from which round."""
     what = f"{info['algorithm']} on {info['data']} ({info['model']}, {info['partition']}), seed {info['seed']}"
-    how = f"engine {info['engine']}, {info['threads']} thread(s), {info['device']}"
+    how = f"engine {info['engine']}, {info.get('threads', '?')} thread(s), {info['device']}"
     begin = f"resumed after round {start} of {spec.fl.rounds}" if start else f"started: {spec.fl.rounds} rounds"
     return f"{begin}: {what}; {how}"
 
