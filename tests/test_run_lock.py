@@ -4,6 +4,7 @@ processes are removed when a run starts."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,33 @@ def test_stale_temp_files_are_removed_when_a_run_starts(tmp_path: Path) -> None:
     (cache / f"engine-auto.{dead}.tmp").write_text("half")
     cli.execute(compose_cfg([*SMALL, "fl.rounds=1", f"cache_dir={cache}"]), run_dir, multirun=False)
     assert not [p for d in (run_dir, cache) for p in d.iterdir() if TEMP_SUFFIX.search(p.name)]
+
+
+def _unprivileged() -> list[str] | None:
+    """A command prefix under which file permissions apply (root ignores them); None when there is none."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", "--"] if setpriv else None
+
+
+def test_a_read_only_run_dir_is_one_line_naming_it(tmp_path: Path) -> None:
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permissions cannot be enforced")
+    run_dir = tmp_path / "run"
+    cli.execute(compose_cfg([*SMALL, "fl.rounds=1", f"cache_dir={tmp_path / 'cache'}"]), run_dir, multirun=False)
+    (run_dir / LOCK_FILE).unlink()
+    (run_dir / "summary.json").unlink()  # unfinished: a resume must write
+    run_dir.chmod(0o555)
+    try:
+        res = subprocess.run(
+            [*prefix, sys.executable, "-m", "fedrun.cli", f"resume={run_dir}"],
+            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        run_dir.chmod(0o755)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"fedrun: error: cannot write {LOCK_FILE} in {run_dir}: Permission denied; valid: ")
