@@ -12,6 +12,7 @@ import copy
 import hashlib
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,22 +36,43 @@ _VOLATILE_DATA = ("root", "download")
 # hardware.device: a run checkpointed on a GPU continues on the CPU (and back). Its later rounds agree with
 # an uninterrupted run to float tolerance, not bit for bit (GPU and CPU kernels round differently).
 _VOLATILE_HARDWARE = ("device",)
+# Evaluation settings that change what is measured or summarised, never the training: a resumed or extended
+# run may change them (new columns start at the resumed round). eval.every (which rounds have rows),
+# eval.client_acc_split (what a column means) and eval.client_weights (a log that must be complete) may not.
+_VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "diagnostics")
 
 
-def comparable(raw: dict[str, Any], volatile_device: bool = True) -> dict[str, Any]:
-    """The part of a composed config that determines the results.
+def round_schedule(raw: dict[str, Any]) -> dict[str, int]:
+    """The rounds a config derives from ``fl.rounds`` as fractions of it: IMA's t_s = int(ima.start x R)
+    (fedrun/algorithms/ima.py) and FedFA's first calibrated round, the first t > calib_start x R
+    (fedrun/algorithms/fedfa.py). Extending a run (a larger ``fl.rounds``) must keep them."""
+    rounds = (raw.get("fl") or {}).get("rounds")
+    if not isinstance(rounds, int):
+        return {}
+    out = {}
+    ima, algo = raw.get("ima") or {}, raw.get("algorithm") or {}
+    if ima.get("enabled"):
+        out["ima.start"] = int(ima.get("start", 0.75) * rounds)
+    if algo.get("name") == "fedfa":
+        out["algorithm.calib_start"] = math.floor(algo.get("calib_start", 0.25) * rounds) + 1
+    return out
 
-    Sections added later are left out while off (no corrupted clients, no client-weight log), so runs
-    checkpointed before they existed still resume. ``volatile_device=False`` keeps ``hardware.device``, as
-    fingerprints did before a resume could change device (:class:`Fingerprint`).
+
+def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
+    """The part of a composed config that decides a run's results: two configs with the same one are the same
+    run (a sweep's job directory, :mod:`fedrun.sweeps`; the report's duplicates).
+
+    Sections and keys added later are left out while off (no corrupted clients, no client-weight log, no
+    ``data.image_size``), so runs of before they existed keep their identity. ``legacy=True`` keeps
+    ``hardware.device``, as fingerprints did before a run could move device.
     """
     out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
-        if out["data"].get("image_size") is None:  # data.image_size, added later: off = as stored
+        if out["data"].get("image_size") is None:
             out["data"].pop("image_size", None)
-    if volatile_device and isinstance(out.get("hardware"), dict):
+    if not legacy and isinstance(out.get("hardware"), dict):
         for k in _VOLATILE_HARDWARE:
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
@@ -60,23 +82,52 @@ def comparable(raw: dict[str, Any], volatile_device: bool = True) -> dict[str, A
     return out
 
 
-class Fingerprint(str):
-    """A config's fingerprint: the hex string checkpoints carry, knowing every one a checkpoint of the config
-    may carry (``accepted``): today's, and that of checkpoints written before ``hardware.device`` left it
-    (those still resume, on the device they ran on)."""
+def resumable(raw: dict[str, Any]) -> dict[str, Any]:
+    """:func:`comparable` less what a resumed or extended run may change: evaluation-only keys, and
+    ``fl.rounds``, for which the rounds it decides (IMA's t_s, FedFA's calibration start,
+    :func:`round_schedule`) stand in, with the fractions they come from."""
+    out = comparable(raw)
+    if isinstance(out.get("eval"), dict):
+        for k in _VOLATILE_EVAL:
+            out["eval"].pop(k, None)
+    schedule = round_schedule(raw)
+    if schedule:
+        out["round_schedule"] = schedule
+        for key in schedule:
+            section, name = key.split(".")
+            out[section].pop(name, None)
+    if isinstance(out.get("fl"), dict):
+        out["fl"].pop("rounds", None)
+    return out
 
-    accepted: tuple[str, ...] = ()
+
+def _hash(part: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _hash(comparable_raw: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(comparable_raw, sort_keys=True, default=str).encode()).hexdigest()
+def config_key(raw: dict[str, Any]) -> str:
+    """A stable hash of :func:`comparable`: the identity of a run's results."""
+    return _hash(comparable(raw))
 
 
-def fingerprint(raw: dict[str, Any]) -> Fingerprint:
-    """A stable hash of :func:`comparable` (sorted JSON)."""
-    fp = Fingerprint(_hash(comparable(raw)))
-    fp.accepted = (str(fp), _hash(comparable(raw, volatile_device=False)))
-    return fp
+def fingerprint(raw: dict[str, Any]) -> str:
+    """A stable hash of :func:`resumable`: what a checkpoint carries, so that only its own config (possibly
+    extended, or evaluated differently) continues it."""
+    return _hash(resumable(raw))
+
+
+def fingerprints(raw: dict[str, Any], done: int) -> tuple[str, ...]:
+    """The fingerprints a checkpoint after ``done`` rounds may carry to continue this config: today's, and a
+    checkpoint's from before runs could be extended or move device (the whole config, ``hardware.device``
+    included), of this config (a resume) or of this config cut to ``done`` rounds (a finished run being
+    extended; only when that keeps :func:`round_schedule`)."""
+    out = [fingerprint(raw), _hash(comparable(raw, legacy=True))]
+    fl = raw.get("fl")
+    if isinstance(fl, dict) and fl.get("rounds") != done:
+        cut = {**raw, "fl": {**fl, "rounds": done}}
+        if round_schedule(cut) == round_schedule(raw):
+            out.append(_hash(comparable(cut, legacy=True)))
+    return tuple(out)
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -90,7 +141,7 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key: old -> new`` for every result-relevant key that differs (sorted)."""
-    a, b = _flat(comparable(old)), _flat(comparable(new))
+    a, b = _flat(resumable(old)), _flat(resumable(new))
     return [
         f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
         for k in sorted(set(a) | set(b))
@@ -139,7 +190,7 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
     state = {
         "version": FORMAT_VERSION,
         "round": ck.round,
-        "fingerprint": str(ck.fingerprint),  # a plain str: weights_only loading accepts no subclass
+        "fingerprint": ck.fingerprint,
         "params": to_cpu(ck.params),
         "server_state": to_cpu(ck.server_state),
         "client_states": to_cpu(ck.client_states),
@@ -153,10 +204,12 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def load_checkpoint(path: Path, expected_fingerprint: str | None = None) -> Checkpoint:
-    """Load without executing code from the file; refuse one written for a different config.
+def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | None = None) -> Checkpoint:
+    """Load without executing code from the file; refuse one written for a different config (``expected_fingerprint``:
+    the config's fingerprint, or the accepted ones, :func:`fingerprints`).
 
-    ``expected_fingerprint``: the config's :func:`fingerprint` (any of its ``accepted`` ones matches).
+    Only the file's format is checked here; fedrun.run_state checks every field against the run's model and
+    config before using it.
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -164,8 +217,14 @@ def load_checkpoint(path: Path, expected_fingerprint: str | None = None) -> Chec
         raise ResumeError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to restart the run") from None
     if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
         raise ResumeError(f"{path}: not a fedrun checkpoint of format {FORMAT_VERSION}; delete it to restart the run")
-    accepted = getattr(expected_fingerprint, "accepted", None) or (expected_fingerprint,)
-    if expected_fingerprint is not None and state["fingerprint"] not in accepted:
+    fields = set(Checkpoint.__dataclass_fields__)
+    missing = sorted(fields - set(state) - {"buffers"})  # buffers: absent from checkpoints of before them
+    unknown = sorted(set(state) - fields - {"version"})
+    if missing or unknown:
+        what = f"missing {', '.join(missing)}" if missing else f"unknown key {', '.join(map(str, unknown))}"
+        raise ResumeError(f"{path}: damaged checkpoint ({what}); delete it to restart the run")
+    accepted = (expected_fingerprint,) if isinstance(expected_fingerprint, str) else expected_fingerprint
+    if accepted is not None and state["fingerprint"] not in accepted:
         raise ResumeError(
             f"{path}: written for a different config; resume with the run's own config or use a new run dir"
         )
@@ -197,14 +256,55 @@ def prior_status(run_dir: Path) -> str | None:
 def check_run_dir(run_dir: Path, raw: dict[str, Any]) -> str | None:
     """Before a run starts in ``run_dir``: the status of an earlier run of the *same* config there, or None.
 
-    Raises ResumeError (one line, naming the first differing keys) when the directory holds a run of a
-    different config: it is never overwritten.
+    ``extending`` when that run completed with fewer rounds than ``raw``'s ``fl.rounds``: it continues from its
+    final checkpoint. Raises ResumeError (one line, naming the first differing keys) when the directory holds a
+    run of a different config (it is never overwritten), a completed run with more rounds than asked, or one
+    that cannot be extended.
     """
     old = saved_config(run_dir)
     if old is None:
         return None
+    moved = schedule_moved(old, raw)
+    if moved:
+        raise ResumeError(f"{run_dir}: {moved}")
     diff = config_diff(old, raw)
     if diff:
         shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
         raise ResumeError(f"{run_dir} holds a run with a different config ({shown}); use a new run dir")
-    return prior_status(run_dir) or "unfinished"
+    status = prior_status(run_dir) or "unfinished"
+    done, rounds = (old.get("fl") or {}).get("rounds"), (raw.get("fl") or {}).get("rounds")
+    if status != "completed" or not isinstance(done, int) or rounds == done:
+        return status
+    if rounds < done:
+        raise ResumeError(
+            f"fl.rounds: {run_dir} holds a completed run of {done} rounds; valid: fl.rounds >= {done} (more extends it)"
+        )
+    if not (run_dir / CHECKPOINT_FILE).is_file():
+        raise ResumeError(
+            f"fl.rounds: the completed {done}-round run in {run_dir} kept no final checkpoint"
+            f" (checkpoint.keep_final=false), so it cannot be extended to {rounds} rounds; run them in a new run dir"
+        )
+    return "extending"
+
+
+def schedule_moved(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why ``new`` cannot continue a run of ``old``: a round of :func:`round_schedule` that moved (a longer
+    ``fl.rounds`` moves IMA's t_s = int(ima.start x fl.rounds)), with the fraction that keeps it; else None."""
+    before, after = round_schedule(old), round_schedule(new)
+    if before.keys() != after.keys() or before == after:
+        return None  # the generic config diff names a switch that was turned on or off
+    key = next(k for k in before if before[k] != after[k])
+    section, name = key.split(".")
+    r0, r1 = old["fl"]["rounds"], new["fl"]["rounds"]
+    keep = None
+    for x in (before[key], before[key] + 0.5, before[key] - 1, before[key] - 0.5):
+        fraction = float(f"{x / r1:.6g}")
+        if round_schedule({**new, section: {**new[section], name: fraction}})[key] == before[key]:
+            keep = f"{key}={fraction:g}"
+            break
+    return (
+        f"{key}: its round moves from {before[key]} to {after[key]} (fl.rounds {r0} -> {r1}), so the rounds already"
+        f" run differ from this config's; valid: keep it at round {before[key]}"
+        + (f" ({keep})" if keep else "")
+        + ", or a new run dir"
+    )

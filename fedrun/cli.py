@@ -24,9 +24,12 @@ stops it (finished jobs are kept; the same command resumes).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import re
 import shutil
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -46,11 +49,12 @@ from fedrun import compose_checks, conf_location, sweeps
 from fedrun.config import RunSpec, validate
 from fedrun.engines.allocator import tune_glibc_malloc
 from fedrun.errors import ConfigError, DataError, ResumeError
-from fedrun.outputs import atomic_write, write_json
+from fedrun.interrupts import Interrupted, exit_code, interrupts, signal_name
+from fedrun.outputs import WriteError, atomic_write, remove_stale_temps, write_json
+from fedrun.run_lock import run_dir_lock
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
 
@@ -171,10 +175,6 @@ CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or the installe
 INSTALLED = conf_location.INSTALLED
 
 
-class SweepInterrupted(KeyboardInterrupt):
-    """A job of a sweep was interrupted (Ctrl-C, SIGTERM): the sweep stops instead of starting the next job."""
-
-
 @hydra.main(version_base=None, config_path=conf_location.HYDRA_CONFIG_PATH, config_name="config")
 def _job(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
@@ -184,54 +184,61 @@ def _job(cfg: DictConfig) -> float | None:
         return execute(cfg, run_dir, multirun)
     label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]"
     sweeps.record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
-    before = _summary_text(run_dir)
-    value = execute(cfg, run_dir, multirun, label)
-    if _summary_text(run_dir) != before and sweeps.job_status(run_dir) == "interrupted":
-        why = "the sweep stops; the same command (same hydra.sweep.dir) resumes it"
-        raise SweepInterrupted(f"{label} interrupted; {why}")
-    return value
-
-
-def _summary_text(run_dir: Path) -> str | None:
-    try:
-        return (run_dir / "summary.json").read_text()
-    except OSError:
-        return None
+    return execute(cfg, run_dir, multirun, label)  # an interrupted job re-raises: the sweep stops
 
 
 def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> float | None:
-    """Validate, then start, continue or skip the run in ``run_dir``; report the outcome (exit codes).
+    """Validate, then start, continue, extend or skip the run in ``run_dir``; report the outcome (exit codes).
 
-    Returns the run's :func:`objective` (also for a completed run that is skipped), None for any other outcome.
+    The run holds ``run_dir``'s lock for its whole life (fedrun/run_lock.py). Ctrl-C, SIGTERM and SIGHUP end it
+    as ``interrupted`` (fedrun/interrupts.py): in a single run the process exits with 128 + the signal's number;
+    in a multirun the KeyboardInterrupt is re-raised once summary.json is written, so the sweep stops. A file
+    that cannot be written (full disk, read-only directory) ends the run in one line naming it: exit 1, or 2
+    for a directory that is not writable. Returns the run's :func:`objective` (also for a completed run that is
+    skipped), None for any other outcome.
     """
     earlier = (run_dir / "config.yaml").is_file()  # an earlier run's files are never wiped
+    name = label or str(run_dir)
     try:
-        spec = validate(cfg)
-        spec.data.params.root = to_absolute_path(spec.data.params.root)
-        spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None
-        if multirun:
-            spec.output.quiet = True
-        from fedrun.checkpoint import FINISHED, check_run_dir  # heavy imports after validation
-        from fedrun.runner import run
+        with interrupts(name):
+            spec = validate(cfg)
+            spec.data.params.root = to_absolute_path(spec.data.params.root)
+            spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None
+            if multirun:
+                spec.output.quiet = True
+            from fedrun.checkpoint import FINISHED, check_run_dir  # heavy imports after validation
+            from fedrun.progress import run_log
+            from fedrun.runner import run
 
-        prior = check_run_dir(run_dir, spec.raw)
-        if prior in FINISHED:
-            print(
-                f"fedrun: {label or run_dir}: already {prior}; skipped (a new run needs a new run dir)", file=sys.stderr
-            )
-            if prior != "completed" and not multirun:
-                sys.exit(1)
-            return objective(json.loads((run_dir / "summary.json").read_text()), spec)
-        run_dir.mkdir(parents=True, exist_ok=True)  # Hydra made it already; a direct call may not have
-        atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(spec.raw))
-        summary = run(spec, run_dir)
+            with run_dir_lock(run_dir):
+                if spec.cache_dir:
+                    remove_stale_temps(Path(spec.cache_dir))
+                prior = check_run_dir(run_dir, spec.raw)
+                if prior in FINISHED:
+                    print(f"fedrun: {name}: already {prior}; skipped (a new run needs a new run dir)", file=sys.stderr)
+                    if prior != "completed" and not multirun:
+                        sys.exit(1)
+                    redraw_curves(run_dir, spec)
+                    return objective(json.loads((run_dir / "summary.json").read_text()), spec)
+                atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(spec.raw))
+                with run_log(run_dir, echo=name if multirun else None):
+                    summary = run(spec, run_dir)
     except ResumeError as e:
         return _reject(run_dir, str(e), multirun, wipe=False)
     except (ConfigError, DataError) as e:
         return _reject(run_dir, str(e), multirun, wipe=not earlier)
+    except WriteError as e:
+        return _write_failed(run_dir, e, multirun)
+    except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
+        mark_status(run_dir, "interrupted", f"interrupted by {signal_name(e)}", only_running=True)
+        print(f"fedrun: {name}: interrupted by {signal_name(e)}; {_resume_hint(run_dir)}", file=sys.stderr)
+        if multirun:
+            raise
+        sys.exit(exit_code(e))
     except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
-        atomic_write(run_dir / "error.log", traceback.format_exc())
-        write_json(run_dir / "summary.json", {"status": "failed", "error": f"{type(e).__name__}: {e}"})
+        with contextlib.suppress(OSError):
+            atomic_write(run_dir / "error.log", traceback.format_exc())
+        mark_status(run_dir, "failed", f"{type(e).__name__}: {e}")
         print(f"fedrun: job failed: {type(e).__name__}: {e} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
         if not multirun:
             sys.exit(1)
@@ -240,18 +247,77 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
     if multirun:
         acc = summary.get("test_acc_last_k")
         shown = "-" if acc is None else f"{100 * acc:.2f}%"
-        out.print(f"{label}: {summary['status']}, last-k acc {shown}")
+        print(f"{label}: {summary['status']}, last-k acc {shown}", flush=True)
     elif not spec.output.quiet:
         print_summary(summary, out)
+    if summary["status"] == "interrupted":
+        print(f"fedrun: {name}: {summary['error']}; {_resume_hint(run_dir)}", file=sys.stderr)
+        interrupt = Interrupted(signal.Signals[summary.get("signal", "SIGINT")])
+        if multirun:
+            raise interrupt  # the sweep stops: summary.json is written
+        sys.exit(exit_code(interrupt))
     if summary["status"] != "completed":
-        print(f"fedrun: {label or run_dir}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
+        print(f"fedrun: {name}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
         if not multirun:
             sys.exit(1)
     return objective(summary, spec)
 
 
+def _resume_hint(run_dir: Path) -> str:
+    from fedrun.checkpoint import CHECKPOINT_FILE
+
+    if (run_dir / CHECKPOINT_FILE).is_file():
+        return "re-run the same command to resume from the last checkpoint"
+    return "no checkpoint was written yet, so re-running the command starts the run over"
+
+
+def _write_failed(run_dir: Path, e: WriteError, multirun: bool) -> None:
+    """A run file could not be written: one line naming it and its folder. A folder that is not writable is bad
+    input (exit 2); a full disk (or another I/O error) fails the run (exit 1), marked in summary.json where that
+    can still be written; re-running after freeing space resumes from the last checkpoint."""
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        print(f"fedrun: error: {e}; valid: a run directory you can write to", file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    else:
+        mark_status(run_dir, "failed", str(e))
+        print(f"fedrun: error: {e}; free some space, then {_resume_hint(run_dir)}", file=sys.stderr)
+        code = EXIT_RUN_FAILED
+    if not multirun:
+        sys.exit(code)
+
+
+def mark_status(run_dir: Path, status: str, error: str, only_running: bool = False) -> None:
+    """Set ``status`` and ``error`` in ``run_dir``'s summary.json, keeping what it says of the run (with
+    ``only_running``: only when it says ``running``); silently nothing when it cannot be read or written."""
+    f = run_dir / "summary.json"
+    try:
+        old = json.loads(f.read_text()) if f.is_file() else {}
+    except (OSError, ValueError):
+        old = {}
+    if not isinstance(old, dict) or (only_running and old.get("status") != "running"):
+        return
+    with contextlib.suppress(OSError):
+        write_json(f, {**old, "status": status, "error": error})
+
+
+def redraw_curves(run_dir: Path, spec: RunSpec) -> None:
+    """Draw accuracy.png of a finished run that lacks it (a run made with ``output.plots=false``, or killed
+    between its plot and its summary by an older fedrun)."""
+    png, csv = run_dir / "accuracy.png", run_dir / "metrics.csv"
+    if spec.output.plots and not png.is_file() and csv.is_file():
+        import pandas as pd
+
+        from fedrun.outputs import plot_curves
+
+        plot_curves(pd.read_csv(csv).to_dict("records"), png, f"{spec.algorithm.name} on {spec.data.name}")
+
+
 def resume(run_dir: Path, overrides: list[str]) -> None:
-    """``fedrun resume=<dir> [key=value...]``: continue the run in ``dir`` with the config saved there."""
+    """``fedrun resume=<dir> [key=value...]``: continue the run in ``dir`` with the config saved there.
+
+    Only settings that leave the rounds already run unchanged may be given: output, checkpoint and evaluation
+    settings, and a larger ``fl.rounds``, which extends a finished run from its final checkpoint.
+    """
     if any(o.startswith("-") for o in overrides):
         _fail("resume: resumes one run; to resume a sweep re-run its command with the same hydra.sweep.dir")
     cfg_file = run_dir / "config.yaml"
@@ -282,9 +348,10 @@ def main() -> None:
             resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
             return
         _job()
-    except KeyboardInterrupt as e:  # Ctrl-C outside a run's round loop, or a sweep stopped by it
-        print(f"fedrun: {e or 'interrupted'}", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as e:  # Ctrl-C while composing, or a sweep stopped by an interrupted job
+        why = "the same command (same hydra.sweep.dir) resumes a sweep"
+        print(f"fedrun: stopped by {signal_name(e)}; {why}", file=sys.stderr)
+        sys.exit(exit_code(e))
 
 
 if __name__ == "__main__":

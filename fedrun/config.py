@@ -109,7 +109,7 @@ class HardwareConfig:
 
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     engine: str = "sequential"  # sequential | vectorised | auto (the faster of the two, measured) | ray
-    threads: int = 0  # torch intra-op threads; 0 leaves torch's default
+    threads: int = 0  # torch intra-op threads; 0: one per idle CPU core, measured at start (fedrun/threads.py)
     precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
     chunk: int | None = None  # vectorised engine: clients trained at once (None: sized from free memory)
     compile: bool = False  # vectorised engine: torch.compile the batched client step

@@ -42,6 +42,7 @@ def describe_run(exp: Experiment, run_dir: Path) -> dict[str, Any]:
         "engine": engine_name(exp.engine),
         "engine_selection": getattr(exp.engine, "selection", {}),
         "device": str(exp.device),
+        **exp.threads,  # threads: torch's intra-op threads (hardware.threads, or measured when 0)
         "model_params": exp.model.num_params(),
         "data_standin": data.standin is not None,  # seeded random data replaced missing files (data.standin)
         "partition_stats": partition_stats(counts),
@@ -83,7 +84,8 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
 
 @dataclass
 class Outcome:
-    """How the round loop ended: ``completed``, ``diverged`` (with where) or ``interrupted``."""
+    """How the round loop ended: ``completed``, ``diverged`` (with where) or ``interrupted`` (with the signal,
+    from which fedrun.cli exits or stops a sweep once the summary is written)."""
 
     status: str = "completed"
     error: str | None = None
@@ -113,3 +115,14 @@ def final_summary(
     if outcome.error:
         summary["error"] = outcome.error
     return summary
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """The log line of a run's end: status, rounds, accuracies, time (and the error of a run that did not complete)."""
+    pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
+    line = (
+        f"{s['status']}: {s['rounds_completed']} rounds, final test_acc {pct(s.get('test_acc_final'))},"
+        f" mean of last {s.get('last_k', 0)} {pct(s.get('test_acc_last_k'))},"
+        f" best {pct(s.get('test_acc_best'))} (round {s.get('best_round', '-')}), {s['wall_time_s']:.1f} s"
+    )
+    return line + (f"; {s['error']}" if s.get("error") else "")

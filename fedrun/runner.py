@@ -31,14 +31,16 @@ from fedrun.devices import job_device, multirun_job_num
 from fedrun.engines.auto import EngineFactory
 from fedrun.engines.base import Engine
 from fedrun.errors import ConfigError, DivergenceError
+from fedrun.interrupts import signal_name
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.models.base import FunctionalModel
 from fedrun.outputs import plot_curves, write_json
-from fedrun.progress import RoundMonitor
+from fedrun.progress import RoundMonitor, log
 from fedrun.rng import derive, np_rng
 from fedrun.rounds import evaluates, evaluation_row, lr_at, train_round
 from fedrun.run_state import open_state, save_state
-from fedrun.run_summary import Outcome, describe_run, final_summary
+from fedrun.run_summary import Outcome, describe_run, final_summary, summary_line
+from fedrun.threads import apply_threads
 
 __all__ = ["Experiment", "build_experiment", "build_model", "load_data", "lr_at", "run", "select_engine"]
 
@@ -111,12 +113,14 @@ class Experiment:
     algorithm: Algorithm
     engine: Engine
     corrupted: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    threads: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch threads used and why (summary.json)
 
 
-def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experiment:
+def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
+    """Build the run's data, partition, model, algorithm and engine. ``pinned_*``: what a resumed run used
+    (:func:`pinned`), kept where the config leaves the choice to fedrun (``auto`` engine, 0 threads)."""
     hw = spec.hardware
-    if hw.threads:
-        torch.set_num_threads(hw.threads)
+    threads = apply_threads(hw.threads, pinned_threads)
     device = resolve_device(hw.device)
     data = load_data(spec)
     parts = make_partition(data, spec.partition.name, spec.partition.params, spec.fl.clients, spec.seed, spec.cache_dir)
@@ -124,6 +128,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experim
     if px.per_class:  # carved out for every method, so all are evaluated on the same test images
         proxy_split, test = carve_proxy(data.test, data.num_classes, px, spec.seed)
         proxy = ProxySet(proxy_split.to(device), data.num_classes, px.batch_size, px.balanced_sampling)
+    check_test_split(spec, len(data.test), len(test) if test is not None else len(data.test))
     client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
     fed = FederatedData(client_data, parts, device, DTYPES[hw.precision], test=test)
     model = build_model(spec, data, device)
@@ -132,17 +137,40 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experim
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup({"device": device, "seed": spec.seed, "data": fed, "proxy": proxy, "dataset": spec.data.name})
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
-    return Experiment(spec, device, data, parts, fed, model, algorithm, engine, corrupted)
+    return Experiment(spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads)
 
 
-def pinned_engine(run_dir: Path) -> str | None:
-    """The engine an interrupted run in ``run_dir`` used (None when there is nothing to resume)."""
+def check_test_split(spec: RunSpec, loaded: int, left: int) -> None:
+    """Refuse a run with nothing to evaluate on: an empty test split, or one the proxy set took whole."""
+    if left:
+        return
+    if loaded:
+        raise ConfigError(
+            "proxy.per_class",
+            f"{spec.proxy.per_class} per class takes all {loaded} test samples for the server's proxy set, leaving"
+            " none to evaluate on; valid: a smaller proxy.per_class (0: no proxy set) or more test samples"
+            " (data.max_test_samples)",
+        )
+    field = "data.max_test_samples" if spec.data.params.max_test_samples is not None else "data"
+    raise ConfigError(
+        field, "the test split is empty, so no round could be evaluated; valid: a test split of >= 1 sample"
+    )
+
+
+def pinned(run_dir: Path) -> tuple[str | None, int | None]:
+    """The engine and thread count an interrupted (or extended) run in ``run_dir`` used; (None, None) when there is
+    nothing to resume."""
     if not (run_dir / CHECKPOINT_FILE).is_file() or not (run_dir / "summary.json").is_file():
-        return None
+        return None, None
     try:
-        return json.loads((run_dir / "summary.json").read_text()).get("engine")
+        summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
-        return None
+        return None, None
+    engine, threads = summary.get("engine"), summary.get("threads")
+    return (
+        engine if isinstance(engine, str) else None,
+        threads if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0 else None,
+    )
 
 
 def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[str, Any]:
@@ -152,7 +180,7 @@ def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[st
     writes are identical (timings aside) to those of an uninterrupted run.
     """
     t0 = time.perf_counter()
-    exp = build_experiment(spec, pinned_engine(run_dir))
+    exp = build_experiment(spec, *pinned(run_dir))
     try:
         return _run(spec, run_dir, exp, t0, console or Console(stderr=True))
     finally:
@@ -164,9 +192,10 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
     checkpoint, summarise."""
     info = describe_run(exp, run_dir)
     fp = fingerprint(spec.raw)
-    st = open_state(exp, run_dir, fp)
+    st = open_state(exp, run_dir)
     t0 -= st.elapsed  # timings continue from where a killed run stopped
     write_json(run_dir / "summary.json", {**info, "status": "running"})
+    log.info(start_line(spec, info, st.start))
     outcome, client_acc = Outcome(), client_accuracy(exp)
     t_loop = time.perf_counter()
     try:
@@ -186,13 +215,22 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
         where = f"round {e.round_idx + 1}" + (f", client {e.client}" if e.client is not None else "")
         extra = {"diverged_round": e.round_idx + 1, "diverged_client": e.client}
         outcome = Outcome("diverged", f"diverged at {where}: {e.what}", extra)
-    except KeyboardInterrupt:
-        outcome = Outcome("interrupted", "interrupted by the user")
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (fedrun/interrupts.py): the last checkpoint stays
+        outcome = Outcome("interrupted", f"interrupted by {signal_name(e)}", {"signal": signal_name(e)})
+    if st.rows and spec.output.plots:  # before summary.json says how the run ended
+        plot_curves(st.rows, run_dir / "accuracy.png", f"{spec.algorithm.name} on {spec.data.name}")
     summary = final_summary(info, st, spec, outcome, t0, t_loop, run_dir)
     write_json(run_dir / "summary.json", summary)
-    if st.rows and spec.output.plots:
-        plot_curves(st.rows, run_dir / "accuracy.png", f"{spec.algorithm.name} on {spec.data.name}")
+    log.info(summary_line(summary))
     return summary
+
+
+def start_line(spec: RunSpec, info: dict[str, Any], start: int) -> str:
+    """The log line of a run's start: what runs, where, from which round."""
+    what = f"{info['algorithm']} on {info['data']} ({info['model']}, {info['partition']}), seed {info['seed']}"
+    how = f"engine {info['engine']}, {info.get('threads', '?')} thread(s), {info['device']}"
+    begin = f"resumed after round {start} of {spec.fl.rounds}" if start else f"started: {spec.fl.rounds} rounds"
+    return f"{begin}: {what}; {how}"
 
 
 def client_accuracy(exp: Experiment) -> ClientAccuracy | None:

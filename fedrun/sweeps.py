@@ -1,7 +1,7 @@
 """Sweep job directories keyed by content, the sweep's index file, and how a multirun ended.
 
 A job of ``fedrun -m`` runs in ``<hydra.sweep.dir>/<key>``, where the key is a short hash of the part of its
-config that decides the results (:func:`fedrun.checkpoint.comparable`, the same part a resume compares).
+config that decides the results (:func:`fedrun.checkpoint.config_key`).
 So re-running a sweep with one more seed, method or value runs only the new jobs (the finished ones are
 found and skipped, unfinished ones resume), and one config never runs twice, however the command spells
 it. ``index.yaml`` in the sweep dir maps each job directory to the overrides that last ran it.
@@ -28,10 +28,10 @@ RESOLVER = "fedrun.job_dir"  # conf/config.yaml: hydra.sweep.subdir: ${fedrun.jo
 
 
 def job_key(raw: dict[str, Any]) -> str:
-    """The directory name of a job whose resolved config is ``raw``: its result-relevant fingerprint."""
-    from fedrun.checkpoint import fingerprint  # torch: only where a job runs
+    """The directory name of a job whose resolved config is ``raw``: the hash of its result-deciding part."""
+    from fedrun.checkpoint import config_key  # torch: only where a job runs
 
-    return fingerprint(raw)[:KEY_CHARS]
+    return config_key(raw)[:KEY_CHARS]
 
 
 def unresolvable_key(overrides: Iterable[str]) -> str:

@@ -17,9 +17,13 @@ from fedrun.checkpoint import (
     Checkpoint,
     check_run_dir,
     config_diff,
+    config_key,
     fingerprint,
+    fingerprints,
     load_checkpoint,
+    round_schedule,
     save_checkpoint,
+    schedule_moved,
 )
 from fedrun.errors import ResumeError
 
@@ -138,6 +142,71 @@ def test_device_may_change_on_resume_and_older_checkpoints_still_load(tmp_path: 
     kept["data"] = {k: v for k, v in cpu["data"].items() if k not in ("root", "download")}
     old = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
     save_checkpoint(tmp_path / CHECKPOINT_FILE, _ckpt(old))
-    assert load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprint(cpu)).round == 3  # on its own device
+    assert load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprints(cpu, 3)).round == 3  # on its own device
     with pytest.raises(ResumeError, match="different config"):
-        load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprint(gpu))  # its fingerprint names the device
+        load_checkpoint(tmp_path / CHECKPOINT_FILE, fingerprints(gpu, 3))  # its fingerprint names the device
+
+
+def _old_fingerprint(raw: dict) -> str:
+    """fingerprint() as fedrun computed it before runs could be extended (written out again, for the test)."""
+    import copy
+    import hashlib
+    import json
+
+    out = copy.deepcopy({k: v for k, v in raw.items() if k not in ("output", "checkpoint", "cache_dir", "tracking")})
+    for k in ("root", "download"):
+        out["data"].pop(k, None)
+    if not (out.get("corrupt") or {}).get("fraction"):
+        out.pop("corrupt", None)
+    if "eval" in out and not out["eval"].get("client_weights"):
+        out["eval"].pop("client_weights", None)
+    return hashlib.sha256(json.dumps(out, sort_keys=True, default=str).encode()).hexdigest()
+
+
+EXTENSIBLE = {**RAW, "fl": {**RAW["fl"], "rounds": 200}, "eval": {"every": 1, "target": None, "last_k": 10}}
+
+
+def test_fl_rounds_and_evaluation_settings_leave_the_fingerprint_but_schedule_rounds_do_not() -> None:
+    longer = {**EXTENSIBLE, "fl": {**EXTENSIBLE["fl"], "rounds": 400}}
+    assert fingerprint(longer) == fingerprint(EXTENSIBLE)
+    assert fingerprint({**EXTENSIBLE, "eval": {"every": 1, "target": 0.8, "last_k": 5}}) == fingerprint(EXTENSIBLE)
+    assert fingerprint({**EXTENSIBLE, "eval": {"every": 2, "target": None, "last_k": 10}}) != fingerprint(EXTENSIBLE)
+    ima = {**EXTENSIBLE, "ima": {"enabled": True, "start": 0.75}}
+    assert round_schedule(ima) == {"ima.start": 150}
+    assert fingerprint({**ima, "fl": longer["fl"]}) != fingerprint(ima)  # t_s 150 -> 300
+    assert fingerprint({**ima, "fl": longer["fl"], "ima": {"enabled": True, "start": 0.375}}) == fingerprint(ima)
+    fedfa = {**EXTENSIBLE, "algorithm": {"name": "fedfa", "calib_start": 0.25}}
+    assert round_schedule(fedfa) == {"algorithm.calib_start": 51}  # the first round t (0-based) with t > 0.25 x 200
+    assert "ima.start: its round moves from 150 to 300" in schedule_moved(ima, {**ima, "fl": longer["fl"]})
+    assert "(ima.start=0.375)" in schedule_moved(ima, {**ima, "fl": longer["fl"]})
+
+
+def test_checkpoints_from_before_extension_still_resume_and_extend() -> None:
+    old = _old_fingerprint(EXTENSIBLE)
+    assert old in fingerprints(EXTENSIBLE, 150)  # an interrupted run, resumed
+    longer = {**EXTENSIBLE, "fl": {**EXTENSIBLE["fl"], "rounds": 400}}
+    assert old in fingerprints(longer, 200)  # a finished 200-round run, extended to 400
+    assert old not in fingerprints(longer, 150)
+    ima = {**EXTENSIBLE, "ima": {"enabled": True, "start": 0.75}}
+    assert _old_fingerprint(ima) not in fingerprints({**ima, "fl": longer["fl"]}, 200)  # would move t_s
+
+
+def test_only_known_methods_read_fl_rounds() -> None:
+    """A method whose computation depends on fl.rounds must declare the rounds it derives in round_schedule,
+    or extending its runs would silently change them."""
+    import fedrun.algorithms
+
+    root = Path(fedrun.algorithms.__file__).parent
+    readers = sorted(f.name for f in root.glob("*.py") if "fl.rounds" in f.read_text())
+    assert readers == ["fedfa.py", "ima.py"]
+
+
+def test_a_runs_identity_keeps_fl_rounds_and_evaluation_settings_that_its_fingerprint_leaves_out() -> None:
+    """Sweep job dirs and the report's duplicates use config_key: runs of 200 and 400 rounds are two runs,
+    though one can extend the other (same fingerprint)."""
+    longer = {**EXTENSIBLE, "fl": {**EXTENSIBLE["fl"], "rounds": 400}}
+    assert fingerprint(longer) == fingerprint(EXTENSIBLE) and config_key(longer) != config_key(EXTENSIBLE)
+    later_k = {**EXTENSIBLE, "eval": {"every": 1, "target": None, "last_k": 5}}
+    assert config_key(later_k) != config_key(EXTENSIBLE)
+    moved = {**EXTENSIBLE, "hardware": {"device": "cuda"}}
+    assert config_key(moved) == config_key({**EXTENSIBLE, "hardware": {"device": "cpu"}})

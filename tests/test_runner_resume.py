@@ -181,3 +181,63 @@ def test_keep_final_false_removes_the_checkpoint_of_a_finished_run(
     summary = run(make_spec(*SMALL, "fl.rounds=2", "checkpoint.keep_final=false"), tmp_path)
     assert summary["status"] == "completed"
     assert not (tmp_path / CHECKPOINT_FILE).exists()
+
+
+def _run_dir(tmp_path: Path, name: str, *overrides: str) -> Path:
+    """A finished run of SMALL + ``overrides`` through the CLI path (config.yaml, summary.json, checkpoint)."""
+    run_dir = tmp_path / name
+    cli.execute(compose_cfg([*SMALL, *overrides, f"cache_dir={tmp_path / 'cache'}"]), run_dir, multirun=False)
+    return run_dir
+
+
+def test_a_finished_run_extended_with_more_rounds_equals_the_longer_run(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    short = _run_dir(tmp_path, "short", "fl.rounds=4", "eval.every=3")  # rows 3 and 4 (the last is evaluated)
+    assert list(pd.read_csv(short / "metrics.csv")["round"]) == [3, 4]
+    cli.resume(short, ["fl.rounds=8", "eval.train_acc=true"])  # an evaluation setting may change too
+    s = _summary(short)
+    assert s["status"] == "completed" and s["resumed_from_round"] == 4 and s["rounds_completed"] == 8
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*SMALL, "fl.rounds=8", "eval.every=3"), reference)
+    extended = _metrics(short)
+    assert list(extended["round"]) == [3, 6, 8]  # round 4, the short run's last, is not a round the long one evaluates
+    assert extended["train_acc"].isna().tolist() == [True, False, False]  # measured from the extension on
+    pd.testing.assert_frame_equal(extended.drop(columns=["train_acc", "train_loss"]), _metrics(reference))
+
+
+def test_extending_keeps_imas_start_round_or_is_refused(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], capsys: pytest.CaptureFixture
+) -> None:
+    short = _run_dir(tmp_path, "short", "fl.rounds=4", "ima.enabled=true", "ima.window=2")  # t_s = int(0.75 x 4) = 3
+    with pytest.raises(SystemExit) as e:
+        cli.resume(short, ["fl.rounds=8"])  # t_s would move to 6: rounds 4.. of the short run differ
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "ima.start: its round moves from 3 to 6 (fl.rounds 4 -> 8)" in err and "(ima.start=0.375)" in err
+    cli.resume(short, ["fl.rounds=8", "ima.start=0.375"])  # int(0.375 x 8) = 3: the same IMA run, longer
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*SMALL, "fl.rounds=8", "ima.enabled=true", "ima.window=2", "ima.start=0.375"), reference)
+    pd.testing.assert_frame_equal(_metrics(short), _metrics(reference), check_exact=True)
+
+
+def test_runs_that_cannot_be_extended_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    no_checkpoint = _run_dir(tmp_path, "a", "fl.rounds=2", "checkpoint.keep_final=false")
+    finished = _run_dir(tmp_path, "b", "fl.rounds=3")
+    capsys.readouterr()
+    for run_dir, overrides, says in (
+        (no_checkpoint, ["fl.rounds=4"], "kept no final checkpoint (checkpoint.keep_final=false)"),
+        (finished, ["fl.rounds=2"], "holds a completed run of 3 rounds; valid: fl.rounds >= 3"),
+        (finished, ["fl.rounds=4", "fl.lr=0.1"], "different config (fl.lr: 0.05 -> 0.1)"),
+        (finished, ["fl.rounds=4", "eval.every=2"], "different config (eval.every: 1 -> 2)"),
+    ):
+        before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+        with pytest.raises(SystemExit) as e:
+            cli.resume(run_dir, overrides)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and says in err, err
+        assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before

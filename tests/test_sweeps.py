@@ -94,7 +94,7 @@ def test_ctrl_c_stops_a_sweep(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert "interrupted; the sweep stops; the same command (same hydra.sweep.dir) resumes it" in err
+    assert "fedrun: stopped by SIGINT; the same command (same hydra.sweep.dir) resumes a sweep" in err
     assert "Traceback" not in err
     assert json.loads((job0 / "summary.json").read_text())["status"] == "interrupted"
     assert list(read_index(sweep)) == [job0.name]  # job 1 never started

@@ -16,6 +16,7 @@ from fedrun.tree import nbytes
 TINY = (
     "data.max_train_samples=300",
     "data.max_test_samples=50",
+    "proxy.per_class=0",  # 50 test images: a proxy set of 10 per class would take them all (refused)
     "fl.clients=20",
     "model.hidden=[64]",
     "hardware.threads=1",

@@ -48,6 +48,7 @@ def test_batchnorm_resnet_trains_end_to_end(make_spec, tmp_path: Path) -> None: 
         "fl.rounds=1",
         "fl.batch_size=8",
         "eval.last_k=1",
+        "proxy.per_class=0",  # a proxy set would take all 8 test images (refused: nothing to evaluate on)
     )
     (tmp_path / "run").mkdir()
     summary = run(spec, tmp_path / "run")
@@ -99,6 +100,7 @@ def test_lstm_runs_on_shakespeare_roles(make_spec, tmp_path: Path) -> None:  # n
         "fl.rounds=1",
         "fl.batch_size=4",
         "eval.last_k=1",
+        "proxy.per_class=0",  # a proxy set would take all 4 test samples (refused: nothing to evaluate on)
     )
     (tmp_path / "run").mkdir()
     summary = run(spec, tmp_path / "run")
