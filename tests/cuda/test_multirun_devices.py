@@ -65,6 +65,12 @@ def sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subp
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=full_env, cwd=tmp_path)
 
 
+def summaries(tmp_path: Path) -> dict[int, dict]:
+    """Each job's summary.json by its seed (job n of ``seed=0,1,...`` has seed n): job dirs are keyed by content."""
+    found = [json.loads(f.read_text()) for f in (tmp_path / "sweep").glob("*/summary.json")]
+    return {s["seed"]: s for s in found}
+
+
 def test_device_auto_spreads_a_parallel_multirun_over_fake_gpus(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="Hydra's joblib launcher is not installed")
     site = tmp_path / "site"
@@ -76,8 +82,8 @@ def test_device_auto_spreads_a_parallel_multirun_over_fake_gpus(tmp_path: Path) 
     assert res.returncode == 0, res.stderr
     seen = sorted(tuple(line.split()) for line in log.read_text().splitlines())
     assert seen == [(str(n), f"cuda:{n % 3}") for n in range(4)]  # job n on GPU n mod 3: job 3 wraps to GPU 0
-    workers = {json.loads((tmp_path / "sweep" / str(n) / "summary.json").read_text())["status"] for n in range(4)}
-    assert workers == {"completed"}
+    jobs = summaries(tmp_path)
+    assert sorted(jobs) == [0, 1, 2, 3] and {s["status"] for s in jobs.values()} == {"completed"}
 
 
 @pytest.mark.cuda
@@ -85,7 +91,8 @@ def test_device_auto_multirun_runs_each_job_on_gpu_n_mod_k(tmp_path: Path) -> No
     k = torch.cuda.device_count()  # 0 in a CPU dry run: every job then runs on the CPU
     res = sweep(tmp_path, "seed=0,1,2")
     assert res.returncode == 0, res.stderr
-    for n in range(3):
-        summary = json.loads((tmp_path / "sweep" / str(n) / "summary.json").read_text())
+    jobs = summaries(tmp_path)
+    assert sorted(jobs) == [0, 1, 2]
+    for n, summary in jobs.items():
         assert summary["status"] == "completed"
         assert summary["device"] == (f"cuda:{n % k}" if k else "cpu")
