@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from fedrun import cli, runner
+from fedrun import cli, rounds
 from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.outputs import TIMING_COLUMNS
 from fedrun.runner import build_experiment
@@ -41,7 +41,7 @@ RUN = (
 
 def stop_at(call: int) -> Callable[..., object]:
     """The runner's ``evaluate``, interrupted (Ctrl-C) at its ``call``-th call: rounds before it are checkpointed."""
-    real, calls = runner.evaluate, {"n": 0}
+    real, calls = rounds.evaluate, {"n": 0}
 
     def evaluate(*args: object, **kwargs: object) -> object:
         calls["n"] += 1
@@ -59,10 +59,10 @@ def start(run_dir: Path, device: str, cache: Path, monkeypatch: pytest.MonkeyPat
         cli.execute(cfg, run_dir, multirun=False)
         return
     with monkeypatch.context() as m:
-        m.setattr(runner, "evaluate", stop_at(stop))
+        m.setattr(rounds, "evaluate", stop_at(stop))
         with pytest.raises(SystemExit) as exit_:
             cli.execute(cfg, run_dir, multirun=False)
-    assert exit_.value.code == 1
+    assert exit_.value.code == 130  # 128 + SIGINT
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     assert load_checkpoint(run_dir / CHECKPOINT_FILE).round == stop - 1
 
