@@ -123,10 +123,11 @@ def evaluation_row(
     """metrics.csv's row of round ``r.rnd``: test (and train) accuracy and loss of w^{t+1}, then the round's
     lr, cohort size, local loss, bytes, timings and diagnostics."""
     ev = exp.spec.eval
-    acc, loss = evaluate(exp.model, st.params, exp.fed, exp.fed.test, ev.batch_size)
+    model = exp.algorithm.eval_params(st.params, st.server_state)
+    acc, loss = evaluate(exp.model, model, exp.fed, exp.fed.test, ev.batch_size)
     row: dict[str, Any] = {"round": r.rnd + 1, "test_acc": acc, "test_loss": loss}
     if ev.train_acc:
-        row["train_acc"], row["train_loss"] = evaluate(exp.model, st.params, exp.fed, exp.fed.train, ev.batch_size)
+        row["train_acc"], row["train_loss"] = evaluate(exp.model, model, exp.fed, exp.fed.train, ev.batch_size)
     now = time.perf_counter()
     row.update(
         {
@@ -139,7 +140,7 @@ def evaluation_row(
             "aggregate_seconds": r.aggregate_seconds,
             "seconds": now - t0,
             **r.diagnostics,
-            **(client_acc(st.params) if client_acc else {}),
+            **(client_acc(model) if client_acc else {}),
         }
     )
     return row

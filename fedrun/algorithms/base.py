@@ -165,6 +165,11 @@ class Algorithm:
         """Combine the cohort's uploads (stacked, leading dim m) into w^{t+1}; returns diagnostics too."""
         return weighted_mean(uploads["params"], weights), server_state, {}
 
+    def eval_params(self, params: Tensors, server_state: Tree) -> Tensors:
+        """The model the run evaluates after aggregation: w^{t+1}, the one broadcast, for all but a few methods
+        whose code reports another (FedDyn ``variant=official``: the cohort's plain average)."""
+        return params
+
     # ---- helpers ---------------------------------------------------------------------------------------
     @staticmethod
     def mean_delta(params: Tensors, uploads: Tree, weights: torch.Tensor) -> Tensors:

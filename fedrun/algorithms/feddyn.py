@@ -16,7 +16,15 @@ lines 799-832) uses the unsquared (alpha/2) ||w - w^t||_2 and h <- h - alpha sum
 broadcasts and evaluates (main_baselines.py line 64). The FedDyn authors' own code (alpemreacar/FedDyn
 ``utils_methods.train_FedDyn``) differs again: a per-client alpha_i = alpha / (N n_i / n) and it reports the
 plain mean of the cohort's models (``avg_model``) while clients start from the corrected one; it is not
-implemented here.
+available as ``variant=official`` (below).
+
+``variant=official``: the FedDyn authors' code (``utils_methods.train_FedDyn`` 366-392,
+``utils_general.train_feddyn_mdl`` 185-226). Client i's coefficient is alpha_i = alpha / (N n_i / n), and its
+loss is f_i(w) + alpha_i <l_i, w> + (alpha_i/2) ||w - w^t||^2 (the linear term, plus SGD weight decay alpha_i
+against the broadcast model), with l_i <- l_i + (w_i - w^t) its accumulated updates: Alg. 1's rule with
+g_i = -alpha_i l_i and alpha_i in place of alpha. The server averages the cohort's models uniformly (np.mean),
+broadcasts the "cloud" model avg + (1/N) sum_{all i} l_i and evaluates the plain average (``avg_model``, the
+reported "sel" accuracy; :meth:`eval_params`). The code also clips gradients to norm 10: ``fl.grad_clip=10``.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ class FedDynParams(AlgoParams):
     """``alpha``: regularisation strength (FedLAW used 0.01; FedDyn paper grid {0.1, 0.01, 0.001})."""
 
     alpha: float = 0.01
-    variant: Literal["paper", "law"] = "paper"
+    variant: Literal["paper", "law", "official"] = "paper"
 
     def __post_init__(self) -> None:
         positive("alpha", self.alpha)
@@ -50,7 +58,19 @@ class FedDyn(FedAvg):
     hp: FedDynParams
 
     def server_init(self, params: Tensors) -> Tree:
+        if self.hp.variant == "official":  # the cloud model's correction, and the average it is evaluated as
+            return {"h": zeros_like(params), "avg": tree_map(lambda p: p.detach().clone(), params)}
         return {"h": zeros_like(params)}
+
+    def eval_params(self, params: Tensors, server_state: Tree) -> Tensors:
+        """``official``: the cohort's plain average (the code's ``avg_model``); else w^{t+1}, as broadcast."""
+        return server_state["avg"] if self.hp.variant == "official" else params
+
+    def client_alpha(self, ctx: ClientContext) -> float | torch.Tensor:
+        """alpha, or the official code's alpha_i = alpha n / (N n_i) (n: all N clients' samples)."""
+        if self.hp.variant != "official" or ctx.size is None or not getattr(self, "total_size", None):
+            return self.hp.alpha
+        return self.hp.alpha * self.total_size / (self.fl.clients * ctx.size)
 
     def client_init(self, params: Tensors) -> Tree:
         return {"grad": zeros_like(params)}
@@ -63,10 +83,10 @@ class FedDyn(FedAvg):
             dist = torch.linalg.vector_norm(torch.cat([d.reshape(-1) for d in diff.values()]))
         else:
             dist = sq_norm(diff)
-        return loss - lin + 0.5 * self.hp.alpha * dist
+        return loss - lin + 0.5 * self.client_alpha(ctx) * dist
 
     def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
-        a = self.hp.alpha
+        a = self.client_alpha(ctx)
         grad = tree_map(lambda g, w, w0: g - a * (w - w0), ctx.state["grad"], end, start)
         return {"params": end}, {**ctx.state, "grad": grad}
 
@@ -90,6 +110,11 @@ class FedDyn(FedAvg):
         self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
     ) -> tuple[Tensors, Tree, dict[str, float]]:
         a = self.hp.alpha
+        if self.hp.variant == "official":  # h here is -(1/N) sum_all l_i; the cohort's l_i grew by w_i - w^t
+            avg = weighted_mean(uploads["params"], torch.full_like(weights, 1.0 / len(weights)))
+            moved = tree_map(lambda m, w: (m - w) * (len(weights) / self.fl.clients), avg, params)
+            h = tree_map(lambda h, d: h - d, server_state["h"], moved)
+            return tree_map(lambda m, hh: m - hh, avg, h), {**server_state, "h": h, "avg": avg}, {}
         if self.hp.variant == "law":
             step = tree_map(lambda d: a * d, self.mean_delta(params, uploads, weights))
         else:

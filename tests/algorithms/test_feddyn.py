@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, tiny_batch, tiny_model, train
 
-from fedrun.algorithms.base import RoundInfo
+from fedrun.algorithms.base import ClientContext, RoundInfo
 from fedrun.config import FLConfig
 from fedrun.tree import stack
 
@@ -91,3 +91,81 @@ def test_feddyn_size_weighting_weighs_the_mean_and_h_alike() -> None:
         for k in w:
             torch.testing.assert_close(state["h"][k], torch.full_like(w[k], h))
             torch.testing.assert_close(new[k], w[k] + mean - h / alpha)
+
+
+def _official(alpha: float, sizes: list[int]):  # noqa: ANN202
+    """FedDyn variant=official on the tiny model, with the run-level n (all clients' samples) it reads at setup."""
+    algo = make_algo("feddyn", tiny_model(), fl=FLConfig(clients=len(sizes)), alpha=alpha, variant="official")
+    algo.total_size = float(sum(sizes))
+    return algo
+
+
+def test_feddyn_official_client_matches_the_authors_loss() -> None:
+    """alpha_i = alpha / (N n_i / n) and loss f + alpha_i <w, -w^t + l_i> + weight decay alpha_i
+    (utils_general.train_feddyn_mdl), written out with plain autograd; l_i = -g_i / alpha_i."""
+    alpha, sizes, i = 0.3, [10, 30, 20], 1
+    algo = _official(alpha, sizes)
+    model = algo.model
+    wt, batch = model.init_params(), tiny_batch()
+    w = {k: v + 0.2 for k, v in wt.items()}
+    alpha_i = alpha / (len(sizes) * sizes[i] / sum(sizes))
+    lpl = {k: torch.full_like(v, -0.7) for k, v in wt.items()}
+    ctx = ClientContext(
+        wt,
+        {},
+        {"grad": {k: -alpha_i * v for k, v in lpl.items()}},
+        0.1,
+        torch.tensor(float(sizes[i]), dtype=torch.float64),
+    )
+    got, _ = algo.local_grad(w, batch, ctx)
+
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in w.items()}
+    flat = torch.cat([leaves[k].reshape(-1) for k in leaves])
+    cld = torch.cat([wt[k].reshape(-1) for k in wt])
+    local = torch.cat([lpl[k].reshape(-1) for k in lpl])
+    loss = model.loss(leaves, batch) + alpha_i * torch.sum(flat * (-cld + local)) + 0.5 * alpha_i * flat.pow(2).sum()
+    want = dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values())), strict=True))
+    for k in w:
+        torch.testing.assert_close(got[k], want[k], atol=1e-12, rtol=0)
+    _, state = algo.client_finish(wt, w, ctx, torch.tensor(3))
+    for k in w:  # l_i += w_i - w^t
+        torch.testing.assert_close(-state["grad"][k] / alpha_i, lpl[k] + 0.2)
+
+
+def test_feddyn_official_server_broadcasts_the_cloud_model_and_evaluates_the_average() -> None:
+    """Two rounds of utils_methods.train_FedDyn's server on 4 clients: avg = np.mean(cohort's models),
+    cld = avg + mean over all 4 clients of local_param_list (each client's accumulated w_i - cld)."""
+    sizes = [10, 30, 20, 40]
+    algo = _official(0.1, sizes)
+    w0 = algo.model.init_params()
+    keys = list(w0)
+    flat = lambda t: torch.cat([t[k].reshape(-1) for k in keys])  # noqa: E731
+    local_param_list = torch.zeros(4, flat(w0).numel(), dtype=torch.float64)
+    cld_ref = flat(w0)
+    params, state = w0, algo.server_init(w0)
+    g = torch.Generator().manual_seed(3)
+    for rnd, cohort in enumerate(([0, 2], [1, 2, 3])):
+        ups = [{k: v + torch.randn(v.shape, generator=g, dtype=v.dtype) for k, v in params.items()} for _ in cohort]
+        for c, up in zip(cohort, ups, strict=True):
+            local_param_list[c] += flat(up) - cld_ref
+        avg_ref = torch.stack([flat(u) for u in ups]).mean(0)
+        cld_ref = avg_ref + local_param_list.mean(0)
+        sz = torch.tensor([float(sizes[c]) for c in cohort], dtype=torch.float64)
+        info = RoundInfo(rnd, 4, torch.tensor(cohort), sz, torch.ones(len(cohort)), 0.1)
+        params, state, _ = algo.aggregate(params, state, {"params": stack(ups)}, sz / sz.sum(), info)
+        torch.testing.assert_close(flat(params), cld_ref, atol=1e-12, rtol=0)
+        torch.testing.assert_close(flat(algo.eval_params(params, state)), avg_ref, atol=1e-12, rtol=0)
+
+
+def test_the_runner_evaluates_feddyns_official_average(make_spec, tmp_path) -> None:  # noqa: ANN001
+    from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint
+    from fedrun.metrics.evaluate import evaluate
+    from fedrun.runner import build_experiment, run
+
+    spec = make_spec(*SMALL, "algorithm=feddyn", "algorithm.variant=official", "fl.participation=0.5")
+    summary = run(spec, tmp_path)
+    ck = load_checkpoint(tmp_path / CHECKPOINT_FILE)
+    exp = build_experiment(spec)
+    avg_acc, _ = evaluate(exp.model, ck.server_state["avg"], exp.fed, exp.fed.test, 512)
+    cld_acc, _ = evaluate(exp.model, ck.params, exp.fed, exp.fed.test, 512)
+    assert summary["test_acc_final"] == avg_acc != cld_acc

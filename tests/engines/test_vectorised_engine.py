@@ -227,3 +227,11 @@ def test_batchnorm_model_is_refused_with_one_line(experiment: Callable[..., Expe
         VectorisedEngine(algo, exp.fed, exp.spec.fl, exp.spec.seed)
     assert err.value.field == "hardware.engine"
     assert "buffers" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("variant", ["law", "official"])
+def test_feddyn_code_variants_match_sequential(variant: str, experiment: Callable[..., Experiment]) -> None:
+    """The code variants' per-client alpha_i (official: from the client's n_i) under vmap."""
+    exp = experiment("algorithm=feddyn", f"algorithm.variant={variant}", *HARD)
+    vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=2)
+    assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
