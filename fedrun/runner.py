@@ -243,6 +243,7 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
         "device": str(exp.device),
         "model_params": exp.model.num_params(),
         "data_standin": exp.data.standin is not None,  # seeded random data replaced missing files (data.standin)
+        "data_stats": exp.data.stats or None,  # the data source and its statistics, where the loader gives them
         "partition_stats": partition_stats(counts),
     }
     if spec.corrupt.fraction:
