@@ -124,7 +124,10 @@ def preset_samples(target: Target, preset: str) -> float:
         fl["local_steps"] * fl["batch_size"] if fl.get("local_steps") else fl["local_epochs"] * n / fl["clients"]
     )
     runs = target.runs() / len(target.presets)
-    return runs * fl["rounds"] * max(int(fl["participation"] * fl["clients"]), 1) * per_client
+    # a swept participation (FedCos Tables IV, V: 10% and 20%) counts each value's cohort, not the preset's alone
+    rates = [float(r) for r in dict(target.sweep).get("fl.participation", str(fl["participation"])).split(",")]
+    cohort = sum(max(int(r * fl["clients"]), 1) for r in rates) / len(rates)
+    return runs * fl["rounds"] * cohort * per_client
 
 
 def client_samples(target: Target) -> float:
