@@ -45,8 +45,8 @@ TRAIN_SIZE = {
     "emnist": 139586,
     "digit5": 125000,
     "pacs": 8000,
-    "shakespeare": 400000,
-}  # digit5/pacs/shakespeare: rough
+    "shakespeare": 395060,
+}  # digit5/pacs: rough; shakespeare: FedCos Table V's 143 roles (data.roles=143, split=random)
 # Cost model, measured on this machine's CPU (2 shared cores, nice 19): wall seconds per client-sample of a
 # full-length run (training + per-round evaluation), by model; models not measured use the slowest measured rate
 # and are listed as a lower bound. Plus a fixed cost per run and per `fedrun -m` invocation (start-up, data load),
@@ -54,7 +54,10 @@ TRAIN_SIZE = {
 # mlp: FedLAW Table 3 FMNIST-MLP FedAvg seed 8, 774 s wall for 36.0M client-samples (vectorised engine, chunk 20)
 # ima_cnn: FedIMA Table I FMNIST-CNN FedAvg, 3 rounds at full size, 104.9 s for 90,000 client-samples
 # fedcos_mlp: FedCos Table II FedAvg, round 3 (the fastest of 3 at full size): 19.7 s for 358,400 client-samples
-SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3}
+# lstm: FedCos Table V (make bench workload e and an evaluation timed alone, CPU seconds, 1 thread): training 1/1,184
+# s per sample (sequential engine), plus evaluating the 98,248 test windows every round, 30.8 s, spread over a
+# round's 7,000 (10%) or 14,000 (20%) client-samples: 5.3e-3 and 3.1e-3 s per client-sample, 3.8e-3 over the sweep
+SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3, "lstm": 3.8e-3}
 RUN_OVERHEAD_S = 2.0
 INVOCATION_OVERHEAD_S = 15.0
 
@@ -169,9 +172,9 @@ def list_targets() -> str:
             f"{t.runs(True)} | {smoke / 60:.1f} | {t.note} |"
         )
     lines.append(
-        "\nCost = client-samples x measured s/sample of the model (FMNIST MLP and FedIMA CNN measured; '~': a model"
-        " not measured, costed at the CNN's rate) + per-run and per-invocation start-up. -smoke: all runs in one"
-        " process, per-model train/eval rates of the shrunk runs + per-run and start-up cost, all measured"
+        "\nCost = client-samples x measured s/sample of the model (FMNIST MLP, FedIMA CNN, Shakespeare LSTM measured;"
+        " '~': a model not measured, costed at the CNN's rate) + per-run and per-invocation start-up. -smoke: all runs"
+        " in one process, per-model train/eval rates of the shrunk runs + per-run and start-up cost, all measured"
         " (fedrun/repro/smoke.py); a dataset missing here is replaced by stand-in data of its shape"
         " (data.standin). CPU only; GPU not measured."
     )
