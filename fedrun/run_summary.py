@@ -45,6 +45,7 @@ def describe_run(exp: Experiment, run_dir: Path) -> dict[str, Any]:
         **exp.threads,  # threads: torch's intra-op threads (hardware.threads, or measured when 0)
         "model_params": exp.model.num_params(),
         "data_standin": data.standin is not None,  # seeded random data replaced missing files (data.standin)
+        "data_stats": data.stats or None,  # the data source and its statistics, where the loader gives them
         "partition_stats": partition_stats(counts),
     }
     if spec.corrupt.fraction:

