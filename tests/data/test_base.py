@@ -14,7 +14,7 @@ from fedrun.data.base import Dataset, Split, pad_images
 from fedrun.errors import ConfigError
 from fedrun.runner import build_experiment, load_data
 
-SUBSET = ("data.max_train_samples=50", "data.max_test_samples=20", "fl.clients=2")
+SUBSET = ("data.max_train_samples=50", "data.max_test_samples=20", "fl.clients=2", "proxy.per_class=0")
 
 
 def tiny(shape: tuple[int, int, int], dtype: torch.dtype = torch.uint8) -> Dataset:
