@@ -128,3 +128,5 @@ def test_fedima_fedasam_radius_by_model(tmp_path: Path, make_spec) -> None:
         cnn = preset_cfg(preset)["model"]["name"] in ("ima_cnn", "digit5_cnn")
         assert (spec.algorithm.params.rho, spec.algorithm.params.eta) == ((0.7, 0.2) if cnn else (0.2, 0.05))
         assert asam.for_preset(preset)[: len(asam.overrides)] == asam.overrides
+        if spec.model.name == "resnet18":  # FedIMA model.py: fc = Linear(512, 128) before the classifier
+            assert spec.model.params.projector
