@@ -87,9 +87,7 @@ IMA_T1 = (
 # FedIMA's code (utils/optimizer.py, fedsam_optimizer) builds FedASAM with (rho, eta) = (0.7, 0.2) when the split
 # name contains "CNN" (its CNN runs: '2CNN_2') and (0.2, 0.05) otherwise: conf/algorithm/fedasam.yaml holds the
 # first, and the rows of the models that are not CNNs (ResNet-18, VGG-11, AlexNet) get the second.
-IMA_ASAM = tuple(
-    (f"fedima_table1_{p}", ("algorithm.rho=0.2", "algorithm.eta=0.05")) for p in IMA_T1 if "cnn" not in p
-)
+IMA_ASAM = tuple((f"fedima_table1_{p}", ("algorithm.rho=0.2", "algorithm.eta=0.05")) for p in IMA_T1 if "cnn" not in p)
 IMA_METHODS = (
     m("FedAvg", "algorithm=fedavg"),
     m("FedProx", "algorithm=fedprox", "algorithm.mu=0.1,0.01,0.001"),
