@@ -242,7 +242,8 @@ def fedsam(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
 
     def cell(grp: pd.DataFrame) -> dict[str, str]:
         bad = _bad(grp)
-        cm, cs = _values(grp, "client_acc_mean"), _values(grp, "client_acc_std")
+        # summary.json's spread of the final round (runner.summarize; eval.client_acc=true runs only)
+        cm, cs = _values(grp, "client_acc_mean_final"), _values(grp, "client_acc_std_final")
         val = f"{cm.mean():.2f} ({cs.mean():.2f})" if len(cm) and len(cs) else "-"
         return {
             "Train": bad or _mean(_values(grp, "train_acc_final")),

@@ -11,10 +11,19 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Method:
-    """One row of a table: its label as the paper prints it and the overrides that select it."""
+    """One row of a table: its label as the paper prints it and the overrides that select it.
+
+    ``per_preset``: (preset, overrides) pairs added to ``overrides`` for that preset only, where the authors' code
+    set a method's hyperparameters by setting (FedIMA: FedASAM's rho and eta by model).
+    """
 
     label: str
     overrides: tuple[str, ...]
+    per_preset: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def for_preset(self, preset: str) -> tuple[str, ...]:
+        """The overrides of this row's runs on ``preset``."""
+        return self.overrides + dict(self.per_preset).get(preset, ())
 
 
 @dataclass(frozen=True)
@@ -58,37 +67,57 @@ def _product(overrides: tuple[str, ...] | object) -> int:
     return n
 
 
-def m(label: str, *overrides: str) -> Method:
+def m(label: str, *overrides: str, per_preset: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> Method:
     """Shorthand for a Method."""
-    return Method(label, tuple(overrides))
+    return Method(label, tuple(overrides), per_preset)
 
 
+IMA_T1 = (
+    "fmnist_cnn_shards",
+    "fmnist_cnn_dir",
+    "cifar10_cnn_shards",
+    "cifar10_cnn_dir",
+    "cifar10_resnet18_shards",
+    "cifar10_resnet18_dir",
+    "cifar100_vgg11",
+    "cifar100_resnet18",
+    "digit5_cnn",
+    "pacs_alexnet",
+)
+# FedIMA's code (utils/optimizer.py, fedsam_optimizer) builds FedASAM with (rho, eta) = (0.7, 0.2) when the split
+# name contains "CNN" (its CNN runs: '2CNN_2') and (0.2, 0.05) otherwise: conf/algorithm/fedasam.yaml holds the
+# first, and the rows of the models that are not CNNs (ResNet-18, VGG-11, AlexNet) get the second.
+IMA_ASAM = tuple((f"fedima_table1_{p}", ("algorithm.rho=0.2", "algorithm.eta=0.05")) for p in IMA_T1 if "cnn" not in p)
 IMA_METHODS = (
     m("FedAvg", "algorithm=fedavg"),
     m("FedProx", "algorithm=fedprox", "algorithm.mu=0.1,0.01,0.001"),
-    m("FedASAM", "algorithm=fedasam"),
+    m("FedASAM", "algorithm=fedasam", per_preset=IMA_ASAM),
     m("FedFA", "algorithm=fedfa"),
     m("FedNova", "algorithm=fednova"),
     m("FedAdam", "algorithm=fedadam"),
     m("FedYogi", "algorithm=fedyogi"),
     m("FedGMA", "algorithm=fedgma"),
 )
-GAM_METHODS = (
+GAM_METHODS = (  # FedGAM Table 3's rows, in its order; FedSMOO "as in [40]": FL-Simulator's defaults (its yaml)
     m("FedAvg", "algorithm=fedavg"),
     m("FedProx", "algorithm=fedprox", "algorithm.mu=0.1"),
     m("MOON", "algorithm=moon", "algorithm.tau=0.5"),
+    m("SCAFFOLD", "algorithm=scaffold"),
+    m("FedNova", "algorithm=fednova"),
     m("FedSAM", "algorithm=fedsam", "algorithm.rho=0.1"),
+    m("FedSMOO", "algorithm=fedsmoo"),
     m("FedGAM", "algorithm=fedgam"),
     m("FedGAM-CV", "algorithm=fedgam_cv"),
 )
 
 
 def cos_methods(mus: tuple[float, ...], prox: float) -> tuple[Method, ...]:
-    """FedCos tables: baselines, FedCos(mu) and each baseline + FedCos(last mu)."""
+    """FedCos tables: baselines, FedCos(mu) and each baseline + FedCos(last mu). FedProx in FedCos's code form
+    prox * ||w - w^t||^2 (COS Update.penalty0, no 1/2: ``half=false``), as in the "+FedCos" rows' ``prox_mu``."""
     mu = mus[-1]
     return (
         m("FedAvg", "algorithm=fedavg"),
-        m(f"FedProx({prox})", "algorithm=fedprox", f"algorithm.mu={prox}"),
+        m(f"FedProx({prox})", "algorithm=fedprox", f"algorithm.mu={prox}", "algorithm.half=false"),
         m("FedAvgM(0.5)", "algorithm=fedavgm", "algorithm.beta=0.5", "algorithm.form=cos"),
         m("FedOpt(1.5)", "algorithm=fedopt", "algorithm.server_lr=1.5"),
         *(m(f"FedCos({x})", "algorithm=fedcos", f"algorithm.mu={x}") for x in mus),
@@ -119,18 +148,6 @@ SAM_METHODS = (
 )
 LAW_SEEDS = (8, 9, 10)
 IMA = (("ima.enabled", "false,true"),)
-IMA_T1 = (
-    "fmnist_cnn_shards",
-    "fmnist_cnn_dir",
-    "cifar10_cnn_shards",
-    "cifar10_cnn_dir",
-    "cifar10_resnet18_shards",
-    "cifar10_resnet18_dir",
-    "cifar100_vgg11",
-    "cifar100_resnet18",
-    "digit5_cnn",
-    "pacs_alexnet",
-)
 GAM_T3 = tuple(f"{d}_{s}" for d in ("mnist", "fmnist", "cifar10") for s in ("dir0.3", "dir0.7", "iid"))
 LAW_T3 = (
     "fmnist_mlp",
@@ -227,7 +244,7 @@ TARGETS: tuple[Target, ...] = (
         ("fedcos_table5_shakespeare_lstm",),
         (
             m("FedAvg", "algorithm=fedavg"),
-            m("FedProx(0.01)", "algorithm=fedprox", "algorithm.mu=0.01"),
+            m("FedProx(0.01)", "algorithm=fedprox", "algorithm.mu=0.01", "algorithm.half=false"),
             m("FedCos(0.005)", "algorithm=fedcos", "algorithm.mu=0.005"),
             m("FedCos(0.01)", "algorithm=fedcos", "algorithm.mu=0.01"),
         ),

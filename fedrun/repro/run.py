@@ -97,7 +97,7 @@ def commands(
                 "fedrun.cli",
                 "-m",
                 f"experiment={preset}",
-                *meth.overrides,
+                *meth.for_preset(preset),
                 *target.extra,
                 *(f"{k}={v}" for k, v in target.sweep),
                 f"seed={','.join(map(str, seeds))}",

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedrun.report.collect import load_runs
 from fedrun.report.layouts import base_method, render
 from fedrun.report.select import select_best
 
@@ -98,15 +99,15 @@ def test_fedsam_client_spread_and_rounds_with_missing_keys() -> None:
             {
                 "tags.method": "FedSAM",
                 "train_acc_final": 0.95,
-                "client_acc_mean": 0.80,
-                "client_acc_std": 0.05,
+                "client_acc_mean_final": 0.80,
+                "client_acc_std_final": 0.05,
                 "round_to_target": 40,
             },
             {
                 "tags.method": "FedSAM",
                 "train_acc_final": 0.97,
-                "client_acc_mean": 0.82,
-                "client_acc_std": 0.07,
+                "client_acc_mean_final": 0.82,
+                "client_acc_std_final": 0.07,
                 "round_to_target": 60,
             },
             {"tags.method": "FedAvg", "train_acc_final": 0.9, "round_to_target": None},  # no spread keys (8b absent)
@@ -119,6 +120,28 @@ def test_fedsam_client_spread_and_rounds_with_missing_keys() -> None:
         "50",
     )
     assert (t.loc["FedAvg", "Validation"], t.loc["FedAvg", "Round"]) == ("-", "-")
+
+
+def test_fedsam_validation_cell_from_a_real_run(run_cli, tmp_path) -> None:
+    """The runner's summary of an eval.client_acc run renders as "mean (std)" of its last evaluated round."""
+    run = tmp_path / "run"
+    r = run_cli(
+        "algorithm=fedsam",
+        "eval.client_acc=true",
+        "eval.train_acc=true",
+        "data.max_train_samples=600",
+        "data.max_test_samples=300",
+        "fl.clients=4",
+        "fl.rounds=2",
+        "++tags.method=FedSAM",
+        run_dir=run,
+    )
+    assert r.returncode == 0, r.stderr
+    last = pd.read_csv(run / "metrics.csv").iloc[-1]
+    t = render("fedsam", load_runs([run]), ["tags.method"], [])
+    mean, std = 100 * last["client_acc_mean"], 100 * last["client_acc_std"]
+    assert t.loc["FedSAM", "Validation"] == f"{mean:.2f} ({std:.2f})"
+    assert t.loc["FedSAM", "Train"] == f"{100 * last['train_acc']:.2f}"
 
 
 def test_render_rejects_unknown_layout_and_keys() -> None:
