@@ -32,6 +32,8 @@ FINISHED = ("completed", "diverged")  # statuses a re-run skips: both are determ
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking")
 _VOLATILE_DATA = ("root", "download")
+# data keys added later, left out at their old behaviour so older checkpoints still resume
+_DATA_OFF = {"client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"}
 
 
 def comparable(raw: dict[str, Any]) -> dict[str, Any]:
@@ -44,8 +46,13 @@ def comparable(raw: dict[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
+        for k, off in _DATA_OFF.items():
+            if out["data"].get(k, off) == off:
+                out["data"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
+    if isinstance(out.get("fl"), dict) and not out["fl"].get("train_all"):
+        out["fl"].pop("train_all", None)
     if isinstance(out.get("eval"), dict) and not out["eval"].get("client_weights"):
         out["eval"].pop("client_weights", None)
     return out

@@ -31,6 +31,7 @@ from fedrun.config import FLConfig, RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.corrupt import apply_corruption
 from fedrun.data.federated import FederatedData
+from fedrun.data.holdout import hold_out
 from fedrun.data.memo import load_source
 from fedrun.data.partition import class_counts, make_partition, partition_stats
 from fedrun.data.partitions.longtail import apply_longtail
@@ -49,7 +50,7 @@ from fedrun.outputs import plot_curves, write_json, write_metrics, write_partiti
 from fedrun.registry import ENGINES
 from fedrun.report.partition import domain_breakdown, domain_counts, write_domain_table
 from fedrun.rng import derive, np_rng
-from fedrun.sampling import sample_clients
+from fedrun.sampling import aggregated_part, sample_clients, training_clients
 from fedrun.state import ClientStates
 from fedrun.tracking import Trackers
 from fedrun.tree import Tensors, Tree, all_finite, leaves, nbytes, weighted_mean, zeros_like
@@ -80,6 +81,7 @@ def load_data(spec: RunSpec) -> Dataset:
         )
     if p.longtail_rho is not None:
         data = apply_longtail(data, p.longtail_rho, np_rng(spec.seed, "longtail"))
+    data = data.normalised(p.normalize)
     check_clients_vs_samples(spec.fl.clients, len(data.train))
     return data
 
@@ -142,7 +144,9 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None) -> Experim
         proxy_split, test = carve_proxy(data.test, data.num_classes, px, spec.seed)
         proxy = ProxySet(proxy_split.to(device), data.num_classes, px.batch_size, px.balanced_sampling)
     client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
-    fed = FederatedData(client_data, parts, device, DTYPES[hw.precision], test=test)
+    train_parts = hold_out(parts, spec.data.params.client_valid_ratio, spec.seed)  # clients train on the rest
+    fed = FederatedData(client_data, train_parts, device, DTYPES[hw.precision], test=test)
+    fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
     if spec.ima.enabled:
@@ -323,18 +327,20 @@ def _run(spec: RunSpec, run_dir: Path, exp: Experiment, t0: float, console: Cons
                 # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
                 torch.manual_seed(derive(spec.seed, "torch-global", rnd))
                 clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+                trained = training_clients(fl, clients)  # fl.train_all: all train, the sampled are aggregated
                 lr = algo.local_lr(rnd, lr_at(spec, rnd))
                 extras = algo.broadcast(params, server_state)
-                cohort_states = states.gather(clients) if states else {}
+                cohort_states = states.gather(trained) if states else {}
                 t_train = time.perf_counter()
                 with precision_context(spec.hardware.precision, exp.device):
-                    res = engine.train_cohort(rnd, params, extras, clients, cohort_states, lr)
+                    res = engine.train_cohort(rnd, params, extras, trained, cohort_states, lr)
                 train_time += time.perf_counter() - t_train
                 samples += res.samples
                 if not math.isfinite(res.loss):
-                    raise DivergenceError(rnd, first_nonfinite_client(res.uploads, clients), "non-finite local loss")
+                    raise DivergenceError(rnd, first_nonfinite_client(res.uploads, trained), "non-finite local loss")
                 if states:
-                    states.scatter(clients, res.states)
+                    states.scatter(trained, res.states)
+                res = aggregated_part(res, trained, clients)
                 sizes = exp.fed.sizes[clients].to(torch.float64)
                 weights = sizes / sizes.sum() if fl.weighting == "size" else torch.full_like(sizes, 1 / len(sizes))
                 info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)

@@ -201,6 +201,7 @@ class VectorisedEngine(Engine):
         plan = pad_plans(
             [batch_plan(data.clients[cid], fl, self.seed, rnd, cid) for cid in clients], data.device, dtype
         )
+        rows = torch.tensor(clients, dtype=torch.long, device=data.device)  # client id of each row of the plan
         w = _expand(params, c)
         opt: Tensors | None = None
         if fl.keep_momentum and states and "_momentum" in states:
@@ -221,7 +222,7 @@ class VectorisedEngine(Engine):
                 finished.append((_rows(w, k, live), _rows(opt, k, live), _rows(state, k, live)))
                 w, opt, state = _rows(w, 0, k), _rows(opt, 0, k), _rows(state, 0, k)
                 live = k
-            batch = data.batch(plan.idx[t, :k])
+            batch = data.train_batch(plan.idx[t, :k], rnd, rows[:k], t)
             if plan.padded[t]:
                 batch["w"] = plan.w[t, :k]
             w, opt, state, loss = step(w, opt, batch, state, params, extras, step_lr)
