@@ -12,6 +12,7 @@ from fedrun.config import RunSpec
 from fedrun.data.augment import PAD, base_key, crop_flip, draws
 from fedrun.errors import ConfigError
 from fedrun.runner import build_experiment
+from tests.conftest import REPO
 
 SMALL = ("data.max_train_samples=400", "data.max_test_samples=100", "fl.clients=4", "hardware.threads=1")
 
@@ -104,3 +105,20 @@ def test_flip_crop_half_crops_half_the_normalised_images(make_spec: Callable[...
     # the padding is zero in normalised units (the mean colour), not black
     black = float(fed.pre(torch.zeros(1, 1, 1, 1, dtype=torch.uint8)))
     assert black < -0.5 and (out == 0).any() and not (out == black).all()
+
+
+AUGMENTED = {  # the presets whose authors' code augments client batches, and how
+    "fedcos_table1_cifar10_cnn": "crop_flip",  # FedCos main_fed.py:104-106
+    "fedcos_table4_cifar10_cnn": "crop_flip",
+    "fedcos_table3_cifar100_resnet18": "crop_flip",  # same script (README:42), its cifar branch
+    "fedsam_table1_cifar10": "flip_crop_half",  # FL-Simulator dataset.py:415-421
+    "fedsam_table1_cifar100": "flip_crop_half",
+    "fedsam_table2_cifar10": "flip_crop_half",
+    "fedsam_appf_cifar100": "flip_crop_half",
+}
+
+
+def test_augmentation_is_on_in_exactly_the_presets_whose_authors_used_it(make_spec: Callable[..., RunSpec]) -> None:
+    for path in sorted((REPO / "conf" / "experiment").glob("*.yaml")):
+        spec = make_spec(f"experiment={path.stem}")
+        assert spec.data.params.augment == AUGMENTED.get(path.stem, "none"), path.stem
