@@ -92,3 +92,34 @@ def test_swa_order_values_and_config(make_spec) -> None:  # noqa: ANN001 - fixtu
     assert make_spec("algorithm=fedlaw_swa").algorithm.params.swa_order == "lambda_first"  # the code's order
     spec = make_spec("algorithm=fedlaw_swa", "algorithm.swa_order=gamma_first")
     assert spec.algorithm.params.swa_order == "gamma_first"
+
+
+def test_joint_rule_matches_the_codes_single_optimizee() -> None:
+    """fedlaw_optimization (whether_swa='none', exp): one tensor [x_1..x_m, g] = [log p, 0] under Adam(lr,
+    (0.5, 0.999)) and StepLR(20, 0.5) stepped per server epoch, no clamp; w = e^g sum softmax(x)_i w_i."""
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model, scale=2.0)
+    epochs = 45  # crosses two StepLR drops
+    law = make(FedLAWParams, model, env, server_epochs=epochs, server_lr=LR)
+    new, _, diag = law.aggregate(params, {}, uploads, weights, info)
+    proxy = law.proxy_batch()
+    w_stack, b_stack = uploads["params"]["weight"], uploads["params"]["bias"]
+    opt_vars = torch.cat([weights.float().log(), torch.zeros(1)]).requires_grad_(True)
+    opt = torch.optim.Adam([opt_vars], lr=LR, betas=(0.5, 0.999))
+    sched = StepLR(opt, step_size=20, gamma=0.5)
+
+    def model_param() -> tuple[torch.Tensor, torch.Tensor]:
+        coef = opt_vars[-1].exp() * torch.softmax(opt_vars[:-1], 0)
+        return torch.einsum("i,ijk->jk", coef, w_stack), torch.einsum("i,ij->j", coef, b_stack)
+
+    for _ in range(epochs):
+        w, b = model_param()
+        opt.zero_grad()
+        F.cross_entropy(proxy["x"] @ w.T + b, proxy["y"]).backward()
+        opt.step()
+        sched.step()
+    with torch.no_grad():
+        w, b = model_param()
+    torch.testing.assert_close(new["weight"], w, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(new["bias"], b, rtol=1e-5, atol=1e-6)
+    assert diag["gamma"] == pytest.approx(float(opt_vars[-1].detach().exp()), rel=1e-5)
