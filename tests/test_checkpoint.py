@@ -120,3 +120,19 @@ def test_later_sections_left_at_off_keep_older_fingerprints() -> None:
     assert fingerprint(off) == fingerprint(old)
     assert fingerprint({**off, "corrupt": {"fraction": 0.25, "labels": [0, 1]}}) != fingerprint(old)
     assert fingerprint({**off, "eval": {"every": 1, "client_weights": True}}) != fingerprint(old)
+
+
+def test_hold_out_scaling_augmentation_and_train_all_left_off_keep_older_fingerprints() -> None:
+    off = {
+        **RAW,
+        "data": {**RAW["data"], "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
+        "fl": {**RAW["fl"], "train_all": False},
+    }
+    assert fingerprint(off) == fingerprint(RAW)
+    for section, key, on in [
+        ("data", "client_valid_ratio", 0.3),
+        ("data", "normalize", "none"),
+        ("data", "augment", "crop_flip"),
+        ("fl", "train_all", True),
+    ]:
+        assert fingerprint({**off, section: {**off[section], key: on}}) != fingerprint(RAW), key
