@@ -44,6 +44,7 @@ class FLConfig:
     rounds: int = 30
     participation: float = 1.0
     sampling: str = "fixed"  # fixed: a fixed-size sample without replacement; bernoulli: each client w.p. participation
+    train_all: bool = False  # every client trains each round, the sampled ones are aggregated (FedLAW Alg. 1 / code)
     local_epochs: int = 1
     local_steps: int | None = None  # a fixed number of local steps; overrides local_epochs when set
     batch_size: int = 50

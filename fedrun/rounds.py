@@ -19,7 +19,7 @@ from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
 from fedrun.rng import derive
 from fedrun.run_state import RunState
-from fedrun.sampling import sample_clients
+from fedrun.sampling import aggregated_part, sample_clients, training_clients
 from fedrun.tree import Tree, all_finite, leaves, nbytes
 
 if TYPE_CHECKING:
@@ -73,18 +73,20 @@ def train_round(exp: Experiment, st: RunState, rnd: int) -> RoundResult:
     # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
     torch.manual_seed(derive(spec.seed, "torch-global", rnd))
     clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+    trained = training_clients(fl, clients)  # fl.train_all: every client trains, the sampled are aggregated
     lr = algo.local_lr(rnd, lr_at(spec, rnd))
     extras = algo.broadcast(st.params, st.server_state)
-    cohort_states = st.clients.gather(clients) if st.clients else {}
+    cohort_states = st.clients.gather(trained) if st.clients else {}
     t_train = time.perf_counter()
     with precision_context(spec.hardware.precision, exp.device):
-        res = exp.engine.train_cohort(rnd, st.params, extras, clients, cohort_states, lr)
+        res = exp.engine.train_cohort(rnd, st.params, extras, trained, cohort_states, lr)
     st.train_time += time.perf_counter() - t_train
     st.samples += res.samples
     if not math.isfinite(res.loss):
-        raise DivergenceError(rnd, first_nonfinite_client(res.uploads, clients), "non-finite local loss")
+        raise DivergenceError(rnd, first_nonfinite_client(res.uploads, trained), "non-finite local loss")
     if st.clients:
-        st.clients.scatter(clients, res.states)
+        st.clients.scatter(trained, res.states)
+    res = aggregated_part(res, trained, clients)
     sizes = exp.fed.sizes[clients].to(torch.float64)
     weights = aggregation_weights(sizes, fl.weighting).to(exp.device)
     info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)

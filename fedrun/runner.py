@@ -22,6 +22,7 @@ from fedrun.config import FLConfig, RunSpec
 from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.corrupt import apply_corruption
 from fedrun.data.federated import FederatedData
+from fedrun.data.holdout import hold_out
 from fedrun.data.memo import load_source
 from fedrun.data.partition import make_partition
 from fedrun.data.partitions.longtail import apply_longtail
@@ -70,6 +71,7 @@ def load_data(spec: RunSpec) -> Dataset:
         )
     if p.longtail_rho is not None:
         data = apply_longtail(data, p.longtail_rho, np_rng(spec.seed, "longtail"))
+    data = data.normalised(p.normalize)
     check_clients_vs_samples(spec.fl.clients, len(data.train))
     return data
 
@@ -130,7 +132,9 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
         proxy = ProxySet(proxy_split.to(device), data.num_classes, px.batch_size, px.balanced_sampling)
     check_test_split(spec, len(data.test), len(test) if test is not None else len(data.test))
     client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
-    fed = FederatedData(client_data, parts, device, DTYPES[hw.precision], test=test)
+    train_parts = hold_out(parts, spec.data.params.client_valid_ratio, spec.seed)  # clients train on the rest
+    fed = FederatedData(client_data, train_parts, device, DTYPES[hw.precision], test=test)
+    fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
     if spec.ima.enabled:

@@ -4,9 +4,12 @@ cohort sequence for a seed."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from fedrun.config import FLConfig
+from fedrun.engines.base import CohortResult
 from fedrun.rng import np_rng
+from fedrun.tree import tree_map
 
 
 def sample_clients(fl: FLConfig, seed: int, rnd: int) -> np.ndarray:
@@ -27,3 +30,32 @@ def sample_clients(fl: FLConfig, seed: int, rnd: int) -> np.ndarray:
     if chosen.size == 0:
         chosen = np.array([rng.integers(n)])
     return chosen
+
+
+def training_clients(fl: FLConfig, sampled: torch.Tensor) -> torch.Tensor:
+    """The clients that train this round: the sampled cohort, or with ``fl.train_all`` every client.
+
+    FedLAW's Alg. 1 (lines 3-8) and its code (``main_fedlaw.py``/``main_baselines.py``: ``Client_update``
+    trains every node, then ``generate_selectlist`` picks the m whose models are aggregated) train all n
+    clients under partial participation; clients keep their own state (momentum) from these rounds.
+    """
+    if fl.train_all:
+        return torch.arange(fl.clients, dtype=sampled.dtype)
+    return sampled
+
+
+def aggregated_part(res: CohortResult, trained: torch.Tensor, sampled: torch.Tensor) -> CohortResult:
+    """The rows of ``res`` (trained in ``trained`` order) that belong to the ``sampled`` clients, in their
+    order; ``samples`` and ``loss`` stay those of everything trained."""
+    if trained.shape == sampled.shape and bool((trained == sampled).all()):
+        return res
+    pos = torch.searchsorted(trained, sampled)  # trained is sorted (arange)
+    pick = lambda t: t.index_select(0, pos.to(t.device))  # noqa: E731
+    return CohortResult(
+        uploads=tree_map(pick, res.uploads),
+        states={},  # the trained clients' states are scattered by the caller before this selection
+        steps=pick(res.steps),
+        samples=res.samples,
+        loss=res.loss,
+        client_loss=None if res.client_loss is None else pick(res.client_loss),
+    )

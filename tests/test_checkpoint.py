@@ -210,3 +210,19 @@ def test_a_runs_identity_keeps_fl_rounds_and_evaluation_settings_that_its_finger
     assert config_key(later_k) != config_key(EXTENSIBLE)
     moved = {**EXTENSIBLE, "hardware": {"device": "cuda"}}
     assert config_key(moved) == config_key({**EXTENSIBLE, "hardware": {"device": "cpu"}})
+
+
+def test_hold_out_scaling_augmentation_and_train_all_left_off_keep_older_fingerprints() -> None:
+    off = {
+        **RAW,
+        "data": {**RAW["data"], "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
+        "fl": {**RAW["fl"], "train_all": False},
+    }
+    assert fingerprint(off) == fingerprint(RAW)
+    for section, key, on in [
+        ("data", "client_valid_ratio", 0.3),
+        ("data", "normalize", "none"),
+        ("data", "augment", "crop_flip"),
+        ("fl", "train_all", True),
+    ]:
+        assert fingerprint({**off, section: {**off[section], key: on}}) != fingerprint(RAW), key

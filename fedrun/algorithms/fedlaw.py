@@ -8,9 +8,11 @@ Parametrisations (paper Sec. 6 / code ``fedlaw_optimization``):
   exp (default)  lambda = softmax(x), gamma = e^g, from x_i = log p_i, g = 0 (so gamma = 1, lambda = p);
   quad           lambda_i = x_i^2 / sum x^2, gamma = g^2, from x_i = sqrt(1/m), g = 1.
 ``learn``: both (FedLAW), gamma (adaptive GWS only, lambda = p), lambda (attentive LAW only, gamma = 1).
-``swa`` (``fedlaw_swa``, the official code's variant): lambda alone for E_s/2 epochs with cosine lr
-(T_max 100), an SWA average of x after epoch 5 with SWALR(0.05), then gamma alone for E_s/2 epochs with
-StepLR. The paper describes gamma first, then lambda with SWA ("the reverse also works").
+``swa`` (``fedlaw_swa``): two stages of E_s/2 epochs, lambda with cosine lr (T_max 100) and an SWA average
+of x after epoch 5 with SWALR(0.05), gamma with StepLR. ``swa_order``: ``lambda_first`` (the official code's
+``fedlaw_optimization``, the only order it implements, so the one behind the published numbers; gamma = 1
+while lambda learns) or ``gamma_first`` (Sec. 6.1: "we first fix lambda and optimize gamma, then use the
+learned gamma and fix it to optimize lambda with SWA"; the paper adds that the reverse order also works).
 E_s = 100 is the paper's value; the code's default is ``server_epochs=20``. lr_s (``server_lr``) defaults to
 App. C's value for the dataset, 0.01 on CIFAR-10 and 0.005 otherwise; a number overrides it. All parameters are combined
 (normalisation affine ones scaled by gamma too).
@@ -53,6 +55,7 @@ class FedLAWParams(AlgoParams):
     parametrization: str = "exp"
     learn: str = "both"
     swa: bool = False
+    swa_order: str = "lambda_first"  # lambda_first (code) | gamma_first (paper Sec. 6.1); with swa only
     beta1: float = 0.5
     beta2: float = 0.999
     step_size: int = 20
@@ -65,6 +68,7 @@ class FedLAWParams(AlgoParams):
         positive("server_epochs", self.server_epochs, allow_zero=True)
         one_of("parametrization", self.parametrization, ("exp", "quad"))
         one_of("learn", self.learn, ("both", "gamma", "lambda"))
+        one_of("swa_order", self.swa_order, ("lambda_first", "gamma_first"))
         in_range("beta1", self.beta1, 0.0, 1.0)
         in_range("beta2", self.beta2, 0.0, 1.0)
         positive("step_size", self.step_size)
@@ -180,8 +184,12 @@ class FedLAW(ProxyMethod):
         if hp.server_epochs:
             if hp.swa:
                 half = hp.server_epochs // 2
-                x, g, _ = self.fit(info.round, models, x, g, [x], half, "swa")
-                x, g, loss = self.fit(info.round, models, x, g, [g], hp.server_epochs - half, "step")
+                if hp.swa_order == "lambda_first":
+                    x, g, _ = self.fit(info.round, models, x, g, [x], half, "swa")
+                    x, g, loss = self.fit(info.round, models, x, g, [g], hp.server_epochs - half, "step")
+                else:
+                    x, g, _ = self.fit(info.round, models, x, g, [g], half, "step")
+                    x, g, loss = self.fit(info.round, models, x, g, [x], hp.server_epochs - half, "swa")
             else:
                 train = {"both": [x, g], "gamma": [g], "lambda": [x]}[hp.learn]
                 x, g, loss = self.fit(info.round, models, x, g, train, hp.server_epochs, "step")

@@ -12,6 +12,9 @@ import torch
 from fedrun.errors import ConfigError
 from fedrun.registry import positive
 
+NORMALIZE = ("dataset", "half", "none")
+AUGMENT = ("none", "crop_flip", "flip_crop_half")
+
 
 @dataclass
 class DataParams:
@@ -29,6 +32,13 @@ class DataParams:
     # zero-pad images to image_size x image_size (the MNIST family's 28 px -> 32 for the CIFAR models);
     # None: as stored. See :func:`pad_images`.
     image_size: int | None = None
+    # each client holds out this fraction of its data and trains on the rest (FedLAW code: 0.3); see holdout.py
+    client_valid_ratio: float = 0.0
+    # input scaling after /255: dataset (its per-channel mean/std) | half (mean = std = 0.5) | none ([0, 1])
+    normalize: str = "dataset"
+    # on-device augmentation of client training batches (see augment.py): none | crop_flip (torchvision
+    # RandomCrop(pad 4) + RandomHorizontalFlip) | flip_crop_half (FL-Simulator: flip, then crop w.p. 1/2)
+    augment: str = "none"
 
     def __post_init__(self) -> None:
         positive("max_train_samples", self.max_train_samples)
@@ -36,6 +46,12 @@ class DataParams:
         positive("image_size", self.image_size)
         if self.longtail_rho is not None and self.longtail_rho < 1:
             raise ConfigError("longtail_rho", f"must be >= 1 (1 = balanced), got {self.longtail_rho}")
+        if not 0 <= self.client_valid_ratio < 1:
+            raise ConfigError("client_valid_ratio", f"must be in [0, 1), got {self.client_valid_ratio}")
+        if self.normalize not in NORMALIZE:
+            raise ConfigError("normalize", f"invalid value {self.normalize!r}; valid: {', '.join(NORMALIZE)}")
+        if self.augment not in AUGMENT:
+            raise ConfigError("augment", f"invalid value {self.augment!r}; valid: {', '.join(AUGMENT)}")
 
 
 @dataclass
@@ -91,6 +107,16 @@ class Dataset:
         if max_test is not None and max_test < len(self.test):
             out.test = self.test.subset(np.sort(rng.choice(len(self.test), max_test, replace=False)))
         return out
+
+    def normalised(self, mode: str) -> Dataset:
+        """A copy whose images are scaled as ``mode`` says: ``dataset`` keeps its mean/std, ``half`` uses
+        mean = std = 0.5 per channel (to [-1, 1], FedLAW's CIFAR code), ``none`` leaves them in [0, 1]
+        (FedLAW's Fashion-MNIST code: ``ToTensor()`` alone)."""
+        if mode == "dataset" or self.mean is None:
+            return self
+        if mode == "none":
+            return dataclasses.replace(self, mean=None, std=None)
+        return dataclasses.replace(self, mean=(0.5,) * len(self.mean), std=(0.5,) * len(self.std))
 
 
 def pad_images(data: Dataset, size: int | None) -> Dataset:

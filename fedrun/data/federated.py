@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 from fedrun.config import FLConfig
+from fedrun.data.augment import augment_batch, base_key
 from fedrun.data.base import Dataset, Preprocess, Split
+from fedrun.errors import ConfigError
 from fedrun.rng import torch_gen
 
 
@@ -31,6 +33,17 @@ class FederatedData:
         self.clients = [torch.as_tensor(p, dtype=torch.long, device=device) for p in parts]
         self.sizes = torch.tensor([len(p) for p in parts], dtype=torch.long)
         self.pre = Preprocess(data.mean, data.std, dtype).to(device)
+        self.augment_key: int | None = None  # set by set_augment: client training batches are augmented
+        self.augment = "none"
+
+    def set_augment(self, mode: str, seed: int) -> None:
+        """Augment client training batches (``data.augment``): none | crop_flip | flip_crop_half (images)."""
+        self.augment, self.augment_key = mode, None
+        if mode == "none":
+            return
+        if self.train.x.dim() != 4 or self.train.x.dtype != torch.uint8:
+            raise ConfigError("data.augment", f"{mode} needs image data; valid: none")
+        self.augment_key = base_key(seed)
 
     def batch(self, idx: torch.Tensor, split: Split | None = None) -> dict[str, torch.Tensor]:
         """Gather the samples at ``idx`` (any leading shape) as model input ``{x, y}``."""
@@ -39,6 +52,27 @@ class FederatedData:
         x = self.pre(s.x.index_select(0, flat))
         y = s.y.index_select(0, flat)
         return {"x": x.reshape(*idx.shape, *x.shape[1:]), "y": y.reshape(idx.shape)}
+
+    def train_batch(
+        self, idx: torch.Tensor, rnd: int, clients: int | torch.Tensor, step: int
+    ) -> dict[str, torch.Tensor]:
+        """A client training minibatch: :meth:`batch`, augmented when ``data.augment`` is set.
+
+        ``idx`` is [B] for one client or [k, B] for k clients (``clients`` their ids, in row order); the
+        augmentation draws are keyed by (seed, ``rnd``, client, ``step``, position in the batch), so every
+        engine sees the same images.
+        """
+        if self.augment_key is None:
+            return self.batch(idx)
+        cl = torch.as_tensor(clients, dtype=torch.long, device=idx.device).reshape(idx.shape[:-1])
+        flat = idx.reshape(-1)
+        x = self.train.x.index_select(0, flat)
+        x = x.reshape(*idx.shape, *x.shape[1:])
+        y = self.train.y.index_select(0, flat).reshape(idx.shape)
+        if self.augment == "crop_flip":  # on the stored image: black padding, as transforms before Normalize
+            return {"x": self.pre(augment_batch(x, self.augment_key, rnd, cl, step)), "y": y}
+        # flip_crop_half: on the normalised image (FL-Simulator stores it normalised), zero padding
+        return {"x": augment_batch(self.pre(x), self.augment_key, rnd, cl, step, half_crop=True), "y": y}
 
 
 def num_local_steps(n: int, fl: FLConfig) -> int:

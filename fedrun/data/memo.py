@@ -22,15 +22,16 @@ from fedrun.data.base import Dataset, Split
 
 MAX_ENTRIES = 2
 MAX_BYTES = 512 * 2**20
-_PER_RUN = ("max_train_samples", "max_test_samples", "longtail_rho")  # applied after loading
+# applied after loading
+_PER_RUN = ("max_train_samples", "max_test_samples", "longtail_rho", "client_valid_ratio", "normalize", "augment")
 _CACHE: OrderedDict[tuple[str, str], Dataset] = OrderedDict()
 
 
 def cache_key(name: str, params: Any) -> tuple[str, str]:
     """The source and the loader parameters that change what it returns (not the per-run subsetting)."""
     if dataclasses.is_dataclass(params):
-        fields = {f.name for f in dataclasses.fields(params)}
-        params = dataclasses.replace(params, **{f: None for f in _PER_RUN if f in fields})
+        defaults = {f.name: f.default for f in dataclasses.fields(params) if f.name in _PER_RUN}
+        params = dataclasses.replace(params, **defaults)
     return name, repr(params)
 
 

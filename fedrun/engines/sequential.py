@@ -34,8 +34,9 @@ class SequentialEngine(Engine):
             w = tree_map(lambda t: t.clone(), params)
             plan = batch_plan(self.data.clients[cid], fl, self.seed, rnd, cid)
             buffers = clone(algo.model.buffers)  # this client's copy of the global BatchNorm statistics
-            for idx in plan:
-                batch = {**self.data.batch(idx), "buffers": buffers} if buffers else self.data.batch(idx)
+            for t, idx in enumerate(plan):
+                batch = self.data.train_batch(idx, rnd, cid, t)
+                batch = {**batch, "buffers": buffers} if buffers else batch
                 w, opt, new_state, loss = algo.client_step(w, opt, batch, ctx)
                 ctx = ctx._replace(state=new_state)
                 loss_sum += float(loss)

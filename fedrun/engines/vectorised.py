@@ -210,6 +210,7 @@ class VectorisedEngine(Engine):
         plan = pad_plans(
             [batch_plan(data.clients[cid], fl, self.seed, rnd, cid) for cid in clients], data.device, dtype
         )
+        rows = torch.tensor(clients, dtype=torch.long, device=data.device)  # client id of each row of the plan
         w = _expand(params, c)
         sizes = self.data.sizes[torch.tensor(clients, dtype=torch.long)].to(device=data.device, dtype=dtype)
         size = sizes  # the rows still training, like w, opt and state
@@ -232,7 +233,7 @@ class VectorisedEngine(Engine):
                 finished.append((_rows(w, k, live), _rows(opt, k, live), _rows(state, k, live)))
                 w, opt, state = _rows(w, 0, k), _rows(opt, 0, k), _rows(state, 0, k)
                 size, live = size[:k], k
-            batch = data.batch(plan.idx[t, :k])
+            batch = data.train_batch(plan.idx[t, :k], rnd, rows[:k], t)
             if plan.padded[t]:
                 batch["w"] = plan.w[t, :k]
             w, opt, state, loss = step(w, opt, batch, state, size, params, extras, step_lr)

@@ -350,6 +350,15 @@ TARGETS: tuple[Target, ...] = (
         note="Pearson r of accumulated lambda (client_weights.csv) with data size / heterogeneity",
     ),
     Target(
+        "fedlaw-fig8",
+        "FedLAW",
+        ("fedlaw_fig8_cifar10_simplecnn",),
+        LAW_METHODS,
+        (("fl.participation", "0.2,0.5,0.8"),),
+        LAW_SEEDS,
+        note="Fig. 8 left (a figure): all n clients train, the sampled m are aggregated (fl.train_all)",
+    ),
+    Target(
         "fedsam-table1",
         "FedSAM",
         ("fedsam_table1_emnist", "fedsam_table1_cifar10", "fedsam_table1_cifar100"),

@@ -235,3 +235,17 @@ def test_feddyn_code_variants_match_sequential(variant: str, experiment: Callabl
     exp = experiment("algorithm=feddyn", f"algorithm.variant={variant}", *HARD)
     vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=2)
     assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("mode", ["crop_flip", "flip_crop_half"])
+def test_augmented_batches_match_sequential(mode: str, experiment: Callable[..., Experiment]) -> None:
+    # data.augment: each row of the [clients, batch] gather draws its own client's crops and flips
+    exp = experiment(f"data.augment={mode}", *HARD)
+    vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=2)
+    assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
+    plain = experiment(*HARD)  # the augmentation is live: the same round without it trains other models
+    clients = torch.as_tensor(sample_clients(exp.spec.fl, exp.spec.seed, 0), dtype=torch.long)
+    params = exp.model.init_params()
+    a = SequentialEngine(exp.algorithm, exp.fed, exp.spec.fl, 0).train_cohort(0, params, {}, clients, {}, 0.05)
+    b = SequentialEngine(plain.algorithm, plain.fed, plain.spec.fl, 0).train_cohort(0, params, {}, clients, {}, 0.05)
+    assert not torch.allclose(a.uploads["params"]["1.weight"], b.uploads["params"]["1.weight"])
