@@ -136,8 +136,4 @@ def report_multirun(returns: Any) -> int:
 
 def find_jobs(sweep_dir: Path, *overrides: str) -> list[Path]:
     """The job directories of ``sweep_dir`` whose overrides (index.yaml) include every one of ``overrides``."""
-    return [
-        sweep_dir / name
-        for name, line in read_index(sweep_dir).items()
-        if set(overrides) <= set(line.split(" "))
-    ]
+    return [sweep_dir / name for name, line in read_index(sweep_dir).items() if set(overrides) <= set(line.split(" "))]

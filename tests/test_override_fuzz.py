@@ -57,8 +57,10 @@ def _generated() -> list[tuple[str, str]]:
 LONG = "a" * 5000
 HAND = [
     # code from a config (Hydra would instantiate these right after composing)
-    ("+hydra.callbacks.x._target_=builtins.open +hydra.callbacks.x.file=pwned +hydra.callbacks.x.mode=w",
-     "hydra.callbacks.x"),  # fmt: skip
+    (
+        "+hydra.callbacks.x._target_=builtins.open +hydra.callbacks.x.file=pwned +hydra.callbacks.x.mode=w",
+        "hydra.callbacks.x",
+    ),  # fmt: skip
     ("++hydra.callbacks.y._target_=fedrun.cli.main", "hydra.callbacks.y"),
     ("+hydra.callbacks.z={}", "hydra.callbacks.z"),
     ("+hydra.job_logging.handlers.x.class=os.system +hydra.job_logging.handlers.x.command=touch", "hydra.job_logging"),
@@ -137,10 +139,17 @@ PRESETS = [
     ("experiment/p_type.yaml", "# @package _global_\nfl:\n  rounds: abc\n", "fl.rounds"),
     ("experiment/p_unknown.yaml", "# @package _global_\nfl:\n  bogus: 1\n", "fl.bogus"),
     ("experiment/p_interp.yaml", "# @package _global_\nfl:\n  lr: ${undefined.key}\n", "fl.lr"),
-    ("experiment/p_callback.yaml", "# @package _global_\nhydra:\n  callbacks:\n    evil:\n"
-     "      _target_: builtins.open\n      file: pwned\n      mode: w\n", "hydra.callbacks.evil"),  # fmt: skip
-    ("experiment/p_logging.yaml", "# @package _global_\nhydra:\n  job_logging:\n    handlers:\n      x:\n"
-     "        class: os.system\n", "hydra.job_logging"),  # fmt: skip
+    (
+        "experiment/p_callback.yaml",
+        "# @package _global_\nhydra:\n  callbacks:\n    evil:\n"
+        "      _target_: builtins.open\n      file: pwned\n      mode: w\n",
+        "hydra.callbacks.evil",
+    ),  # fmt: skip
+    (
+        "experiment/p_logging.yaml",
+        "# @package _global_\nhydra:\n  job_logging:\n    handlers:\n      x:\n        class: os.system\n",
+        "hydra.job_logging",
+    ),  # fmt: skip
     ("experiment/p_defaults.yaml", "# @package _global_\ndefaults:\n  - override /data: ../config\n", "data"),
     ("experiment/p_rundir.yaml", "# @package _global_\nhydra:\n  run:\n    dir: ''\n", "hydra.run.dir"),
     ("experiment/p_target.yaml", "# @package _global_\nmodel:\n  _target_: os.remove\n", "model._target_"),

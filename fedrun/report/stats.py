@@ -43,9 +43,7 @@ class RoundsSaved:
     saved_at_least: int | None = None
 
 
-def rounds_saved(
-    run: pd.DataFrame, baseline: pd.DataFrame, target: float, column: str = "test_acc"
-) -> RoundsSaved:
+def rounds_saved(run: pd.DataFrame, baseline: pd.DataFrame, target: float, column: str = "test_acc") -> RoundsSaved:
     """Communication rounds ``run`` saves against ``baseline`` to first reach ``target`` in ``column``."""
     r, b = rounds_to_target(run, target, column), rounds_to_target(baseline, target, column)
     if r is not None and b is not None:

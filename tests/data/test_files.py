@@ -84,8 +84,11 @@ def write_cifar(root: Path, hundred: bool = False) -> None:
         d.mkdir(parents=True)
         for name, n in (("train", 20), ("test", 10)):
             fine = rng.integers(0, 100, n)
-            obj = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"fine_labels": fine.tolist(),
-                   b"coarse_labels": (fine // 5).tolist()}
+            obj = {
+                b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                b"fine_labels": fine.tolist(),
+                b"coarse_labels": (fine // 5).tolist(),
+            }
             (d / name).write_bytes(pickle.dumps(obj))
         return
     d = root / "cifar-10-batches-py"

@@ -66,6 +66,11 @@ def load_synthetic(p: SyntheticParams) -> Dataset:
     mk = lambda i: Split(torch.from_numpy(x[i]), torch.from_numpy(y[i]), domain=torch.from_numpy(d[i]))  # noqa: E731
     natural = [np.flatnonzero(d[tr] == k) for k in range(p.devices)]
     return Dataset(
-        "synthetic", mk(tr), mk(te), p.classes, (p.dim,), natural_clients=natural,
+        "synthetic",
+        mk(tr),
+        mk(te),
+        p.classes,
+        (p.dim,),
+        natural_clients=natural,
         domain_names=[f"device{k}" for k in range(p.devices)],
     )
