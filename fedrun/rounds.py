@@ -105,7 +105,7 @@ def train_round(exp: Experiment, st: RunState, rnd: int) -> RoundResult:
         rows = weight_rows(rnd, clients, sizes, weights, effective_weights(res.uploads["params"], st.params))
     return RoundResult(
         rnd, len(clients), lr, res.loss,
-        bytes_down=len(clients) * (nbytes(st.params) + nbytes(extras)),
+        bytes_down=len(trained) * (nbytes(st.params) + nbytes(extras)),  # fl.train_all: every client downloads
         bytes_up=nbytes(res.uploads),
         aggregate_seconds=agg_seconds,
         started=started,

@@ -68,6 +68,9 @@ def test_train_all_trains_every_client_and_aggregates_the_sampled(
     # round 1 aggregates the same two clients, trained from w^0 with zero momentum, in both half runs
     assert every["test_acc"].tolist() == sampled["test_acc"].tolist()
     assert every["test_acc"].tolist() != full["test_acc"].tolist()
+    # all four downloaded the model, two uploaded theirs
+    assert every["bytes_down"].tolist() == full["bytes_down"].tolist() == [2 * b for b in sampled["bytes_down"]]
+    assert every["bytes_up"].tolist() == sampled["bytes_up"].tolist()
     # but every client trained: its kept momentum is that of a round where all four took part
     for a, b in zip(leaves(every_states), leaves(full_states), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

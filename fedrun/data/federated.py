@@ -45,13 +45,17 @@ class FederatedData:
             raise ConfigError("data.augment", f"{mode} needs image data; valid: none")
         self.augment_key = base_key(seed)
 
-    def batch(self, idx: torch.Tensor, split: Split | None = None) -> dict[str, torch.Tensor]:
-        """Gather the samples at ``idx`` (any leading shape) as model input ``{x, y}``."""
+    def _gather(self, idx: torch.Tensor, split: Split | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stored ``x`` and ``y`` at ``idx`` (any leading shape), not yet preprocessed."""
         s = self.train if split is None else split
         flat = idx.reshape(-1)
-        x = self.pre(s.x.index_select(0, flat))
-        y = s.y.index_select(0, flat)
-        return {"x": x.reshape(*idx.shape, *x.shape[1:]), "y": y.reshape(idx.shape)}
+        x = s.x.index_select(0, flat)
+        return x.reshape(*idx.shape, *x.shape[1:]), s.y.index_select(0, flat).reshape(idx.shape)
+
+    def batch(self, idx: torch.Tensor, split: Split | None = None) -> dict[str, torch.Tensor]:
+        """Gather the samples at ``idx`` (any leading shape) as model input ``{x, y}``."""
+        x, y = self._gather(idx, split)
+        return {"x": self.pre(x), "y": y}
 
     def train_batch(
         self, idx: torch.Tensor, rnd: int, clients: int | torch.Tensor, step: int
@@ -65,10 +69,7 @@ class FederatedData:
         if self.augment_key is None:
             return self.batch(idx)
         cl = torch.as_tensor(clients, dtype=torch.long, device=idx.device).reshape(idx.shape[:-1])
-        flat = idx.reshape(-1)
-        x = self.train.x.index_select(0, flat)
-        x = x.reshape(*idx.shape, *x.shape[1:])
-        y = self.train.y.index_select(0, flat).reshape(idx.shape)
+        x, y = self._gather(idx)
         if self.augment == "crop_flip":  # on the stored image: black padding, as transforms before Normalize
             return {"x": self.pre(augment_batch(x, self.augment_key, rnd, cl, step)), "y": y}
         # flip_crop_half: on the normalised image (FL-Simulator stores it normalised), zero padding
