@@ -36,9 +36,11 @@ def n_text(counts: list[int], over: list[str]) -> str:
     return f"n = {common_n(counts)} {what} per cell unless a cell says (n=...)"
 
 
-def table_caption(metric: str, runs: pd.DataFrame, counts: list[int], over: list[str]) -> str:
+def table_caption(metric: str, runs: pd.DataFrame, counts: list[int], over: list[str], bold: bool = True) -> str:
+    """The caption of a plain table; ``bold``: it says that the best cells are bold (the .tex, not the Markdown)."""
     best = "lowest" if metric in LOWER_IS_BETTER else "highest"
-    return f"{metric_name(metric, runs)}; {STD} over {n_text(counts, over)}; the {best} value of each column in bold."
+    tail = f"; the {best} value of each column in bold" if bold else ""
+    return f"{metric_name(metric, runs)}; {STD} over {n_text(counts, over)}{tail}."
 
 
 LAYOUT_CAPTION = {
@@ -57,9 +59,10 @@ LAYOUT_CAPTION = {
 }
 
 
-def layout_caption(layout: str, runs: pd.DataFrame, counts: list[int], over: list[str]) -> str:
-    bold = "" if layout == "fedlaw_corr" else " The best value of each column in bold."
-    return f"{LAYOUT_CAPTION[layout].replace('{k}', _last_k(runs))}; {n_text(counts, over)}.{bold}"
+def layout_caption(layout: str, runs: pd.DataFrame, counts: list[int], over: list[str], bold: bool = True) -> str:
+    """The caption of a paper layout; ``bold`` as in :func:`table_caption` (fedlaw_corr has no best value)."""
+    tail = " The best value of each column in bold." if bold and layout != "fedlaw_corr" else ""
+    return f"{LAYOUT_CAPTION[layout].replace('{k}', _last_k(runs))}; {n_text(counts, over)}.{tail}"
 
 
 def layout_direction(layout: str, columns: list[str]) -> dict[str, str | None]:

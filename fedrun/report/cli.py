@@ -160,16 +160,16 @@ def _table(
 
         table = render(args.layout, paper_sorted(runs), rows, cols)
         long = table.reset_index()
-        caption = layout_caption(args.layout, runs, list(counts.values()), over)
+        caption, md_caption = (layout_caption(args.layout, runs, list(counts.values()), over, b) for b in (True, False))
         direction: dict[str, str | None] | str | None = layout_direction(args.layout, [str(c) for c in table.columns])
         n_note = _n_note(counts, group)
     else:
         table, long = make_table(runs, rows, cols, args.metric, over)
-        caption = table_caption(args.metric, runs, list(counts.values()), over)
+        caption, md_caption = (table_caption(args.metric, runs, list(counts.values()), over, b) for b in (True, False))
         direction = "min" if args.metric in LOWER_IS_BETTER else "max"
         n_note = ""
     notes = [n for n in (standin_note(runs), n_note) if n]
-    md = table.to_markdown(disable_numparse=True) + "\n\n" + caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
+    md = table.to_markdown(disable_numparse=True) + "\n\n" + md_caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
     missing = empty_cells(runs, rows, cols) + missing_runs(runs, group, over)
     under = _listing(runs, missing, dups, unreadable)
     prefix = args.out or args.dirs[0] / f"report_{args.layout or args.metric}"

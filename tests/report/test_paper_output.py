@@ -46,6 +46,9 @@ def test_tex_escapes_bolds_the_best_and_captions_metric_n_and_std(tmp_path: Path
     assert lines["algorithm=fed\\_prox"].split(" & ")[1] == "\\textbf{71.00 $\\pm$ 1.41}"
     assert lines["algorithm=fed\\_avg"].split(" & ")[2] == "\\textbf{81.00 $\\pm$ 1.41} \\\\"
     assert "\\textbf" not in lines["algorithm=fed\\_avg"].split(" & ")[1]
+    assert "highest value of each column in bold" in caption
+    md = (tmp_path / "report_last_k.md").read_text()  # Markdown has no bold cells, so its caption claims none
+    assert "**" not in md and "bold" not in md and "n = 2 runs (seed) per cell." in md
 
 
 def test_rounds_to_target_bolds_the_lowest() -> None:
