@@ -40,8 +40,12 @@ _VOLATILE_HARDWARE = ("device",)
 # run may change them (new columns start at the resumed round). eval.every (which rounds have rows),
 # eval.client_acc_split (what a column means) and eval.client_weights (a log that must be complete) may not.
 _VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "diagnostics")
-# data keys added later, left out at their old behaviour so older checkpoints keep their identity
-_DATA_OFF = {"image_size": None, "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"}
+# keys added later, per section: left out while at their old behaviour, so older runs keep their identity
+_OFF = {
+    "data": {"image_size": None, "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
+    "fl": {"train_all": False},
+    "eval": {"client_weights": False},
+}
 
 
 def round_schedule(raw: dict[str, Any]) -> dict[str, int]:
@@ -64,26 +68,24 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
     """The part of a composed config that decides a run's results: two configs with the same one are the same
     run (a sweep's job directory, :mod:`fedrun.sweeps`; the report's duplicates).
 
-    Sections and keys added later are left out while off (no corrupted clients, no client-weight log, the
-    ``data`` keys of ``_DATA_OFF`` at their old behaviour), so runs of before they existed keep their
-    identity. ``legacy=True`` keeps ``hardware.device``, as fingerprints did before a run could move device.
+    Sections and keys added later are left out while off (no corrupted clients, the keys of ``_OFF`` at their
+    old behaviour), so runs of before they existed keep their identity. ``legacy=True`` keeps
+    ``hardware.device``, as fingerprints did before a run could move device.
     """
     out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
     if isinstance(out.get("data"), dict):
         for k in _VOLATILE_DATA:
             out["data"].pop(k, None)
-        for k, off in _DATA_OFF.items():
-            if out["data"].get(k, off) == off:
-                out["data"].pop(k, None)
+    for section, keys in _OFF.items():
+        if isinstance(out.get(section), dict):
+            for k, off in keys.items():
+                if out[section].get(k, off) == off:
+                    out[section].pop(k, None)
     if not legacy and isinstance(out.get("hardware"), dict):
         for k in _VOLATILE_HARDWARE:
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
-    if isinstance(out.get("fl"), dict) and not out["fl"].get("train_all"):
-        out["fl"].pop("train_all", None)
-    if isinstance(out.get("eval"), dict) and not out["eval"].get("client_weights"):
-        out["eval"].pop("client_weights", None)
     return out
 
 
