@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from omegaconf.nodes import BooleanNode
 
+from fedrun.config import config_node
 from fedrun.errors import ConfigError
 
 # The only code a composed config may name: Hydra's own launchers and sweepers (Hydra itself allows no
@@ -140,15 +141,6 @@ def check_no_code(cfg: DictConfig) -> None:
                 raise ConfigError(path, f"refused: {shorten(str(value))!r} (logging classes come from logging.*)")
 
 
-def _node(cfg: DictConfig, key: str) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
-            return None
-        node = node._get_node(part)
-    return node
-
-
 def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -> None:
     """Refuse a composed config that would run code, reach outside conf/, write into the current directory,
     or set a value other than the one meant (``output.plots=2``, ``model.name=cnn`` beside ``model=mlp``)."""
@@ -179,7 +171,7 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
                         f"is set by the {group} option, not overridden: use {group}={shorten(str(value))}"
                         f" (now {group}={choices.get(group)})",
                     )
-        if isinstance(_node(cfg, key), BooleanNode):
+        if isinstance(config_node(cfg, key), BooleanNode):
             for value in _values(o):
                 if value is not None and not isinstance(value, bool):
                     raise ConfigError(key, f"expected true or false, got {shorten(repr(value))}")

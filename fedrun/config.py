@@ -328,12 +328,18 @@ def load_imports(modules: Any) -> None:
             raise ConfigError(f"imports[{i}]", f"cannot import {name!r}: {type(e).__name__}: {why}") from None
 
 
-def _raw_node_value(cfg: DictConfig, key: str) -> Any:
+def config_node(cfg: DictConfig, key: str) -> Any:
+    """The node at the dotted ``key``, its interpolations unresolved; None when a part is missing."""
     node: Any = cfg
     for part in key.split("."):
         if not isinstance(node, DictConfig) or part not in node:
             return None
         node = node._get_node(part)
+    return node
+
+
+def _raw_node_value(cfg: DictConfig, key: str) -> Any:
+    node = config_node(cfg, key)
     return node._value() if node is not None else None
 
 
