@@ -132,24 +132,42 @@ def _windows(text: np.ndarray, idx: np.ndarray, seq_len: int) -> tuple[np.ndarra
 
 
 def _dataset(
-    xs: list[np.ndarray], ys: list[np.ndarray], txs: list[np.ndarray], tys: list[np.ndarray], seq_len: int
-) -> tuple[Split, Split, list[np.ndarray]]:
+    xs: list[np.ndarray],
+    ys: list[np.ndarray],
+    txs: list[np.ndarray],
+    tys: list[np.ndarray],
+    p: ShakespeareParams,
+    stats: dict[str, Any],
+) -> Dataset:
+    """The roles' train/test windows as one Dataset, a natural client per role; ``stats`` is its data_stats."""
+
     def cat(parts: list[np.ndarray], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         out = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(shape, np.int64))
         return out.to(dtype)
 
     sizes = np.array([len(y) for y in ys], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    natural = [np.arange(starts[i], starts[i + 1]) for i in range(len(ys))]
-    train = Split(cat(xs, (0, seq_len), TOKENS), cat(ys, (0,), torch.long))
-    test = Split(cat(txs, (0, seq_len), TOKENS), cat(tys, (0,), torch.long))
-    return train, test, natural
+    return Dataset(
+        name="shakespeare",
+        train=Split(cat(xs, (0, p.seq_len), TOKENS), cat(ys, (0,), torch.long)),
+        test=Split(cat(txs, (0, p.seq_len), TOKENS), cat(tys, (0,), torch.long)),
+        num_classes=len(ALL_LETTERS),
+        input_shape=(p.seq_len,),
+        natural_clients=[np.arange(starts[i], starts[i + 1]) for i in range(len(ys))],
+        notes={
+            k: str(stats[n]) for k, n in (("source", "source"), ("users", "roles"), ("unknown_chars", "unknown_chars"))
+        },
+        stats=stats,
+    )
 
 
-def _stats(source: str, names: list[str], train: list[int], test: list[int], **extra: Any) -> dict[str, Any]:
+def _stats(
+    source: str, names: list[str], train: list[int], test: list[int], p: ShakespeareParams, **extra: Any
+) -> dict[str, Any]:
     return {
         "source": source,
         **extra,
+        "subset": {"roles": p.roles, "seed": p.seed} if p.roles is not None else None,
         "roles": len(names),
         "samples": int(sum(train) + sum(test)),
         "train_samples": int(sum(train)),
@@ -170,28 +188,18 @@ def from_leaf_json(folder: Path, p: ShakespeareParams) -> Dataset:
         chosen = set(users)
         t_keep = [i for i, u in enumerate(t_users) if u in chosen]
         t_users, txs, tys = [t_users[i] for i in t_keep], [txs[i] for i in t_keep], [tys[i] for i in t_keep]
-    train, test, natural = _dataset(xs, ys, txs, tys, p.seq_len)
     test_size = dict(zip(t_users, (len(y) for y in tys), strict=True))
     stats = _stats(
         "leaf",
         users,
         [len(y) for y in ys],
         [test_size.get(u, 0) for u in users],
+        p,
         folder=str(folder),
         test_users=len(t_users),
-        subset={"roles": p.roles, "seed": p.seed} if p.roles is not None else None,
         unknown_chars=bad_train + bad_test,
     )
-    return Dataset(
-        name="shakespeare",
-        train=train,
-        test=test,
-        num_classes=len(ALL_LETTERS),
-        input_shape=(p.seq_len,),
-        natural_clients=natural,
-        notes={"source": "leaf", "users": str(len(users)), "unknown_chars": str(bad_train + bad_test)},
-        stats=stats,
-    )
+    return _dataset(xs, ys, txs, tys, p, stats)
 
 
 def from_package(roles: Roles, p: ShakespeareParams) -> Dataset:
@@ -214,13 +222,13 @@ def from_package(roles: Roles, p: ShakespeareParams) -> Dataset:
         ):
             out_x.append(x.astype(np.int32))
             out_y.append(y.astype(np.int64))
-    train, test, natural = _dataset(xs, ys, txs, tys, p.seq_len)
     meta = roles.meta
     stats = _stats(
         "gutenberg-package",
         [roles.names[kept[j]] for j in chosen],
         [len(y) for y in ys],
         [len(y) for y in tys],
+        p,
         package=meta.get("package"),
         edition=meta.get("edition"),
         cache=meta.get("cache"),
@@ -231,23 +239,9 @@ def from_package(roles: Roles, p: ShakespeareParams) -> Dataset:
         train_fraction=p.train_fraction,
         min_samples=p.min_samples,
         roles_after_split=len(kept),
-        subset={"roles": p.roles, "seed": p.seed} if p.roles is not None else None,
         unknown_chars=meta.get("unknown_chars"),
     )
-    return Dataset(
-        name="shakespeare",
-        train=train,
-        test=test,
-        num_classes=len(ALL_LETTERS),
-        input_shape=(p.seq_len,),
-        natural_clients=natural,
-        notes={
-            "source": "gutenberg-package",
-            "users": str(len(chosen)),
-            "unknown_chars": str(meta.get("unknown_chars")),
-        },
-        stats=stats,
-    )
+    return _dataset(xs, ys, txs, tys, p, stats)
 
 
 @DATASETS.register("shakespeare", ShakespeareParams)
