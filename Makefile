@@ -47,7 +47,7 @@ gpu-check: data
 	PYTHON=$(PYTHON) GPU_VENV=$(GPU_VENV) scripts/gpu_env.sh
 	$(GPU_VENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
-## Paper tables (registry: fedrun/repro/registry.py; presets: conf/experiment/<paper>_<table>_*.yaml)
+## Paper tables (registry: fedrun/papers/targets.py; presets: conf/experiment/<paper>_<table>_*.yaml)
 ##   make reproduce-list                   every target: paper, run count, estimated CPU cost
 ##   make reproduce-fedlaw-table3          the whole sweep (Hydra multirun), then the table in the paper's layout
 ##   make reproduce-fedlaw-table3-smoke    the same sweep shrunk (2 rounds, <= 5 clients, 1 step, 300 samples), one process

@@ -13,7 +13,7 @@ For each workload, in fresh subprocesses (so peak memory is per measurement):
   ``torch.optim.SGD`` (the limit for equal work), of the sequential and of the vectorised engine on round
   0's cohort; the three are timed in turn several times and each keeps its best (other processes' load
   changes from second to second; interleaving gives each the same chances);
-- ``fedrun.runner.run`` with ``engine=sequential``, ``vectorised`` and ``auto`` (evaluating every round):
+- ``fedrun.run.loop.run`` with ``engine=sequential``, ``vectorised`` and ``auto`` (evaluating every round):
   per-round wall time, the share of round time outside client compute (sampling, aggregation,
   evaluation, logging), peak RSS (and CUDA max allocated), and which engine ``auto`` chose.
 Then peak memory per cohort width (McMahan CNN, 100 clients of 600) and, without ``--quick``, the
@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from bench_ray import RAY_DESC, RAY_WORKLOAD, measure_ray, print_ray  # noqa: E402
 
-from fedrun.engines.allocator import tune_glibc_malloc  # noqa: E402
+from fedrun.host.allocator import tune_glibc_malloc  # noqa: E402
 
 COMMON = ["algorithm=fedavg", "fl.batch_size=50", "fl.local_epochs=1", "fl.lr=0.05", "fl.momentum=0.0", "seed=0"]
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -113,8 +113,8 @@ def make_spec(overrides: list[str], device: str, run_dir: Path) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from fedrun.cli import CONF_DIR
-    from fedrun.config import validate
+    from fedrun.cli.main import CONF_DIR
+    from fedrun.config.schema import validate
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
@@ -166,7 +166,7 @@ class Centralized:
     def __init__(self, spec: Any, exp: Any) -> None:
         import torch
 
-        from fedrun import runner
+        from fedrun.run import experiment as runner
 
         self.spec, self.fed = spec, exp.fed
         self.model = runner.build_model(spec, exp.data, exp.device).module
@@ -208,9 +208,9 @@ def measure_throughput(spec: Any, reps: int, clock: str = "wall") -> dict[str, A
 
     import torch
 
-    from fedrun import runner
     from fedrun.engines.auto import build_engine, precision_context, stacked_states
-    from fedrun.sampling import sample_clients
+    from fedrun.engines.sampling import sample_clients
+    from fedrun.run import experiment as runner
 
     exp = runner.build_experiment(
         dataclasses.replace(spec, hardware=dataclasses.replace(spec.hardware, engine="sequential"))
@@ -272,8 +272,8 @@ def warm_up(spec: Any, engine: str) -> None:
 
     import torch
 
-    from fedrun import runner
     from fedrun.engines.auto import build_engine
+    from fedrun.run import experiment as runner
 
     fl = dataclasses.replace(spec.fl, local_steps=2)
     hw = dataclasses.replace(spec.hardware, engine="sequential")
@@ -287,12 +287,13 @@ def warm_up(spec: Any, engine: str) -> None:
 
 
 def measure_fl(spec: Any, engine: str, rounds: int, run_dir: Path) -> dict[str, Any]:
-    """``fedrun.runner.run`` for ``rounds`` rounds (evaluating every round); timings from its summary."""
+    """``fedrun.run.loop.run`` for ``rounds`` rounds (evaluating every round); timings from its summary."""
     import dataclasses
 
     import torch
 
-    from fedrun import runner
+    from fedrun.run import experiment as runner
+    from fedrun.run import loop
 
     spec = dataclasses.replace(
         spec,
@@ -304,7 +305,7 @@ def measure_fl(spec: Any, engine: str, rounds: int, run_dir: Path) -> dict[str, 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     built: list[Any] = []
-    build = runner.build_experiment
+    build = loop.build_experiment
 
     def capture(s: Any, pinned_engine: str | None = None) -> Any:
         t0 = time.perf_counter()
@@ -312,12 +313,12 @@ def measure_fl(spec: Any, engine: str, rounds: int, run_dir: Path) -> dict[str, 
         built.append(time.perf_counter() - t0)
         return built[0]
 
-    runner.build_experiment = capture
+    loop.build_experiment = capture
     (run_dir / f"run-{engine}").mkdir(parents=True)
     try:
-        s = runner.run(spec, run_dir / f"run-{engine}")
+        s = loop.run(spec, run_dir / f"run-{engine}")
     finally:
-        runner.build_experiment = build
+        loop.build_experiment = build
     exp, build_s = built
     loop = s["loop_time_s"]
     out = {
@@ -348,9 +349,9 @@ def measure_width(spec: Any, width: int, steps: int) -> dict[str, Any]:
 
     import torch
 
-    from fedrun import runner
     from fedrun.engines.sequential import SequentialEngine
     from fedrun.engines.vectorised import VectorisedEngine
+    from fedrun.run import experiment as runner
 
     fl = dataclasses.replace(spec.fl, local_steps=steps)
     exp = runner.build_experiment(dataclasses.replace(spec, fl=fl))
@@ -388,7 +389,7 @@ def child(args: argparse.Namespace) -> None:
     tune_glibc_malloc()
     import torch
 
-    from fedrun import runner
+    from fedrun.run import experiment as runner
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -32,11 +32,11 @@ def measure_ray(spec: Any, actor_counts: list[int], reps: int) -> dict[str, Any]
     import ray
     import torch
 
-    from fedrun import runner
     from fedrun.engines.auto import stacked_states
-    from fedrun.engines.distributed import RayEngine
+    from fedrun.engines.ray_engine import RayEngine
+    from fedrun.engines.sampling import sample_clients
     from fedrun.engines.vectorised import VectorisedEngine
-    from fedrun.sampling import sample_clients
+    from fedrun.run import experiment as runner
 
     hw = dataclasses.replace(spec.hardware, engine="sequential")
     exp = runner.build_experiment(dataclasses.replace(spec, hardware=hw))

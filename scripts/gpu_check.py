@@ -180,9 +180,10 @@ def fedima_child(device: str, rounds: int, run_dir: Path) -> None:
     sys.path.insert(0, str(REPO / "scripts"))
     import bench
 
-    from fedrun import runner
-    from fedrun.engines.allocator import tune_glibc_malloc
-    from fedrun.errors import DataMissing
+    from fedrun.core.errors import DataMissing
+    from fedrun.host.allocator import tune_glibc_malloc
+    from fedrun.run import experiment as runner
+    from fedrun.run import loop
 
     tune_glibc_malloc()  # as the fedrun CLI does
     hw = ["hardware=cuda"] if device != "cpu" else ["hardware=cpu", "hardware.threads=1"]
@@ -195,7 +196,7 @@ def fedima_child(device: str, rounds: int, run_dir: Path) -> None:
         runner.load_data = bench.fake_cifar
         data = "random data of CIFAR-10's size and shape (CIFAR-10's files not found)"
     run_dir.mkdir(parents=True, exist_ok=True)
-    summary = runner.run(spec, run_dir)
+    summary = loop.run(spec, run_dir)
     print(json.dumps({**summary, "data_source": data}, default=str))
 
 

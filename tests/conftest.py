@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.global_hydra import GlobalHydra
 
-from fedrun.cli import CONF_DIR
-from fedrun.config import RunSpec, validate
+from fedrun.cli.main import CONF_DIR
+from fedrun.config.schema import RunSpec, validate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,6 +23,16 @@ def compose_cfg(overrides: list[str]):  # noqa: ANN201 - a DictConfig
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         return compose(config_name="config", overrides=overrides)
+
+
+@pytest.fixture(autouse=True)
+def _unchecked_composition() -> object:
+    """Each test starts with Hydra's own composition: a test that ran ``fedrun`` in-process installed fedrun's
+    compose checks (``compose_checks.install``) for the whole worker, which would make later tests depend on
+    the order xdist happens to run them in."""
+    loader = ConfigLoaderImpl.load_configuration
+    yield
+    ConfigLoaderImpl.load_configuration = loader  # type: ignore[method-assign]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The kill table's worker (tests/test_kill_table.py): SIGKILL a run at one write point, then re-run it.
+"""The kill table's worker (tests/run/test_kill_table.py): SIGKILL a run at one write point, then re-run it.
 
 Run as ``python -m tests.kill_worker CASES.json OUT.json``. It imports fedrun once and forks a child per run,
 so each case costs a run, not a Python start-up. Per case: a child runs the job and SIGKILLs itself at the
@@ -24,8 +24,8 @@ import pandas as pd
 import torch
 import yaml
 
-from fedrun import cli
-from fedrun.outputs import TEMP_SUFFIX, TIMING_COLUMNS
+from fedrun.cli import main as cli
+from fedrun.storage.atomic import TEMP_SUFFIX, TIMING_COLUMNS
 from tests.conftest import compose_cfg
 
 

@@ -30,5 +30,5 @@ def test_the_wheel_ships_every_config_file_inside_the_package(tmp_path: Path) ->
     names = set(zipfile.ZipFile(wheel).namelist())
     configs = {f"fedrun/conf/{p.relative_to(REPO / 'conf')}" for p in (REPO / "conf").rglob("*.yaml")}
     assert len(configs) > 100 and configs <= names
-    assert "fedrun/conf/__init__.py" in names and "fedrun/cli.py" in names
+    assert "fedrun/conf/__init__.py" in names and "fedrun/cli/main.py" in names
     assert not any(n.startswith(("conf/", "tests/")) for n in names)  # no top-level package named conf

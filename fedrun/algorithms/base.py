@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fedrun import autodiff
-from fedrun.config import FLConfig
+from fedrun.config.schema import FLConfig
+from fedrun.core import autodiff
+from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import Tensors, Tree, tree_map, weighted_mean
 
 Batch = dict[str, torch.Tensor]
 
@@ -166,7 +166,7 @@ class Algorithm:
         return weighted_mean(uploads["params"], weights), server_state, {}
 
     def eval_params(self, params: Tensors, server_state: Tree) -> Tensors:
-        """The model the run evaluates after aggregation: w^{t+1}, the one broadcast, for all but a few methods
+        """The model the run is_eval_round after aggregation: w^{t+1}, the one broadcast, for all but a few methods
         whose code reports another (FedDyn ``variant=official``: the cohort's plain average)."""
         return params
 

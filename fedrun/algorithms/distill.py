@@ -35,10 +35,10 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo, average_buffers
 from fedrun.algorithms.server_proxy import ProxyMethod, adam
-from fedrun.config import one_of
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.rng import torch_gen
-from fedrun.tree import Tensors, Tree, clone, unstack, weighted_mean, zeros_like
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.config.schema import one_of
+from fedrun.core.rng import torch_gen
+from fedrun.core.tree import Tensors, Tree, clone, unstack, weighted_mean, zeros_like
 
 SGD_MOMENTUM, SGD_WEIGHT_DECAY = 0.9, 5e-4  # FedLAW code's central optimiser (args.momentum, local_wd_rate)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedrun.algorithms.base import AlgoParams, Algorithm
-from fedrun.registry import ALGORITHMS
+from fedrun.config.registry import ALGORITHMS
 
 
 @ALGORITHMS.register("fedavg", AlgoParams)

@@ -24,8 +24,8 @@ import torch
 from fedrun.algorithms.base import AlgoParams, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.server_proxy import proxy_epochs, reestimate_bn, require_proxy
-from fedrun.registry import ALGORITHMS, positive
-from fedrun.tree import Tensors, Tree, scale
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.core.tree import Tensors, Tree, scale
 
 
 @dataclass

@@ -13,8 +13,8 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, Algorithm, Batch, ClientContext, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
 
 
 @dataclass

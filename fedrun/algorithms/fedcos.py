@@ -19,8 +19,8 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.tree import Tensors, Tree, sq_norm, sub, tree_map, weighted_mean, zeros_like
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.core.tree import Tensors, Tree, sq_norm, sub, tree_map, weighted_mean, zeros_like
 
 COS_EPS = 1e-4
 

@@ -13,7 +13,7 @@ point of that objective. (Mixing a size-weighted mean with the uniform h would b
 ``variant=law``: FedLAW's code (client_funct.py ``client_feddyn`` lines 126-149, server_funct.py ``feddyn``
 lines 799-832) uses the unsquared (alpha/2) ||w - w^t||_2 and h <- h - alpha sum_S p_i (w_i - w^t)
 (size-weighted over the cohort, no 1/N), w^{t+1} = sum_S p_i w_i - h/alpha: that corrected model is what it
-broadcasts and evaluates (main_baselines.py line 64). The FedDyn authors' own code (alpemreacar/FedDyn
+broadcasts and is_eval_round (main_baselines.py line 64). The FedDyn authors' own code (alpemreacar/FedDyn
 ``utils_methods.train_FedDyn``) differs again: a per-client alpha_i = alpha / (N n_i / n) and it reports the
 plain mean of the cohort's models (``avg_model``) while clients start from the corrected one; it is not
 available as ``variant=official`` (below).
@@ -23,7 +23,7 @@ available as ``variant=official`` (below).
 loss is f_i(w) + alpha_i <l_i, w> + (alpha_i/2) ||w - w^t||^2 (the linear term, plus SGD weight decay alpha_i
 against the broadcast model), with l_i <- l_i + (w_i - w^t) its accumulated updates: Alg. 1's rule with
 g_i = -alpha_i l_i and alpha_i in place of alpha. The server averages the cohort's models uniformly (np.mean),
-broadcasts the "cloud" model avg + (1/N) sum_{all i} l_i and evaluates the plain average (``avg_model``, the
+broadcasts the "cloud" model avg + (1/N) sum_{all i} l_i and is_eval_round the plain average (``avg_model``, the
 reported "sel" accuracy; :meth:`eval_params`). The code also clips gradients to norm 10: ``fl.grad_clip=10``.
 """
 
@@ -36,8 +36,8 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.registry import ALGORITHMS, positive
-from fedrun.tree import Tensors, Tree, dot, sq_norm, sub, tree_map, weighted_mean, zeros_like
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.core.tree import Tensors, Tree, dot, sq_norm, sub, tree_map, weighted_mean, zeros_like
 
 
 @dataclass

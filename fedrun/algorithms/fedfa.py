@@ -26,15 +26,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.config import FLConfig
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.config.schema import FLConfig
+from fedrun.core import autodiff
+from fedrun.core.rng import torch_gen
+from fedrun.core.tree import Tensors, Tree, weighted_mean
 from fedrun.models.base import FunctionalModel
 from fedrun.models.features import FeatureModel
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.rng import torch_gen
-from fedrun.tree import Tensors, Tree, weighted_mean
 
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 

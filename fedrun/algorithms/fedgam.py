@@ -14,13 +14,13 @@ from typing import Literal
 
 import torch
 
-from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedsam import EPS, grad_at, sam_epsilon
 from fedrun.algorithms.scaffold import ControlVariates
-from fedrun.registry import ALGORITHMS, positive
-from fedrun.tree import Tensors, Tree, dot, norm, tree_map, weighted_mean
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.core import autodiff
+from fedrun.core.tree import Tensors, Tree, dot, norm, tree_map, weighted_mean
 
 
 @dataclass

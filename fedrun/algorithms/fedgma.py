@@ -17,9 +17,9 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.config import one_of
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.tree import Tensors, Tree, tree_map, weighted_mean
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.config.schema import one_of
+from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean
 
 DEFAULTS = {"paper": (1.0, 0.4), "ima_code": (1e-4, 0.8)}
 

@@ -40,10 +40,10 @@ from torch.optim.swa_utils import SWALR
 
 from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo
 from fedrun.algorithms.server_proxy import ProxyMethod, adam
-from fedrun.config import one_of
-from fedrun.errors import ConfigError
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.tree import Tensors, Tree
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.config.schema import one_of
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import Tensors, Tree
 
 
 @dataclass

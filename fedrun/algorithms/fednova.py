@@ -16,11 +16,11 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.config import FLConfig
-from fedrun.errors import ConfigError
+from fedrun.config.registry import ALGORITHMS
+from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import Tensors, Tree, tree_map
 from fedrun.models.base import FunctionalModel
-from fedrun.registry import ALGORITHMS
-from fedrun.tree import Tensors, Tree, tree_map
 
 
 def nova_a(steps: torch.Tensor, rho: float) -> torch.Tensor:

@@ -24,9 +24,9 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.config import one_of
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.config.schema import one_of
+from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
 
 
 @dataclass

@@ -8,8 +8,8 @@ import torch
 
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.registry import ALGORITHMS, positive
-from fedrun.tree import Tensors
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.core.tree import Tensors
 
 
 @dataclass

@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 import torch
 
-from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.registry import ALGORITHMS, positive
-from fedrun.tree import Tensors, Tree
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.core import autodiff
+from fedrun.core.tree import Tensors, Tree
 
 FULL_MAX_DIM = 1024
 

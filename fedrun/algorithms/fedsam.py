@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun import autodiff
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedcm import GlobalMomentum
-from fedrun.registry import ALGORITHMS, in_range, positive
-from fedrun.tree import Tensors, norm, tree_map
+from fedrun.config.registry import ALGORITHMS, in_range, positive
+from fedrun.core import autodiff
+from fedrun.core.tree import Tensors, norm, tree_map
 
 EPS = 1e-12
 

@@ -16,8 +16,8 @@ import torch
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedsam import grad_at
-from fedrun.registry import ALGORITHMS, positive
-from fedrun.tree import Tensors, Tree, norm, tree_map, weighted_mean, zeros_like
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.core.tree import Tensors, Tree, norm, tree_map, weighted_mean, zeros_like
 
 DUAL_EPS = 1e-7
 

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from fedrun.algorithms.base import Algorithm, Batch, ClientContext, RoundInfo
-from fedrun.config import FLConfig, IMAConfig
-from fedrun.errors import ConfigError
-from fedrun.tree import Tensors, Tree, tree_map, weighted_mean
+from fedrun.config.schema import FLConfig, IMAConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean
 
 
 class IMA(Algorithm):

@@ -20,11 +20,11 @@ import torch.nn.functional as F
 
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.config import FLConfig
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.config.schema import FLConfig
+from fedrun.core.tree import Tensors, Tree, clone
 from fedrun.models.base import FunctionalModel, masked_mean
 from fedrun.models.features import FeatureModel
-from fedrun.registry import ALGORITHMS, positive
-from fedrun.tree import Tensors, Tree, clone
 
 
 @dataclass

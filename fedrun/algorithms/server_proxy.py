@@ -11,10 +11,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedrun.algorithms.base import Batch
 from fedrun.algorithms.fedavg import FedAvg
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import Tensors
 from fedrun.data.proxy import ProxySet
-from fedrun.errors import ConfigError
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import Tensors
 
 
 def require_proxy(env: dict[str, Any], what: str) -> ProxySet:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from fedrun.rng import derive
+from fedrun.core.rng import derive
 
 PAD = 4
 _M = 0xFFFFFFFF

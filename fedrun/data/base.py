@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedrun.errors import ConfigError
-from fedrun.registry import positive
+from fedrun.config.registry import positive
+from fedrun.core.errors import ConfigError
 
 NORMALIZE = ("dataset", "half", "none")
 AUGMENT = ("none", "crop_flip", "flip_crop_half")

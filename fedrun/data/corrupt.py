@@ -5,7 +5,7 @@ round(fraction * N) clients, drawn without replacement from a generator keyed by
 method at a seed gets the same corrupted clients), hold their training samples of class a labelled b and of
 class b labelled a. Only the clients' training labels change: the test split, and so the server's proxy set
 carved out of it, stay clean. Which two classes the paper swapped was lost in extraction [?]; ``labels``
-defaults to (0, 1). Applied by ``fedrun.runner.build_experiment`` after the partition, so the partition (and
+defaults to (0, 1). Applied by ``fedrun.run.experiment.build_experiment`` after the partition, so the partition (and
 its cache) does not depend on the corruption.
 """
 
@@ -16,10 +16,10 @@ import dataclasses
 import numpy as np
 import torch
 
-from fedrun.config import CorruptConfig
+from fedrun.config.schema import CorruptConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.rng import np_rng
 from fedrun.data.base import Dataset
-from fedrun.errors import ConfigError
-from fedrun.rng import np_rng
 
 
 def corrupted_clients(n_clients: int, fraction: float, seed: int) -> np.ndarray:

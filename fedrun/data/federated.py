@@ -8,11 +8,11 @@ import math
 import numpy as np
 import torch
 
-from fedrun.config import FLConfig
+from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.rng import torch_gen
 from fedrun.data.augment import augment_batch, base_key
 from fedrun.data.base import Dataset, Preprocess, Split
-from fedrun.errors import ConfigError
-from fedrun.rng import torch_gen
 
 
 class FederatedData:

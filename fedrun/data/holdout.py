@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrun.rng import np_rng
+from fedrun.core.rng import np_rng
 
 
 def hold_out(parts: list[np.ndarray], ratio: float, seed: int) -> list[np.ndarray]:

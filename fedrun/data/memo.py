@@ -1,7 +1,7 @@
 """Loaded datasets kept in memory across the jobs of one process.
 
 The jobs of a ``fedrun -m`` sweep on Hydra's basic launcher, or of a reproduce target run in-process
-(fedrun/repro/sweep.py), run one after another in one process and mostly read the same source: reading and
+(fedrun/cli/reproduce_sweep.py), run one after another in one process and mostly read the same source: reading and
 checksumming it again costs each job about a second for Fashion-MNIST, more for larger sets. A source is
 loaded once per (name, loader parameters) and each job gets its own copy of the tensors, so a job that
 edits its data in place cannot leak into the next. Only successful loads are kept: at most ``MAX_ENTRIES``

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from fedrun.cache import cache_file, write_cache
+from fedrun.config.registry import PARTITIONS
+from fedrun.core.errors import ConfigError
+from fedrun.core.rng import np_rng
 from fedrun.data.base import Dataset
 from fedrun.data.partitions.base import PartitionInput
-from fedrun.errors import ConfigError
-from fedrun.registry import PARTITIONS
-from fedrun.rng import np_rng
+from fedrun.storage.cache import cache_file, write_cache
 
 CACHE_VERSION = 1
 
@@ -83,7 +83,7 @@ def make_partition(
     """The clients' index arrays into ``data.train`` (cached by dataset, partition config, clients, seed).
 
     A cached file is used only when its key matches and it is a valid partition (:func:`valid_parts`); else the
-    partition is recomputed and the file rewritten. A cache that cannot be written is a warning (fedrun.cache).
+    partition is recomputed and the file rewritten. A cache that cannot be written is a warning (fedrun.storage.cache).
     """
     fn = PARTITIONS.get(name).obj
     key = cache_key(data, name, params, n_clients, seed)
@@ -123,3 +123,29 @@ def partition_stats(counts: np.ndarray) -> dict[str, float]:
         "classes_per_client": float((counts > 0).sum(1).mean()),
         "mean_tv_to_global": float(tv[sizes > 0].mean()) if (sizes > 0).any() else 0.0,
     }
+
+
+def domain_counts(domains: np.ndarray, parts: list[np.ndarray], n_domains: int) -> np.ndarray:
+    """[clients, domains] count matrix."""
+    return np.stack([np.bincount(domains[p], minlength=n_domains) for p in parts])
+
+
+def domain_breakdown(
+    labels: np.ndarray, domains: np.ndarray, parts: list[np.ndarray], num_classes: int, names: list[str] | None
+) -> dict[str, dict[str, Any]]:
+    """Per domain: its samples held by clients, the clients holding any of it, and the partition statistics
+    (sizes, classes per client, mean TV to the domain's label distribution) of those clients' shares."""
+    n_dom = int(max(domains.max() + 1, len(names or [])))
+    names = names or [str(d) for d in range(n_dom)]
+    out: dict[str, dict[str, Any]] = {}
+    for d in range(n_dom):
+        mine = [p[domains[p] == d] for p in parts]
+        holders = [m for m in mine if len(m)]
+        entry: dict[str, Any] = {"samples": int(sum(len(m) for m in mine)), "clients": len(holders)}
+        if holders:
+            counts = np.stack([np.bincount(labels[m], minlength=num_classes) for m in holders])
+            stats = partition_stats(counts)
+            stats.pop("clients")
+            entry.update(stats)
+        out[names[d]] = entry
+    return out

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedrun.config import ProxyConfig
+from fedrun.config.schema import ProxyConfig
+from fedrun.core.rng import np_rng, torch_gen
 from fedrun.data.base import Split
-from fedrun.rng import np_rng, torch_gen
 
 
 def proxy_counts(per_class: int, num_classes: int, rho: float) -> list[int]:

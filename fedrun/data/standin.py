@@ -1,7 +1,7 @@
 """Stand-in data: a seeded random dataset with a real dataset's interface, used when its files are missing.
 
-Only with ``data.standin=true`` (the ``-smoke`` shrink of fedrun/repro/smoke.py sets it; nothing else does)
-and only when the source raises :class:`~fedrun.errors.DataMissing` (its files are not under ``data.root``
+Only with ``data.standin=true`` (the ``-smoke`` shrink of fedrun/papers/smoke.py sets it; nothing else does)
+and only when the source raises :class:`~fedrun.core.errors.DataMissing` (its files are not under ``data.root``
 and were not downloaded); a corrupt file is still an error, and present files are read as always.
 
 A stand-in has what models and partitions read from the real dataset: the number of classes (EMNIST by
@@ -25,9 +25,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from fedrun.core.errors import DataMissing
 from fedrun.data.base import DataParams, Dataset, Split, pad_images
 from fedrun.data.sources import cifar, digit5, emnist, fmnist_domains, mnist, pacs, shakespeare
-from fedrun.errors import DataMissing
 
 N_TRAIN, N_TEST = 2000, 500
 MAX_BYTES = 80 * 2**20  # images held (train + test): PACS at 224 px gets 445 + 111

@@ -21,15 +21,15 @@ from typing import Any
 import torch
 
 from fedrun.algorithms.base import Algorithm
-from fedrun.cache import cache_file, write_cache
-from fedrun.config import FLConfig, HardwareConfig
+from fedrun.config.registry import ENGINES
+from fedrun.config.schema import FLConfig, HardwareConfig
+from fedrun.core.tree import Tensors, Tree, tree_map, zeros_like
 from fedrun.data.federated import FederatedData
 from fedrun.engines.base import Engine
+from fedrun.engines.sampling import sample_clients
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine, vmap_blocker
-from fedrun.registry import ENGINES
-from fedrun.sampling import sample_clients
-from fedrun.tree import Tensors, Tree, tree_map, zeros_like
+from fedrun.storage.cache import cache_file, write_cache
 
 PROBE_STEPS = 2  # local steps per client in the probe
 PROBE_CLIENTS = 16  # at most this many clients: enough to show vmap's batching, cheap for a CNN on a CPU

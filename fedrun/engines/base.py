@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.algorithms.base import Algorithm
-from fedrun.config import FLConfig
+from fedrun.config.schema import FLConfig
+from fedrun.core.tree import Tensors, Tree
 from fedrun.data.federated import FederatedData
-from fedrun.tree import Tensors, Tree
 
 
 @dataclass

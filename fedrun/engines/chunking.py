@@ -15,10 +15,10 @@ import os
 import torch
 
 from fedrun.algorithms.base import Algorithm
-from fedrun.config import FLConfig
+from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import Tensors, Tree, leaves, nbytes
 from fedrun.data.federated import FederatedData
-from fedrun.errors import ConfigError
-from fedrun.tree import Tensors, Tree, leaves, nbytes
 
 # per client: w, grad, new w, where-result (+ opt buffer and its new value when momentum is on)
 PARAM_COPIES = 4

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from fedrun.algorithms.base import ClientContext
+from fedrun.config.registry import ENGINES
+from fedrun.core.errors import DivergenceError
+from fedrun.core.tree import Tensors, Tree, clone, stack, tree_map, unstack, zeros_like
 from fedrun.data.federated import batch_plan
 from fedrun.engines.base import CohortResult, Engine
-from fedrun.errors import DivergenceError
-from fedrun.registry import ENGINES
-from fedrun.tree import Tensors, Tree, clone, stack, tree_map, unstack, zeros_like
 
 
 @ENGINES.register("sequential")

@@ -24,13 +24,13 @@ import torch
 from torch.func import vmap
 
 from fedrun.algorithms.base import Algorithm, ClientContext
-from fedrun.config import FLConfig
+from fedrun.config.registry import ENGINES
+from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError, DivergenceError
+from fedrun.core.tree import Tensors, Tree, tree_map, unstack
 from fedrun.data.federated import FederatedData, batch_plan
 from fedrun.engines.base import CohortResult, Engine
 from fedrun.engines.chunking import auto_chunk, client_bytes, is_oom, oom_error
-from fedrun.errors import ConfigError, DivergenceError
-from fedrun.registry import ENGINES
-from fedrun.tree import Tensors, Tree, tree_map, unstack
 
 
 def vmap_blocker(algorithm: Algorithm) -> str | None:

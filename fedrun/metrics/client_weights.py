@@ -10,7 +10,7 @@ depend on how the method computes its combination. For aggregates that are not s
 steps, distillation, IMA's window) the coefficients are only the best linear fit.
 
 FedLAW Table 11 correlates each client's accumulated weight (lambda summed over the rounds it took part in)
-with its data size and heterogeneity: see fedrun/report/correlation.py. The runner writes one row per round
+with its data size and heterogeneity: see fedrun/papers/correlation.py. The runner writes one row per round
 and cohort client to ``client_weights.csv``: round, client, size, p (the configured weight), coef (c_i) and
 lambda (c_i / sum c).
 """
@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from fedrun.tree import Tensors
+from fedrun.core.tree import Tensors
 
 CLIENT_WEIGHTS_FILE = "client_weights.csv"
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedrun.core.tree import Tensors
 from fedrun.data.base import Split
 from fedrun.data.federated import FederatedData
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import Tensors
 
 CLIENT_SPLITS = ("test", "train")
 

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from fedrun.tree import Tensors, Tree
+from fedrun.core.tree import Tensors, Tree
 
 DIAGNOSTIC_COLUMNS = ("grad_coherence", "global_update_norm", "global_grad_norm", "client_dist_mean", "client_dist_max")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fedrun.core.tree import Tensors
 from fedrun.data.base import Split
 from fedrun.data.federated import FederatedData
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import Tensors
 
 
 def evaluate(

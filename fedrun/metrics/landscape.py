@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedrun.tree import Tensors, add, dot, norm, scale, sub
+from fedrun.core.tree import Tensors, add, dot, norm, scale, sub
 
 Evaluate = Callable[[Tensors], tuple[float, float]]
 

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from fedrun.autodiff import eager
-from fedrun.errors import ConfigError
-from fedrun.tree import Tensors
+from fedrun.core.autodiff import eager
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import Tensors
 
 
 @dataclass

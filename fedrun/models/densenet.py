@@ -11,9 +11,9 @@ import math
 import torch
 from torch import nn
 
+from fedrun.config.registry import MODELS
 from fedrun.models.base import require_image
 from fedrun.models.resnet_cifar import BNParams, bn, with_bn_stats
-from fedrun.registry import MODELS
 
 
 class DenseLayer(nn.Module):

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedrun.errors import ConfigError
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import Tensors
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import Tensors
 
 
 def find_head(module: nn.Module) -> tuple[str, nn.Linear]:

@@ -7,9 +7,9 @@ from math import prod
 
 from torch import nn
 
-from fedrun.errors import ConfigError
+from fedrun.config.registry import MODELS
+from fedrun.core.errors import ConfigError
 from fedrun.models.base import ModelParams, require_image
-from fedrun.registry import MODELS
 
 
 @dataclass

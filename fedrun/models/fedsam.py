@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from fedrun.config.registry import MODELS
 from fedrun.models.base import ModelParams, require_image
-from fedrun.registry import MODELS
 
 
 @MODELS.register("emnist_cnn", ModelParams)

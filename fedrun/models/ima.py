@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from fedrun.errors import ConfigError
+from fedrun.config.registry import MODELS, positive
+from fedrun.core.errors import ConfigError
 from fedrun.models.base import ModelParams, require_image
-from fedrun.registry import MODELS, positive
 
 
 @dataclass

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedrun.autodiff import eager
-from fedrun.errors import ConfigError
+from fedrun.config.registry import MODELS, positive
+from fedrun.core.autodiff import eager
+from fedrun.core.errors import ConfigError
 from fedrun.models.base import ModelParams
 from fedrun.models.lstm_cell import lstm_forward
-from fedrun.registry import MODELS, positive
 
 
 @dataclass

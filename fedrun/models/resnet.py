@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedrun.config.registry import MODELS, positive
 from fedrun.models.base import ModelParams, require_image
-from fedrun.registry import MODELS, positive
 
 
 @dataclass

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedrun.config.registry import MODELS
 from fedrun.models.base import ModelParams, require_image
-from fedrun.registry import MODELS
 
 DEPTHS = {"resnet8": (8, 1), "resnet20": (20, 1), "resnet56": (56, 1), "resnet110": (110, 1), "wrn56_4": (56, 4)}
 

@@ -18,11 +18,11 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from fedrun.checkpoint import comparable
+from fedrun.config.identity import comparable
 
 # columns of load_runs' frame that are not config keys
 META = ("status", "error", "run_dir", "fingerprint")
-# top-level config sections and data keys that do not change results (as fedrun.checkpoint.comparable)
+# top-level config sections and data keys that do not change results (as fedrun.config.identity.comparable)
 VOLATILE_PREFIXES = ("output.", "checkpoint.", "tracking.", "data.root", "data.download", "hydra.")
 VOLATILE_KEYS = ("output", "checkpoint", "tracking", "cache_dir")
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrun.outputs import atomic_write, save_figure
 from fedrun.report.collect import collect_runs
 from fedrun.report.pooling import DEFAULT_OVER, check_pooling, drop_duplicates, label
 from fedrun.report.tables import value_key as norm
+from fedrun.storage.atomic import atomic_write
+from fedrun.storage.figures import save_figure
 
 PERCENT_COLUMNS = {"test_acc", "train_acc"}
 
@@ -58,7 +59,7 @@ def group_curves(runs: pd.DataFrame, keys: list[str], metric: str) -> dict[tuple
 
 
 def plot(curves: dict[tuple, pd.DataFrame], rows: list[str], cols: list[str], metric: str, path: Path) -> None:
-    from fedrun.outputs import _plt
+    from fedrun.storage.figures import _plt
 
     plt = _plt()
     panels = list({norm(k[len(rows) :]): k[len(rows) :] for k in curves}.values())

@@ -20,16 +20,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun.errors import ConfigError, DataError
+from fedrun.core.errors import ConfigError, DataError
 from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
-from fedrun.outputs import save_figure
 from fedrun.report.collect import run_labels
+from fedrun.storage.figures import save_figure
 
 COMMANDS = ("line", "plane", "landscape", "coherence")
 
 
 def _plt():  # noqa: ANN202 - matplotlib, headless
-    from fedrun.outputs import _plt as plt
+    from fedrun.storage.figures import _plt as plt
 
     return plt()
 
@@ -131,7 +131,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _scan_models(args: argparse.Namespace) -> str:
     """Run the line/plane/landscape scan of ``args``; returns what was written."""
     from fedrun.metrics.landscape import grid_scan, line_scan, plane_axes, plane_through, random_plane
-    from fedrun.report.models import eval_set, load_params, load_spec
+    from fedrun.report.saved_runs import eval_set, load_params, load_spec
 
     names = run_labels(args.models)  # by method (and what tells runs of one method apart), not job number
     es = eval_set(load_spec(args.models[0]), args.split, args.max_samples, args.client, args.device)

@@ -8,54 +8,13 @@ writes ``partition.png`` (client-by-class heatmap), ``partition_domains.png`` an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from fedrun.core.errors import DataError
 from fedrun.data.partition import partition_stats
-from fedrun.errors import DataError
-from fedrun.outputs import atomic_write, partition_title, plot_partition
-
-
-def domain_counts(domains: np.ndarray, parts: list[np.ndarray], n_domains: int) -> np.ndarray:
-    """[clients, domains] count matrix."""
-    return np.stack([np.bincount(domains[p], minlength=n_domains) for p in parts])
-
-
-def domain_breakdown(
-    labels: np.ndarray, domains: np.ndarray, parts: list[np.ndarray], num_classes: int, names: list[str] | None
-) -> dict[str, dict[str, Any]]:
-    """Per domain: its samples held by clients, the clients holding any of it, and the partition statistics
-    (sizes, classes per client, mean TV to the domain's label distribution) of those clients' shares."""
-    n_dom = int(max(domains.max() + 1, len(names or [])))
-    names = names or [str(d) for d in range(n_dom)]
-    out: dict[str, dict[str, Any]] = {}
-    for d in range(n_dom):
-        mine = [p[domains[p] == d] for p in parts]
-        holders = [m for m in mine if len(m)]
-        entry: dict[str, Any] = {"samples": int(sum(len(m) for m in mine)), "clients": len(holders)}
-        if holders:
-            counts = np.stack([np.bincount(labels[m], minlength=num_classes) for m in holders])
-            stats = partition_stats(counts)
-            stats.pop("clients")
-            entry.update(stats)
-        out[names[d]] = entry
-    return out
-
-
-def write_domain_table(run_dir: Path, counts: np.ndarray, names: list[str] | None) -> None:
-    """``partition_domains.csv``: samples per client and domain."""
-    names = names or [str(d) for d in range(counts.shape[1])]
-    df = pd.DataFrame(counts, columns=[f"domain_{n}" for n in names])
-    df.index.name = "client"
-    df.insert(0, "total", counts.sum(1))
-    atomic_write(run_dir / "partition_domains.csv", df.to_csv())
-
-
-def plot_domains(counts: np.ndarray, names: list[str], path: Path) -> None:
-    """Heatmap of samples per client (rows) and domain (columns, labelled by name)."""
-    plot_partition(counts, path, title="samples per client and domain", xlabel="domain", xticks=list(names))
+from fedrun.storage.figures import partition_title, plot_domains, plot_partition
 
 
 def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:

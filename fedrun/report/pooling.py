@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from fedrun.report.collect import config_columns
@@ -118,7 +119,6 @@ def empty_cells(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> list[st
     """``row, col: no runs`` for each cell of the rows x columns grid that holds no run at all."""
     if not rows or not cols or runs.empty:
         return []
-    from fedrun.report.tables import value_key
 
     have = {value_key(k) for k, _ in _groups(runs, rows + cols)}
     row_vals = {value_key(k): k for k, _ in _groups(runs, rows)}
@@ -134,3 +134,16 @@ def empty_cells(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> list[st
 def cell_counts(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, int]:
     """Completed runs per cell (the n of its mean)."""
     return {vals: int((grp["status"] == "completed").sum()) for vals, grp in _groups(runs, keys)}
+
+
+def value_key(vals: tuple) -> tuple:
+    """Sort key for mixed config values: numbers by value, then text, then missing."""
+    out = []
+    for v in vals:
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            out.append((2, 0.0, ""))
+        elif isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
+            out.append((0, float(v), ""))
+        else:
+            out.append((1, 0.0, str(v)))
+    return tuple(out)

@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from fedrun.report.pooling import DEFAULT_OVER, check_pooling, label
+from fedrun.report.pooling import DEFAULT_OVER, check_pooling, label, value_key
 
 METRICS = {
     "last_k": "summary.test_acc_last_k",
@@ -38,19 +38,6 @@ def _cell(values: pd.Series, metric: str, statuses: pd.Series) -> tuple[str, int
     if len(v) == 1:
         return f"{v[0]:.2f}", 1
     return f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}", len(v)
-
-
-def value_key(vals: tuple) -> tuple:
-    """Sort key for mixed config values: numbers by value, then text, then missing."""
-    out = []
-    for v in vals:
-        if v is None or (isinstance(v, float) and np.isnan(v)):
-            out.append((2, 0.0, ""))
-        elif isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
-            out.append((0, float(v), ""))
-        else:
-            out.append((1, 0.0, str(v)))
-    return tuple(out)
 
 
 def _distinct(keys: list[tuple]) -> list[tuple]:

@@ -8,13 +8,14 @@ import torch
 from torch import nn
 
 from fedrun.algorithms.base import Algorithm, ClientContext, RoundInfo
-from fedrun.config import FLConfig, RunSpec
+from fedrun.config.registry import ALGORITHMS, build_params
+from fedrun.config.schema import FLConfig, RunSpec
+from fedrun.core.tree import Tensors, Tree, zeros_like
+from fedrun.engines.sampling import sample_clients
 from fedrun.models.base import FunctionalModel
-from fedrun.registry import ALGORITHMS, build_params
-from fedrun.runner import build_experiment, lr_at
-from fedrun.sampling import sample_clients
-from fedrun.state import ClientStates
-from fedrun.tree import Tensors, Tree, zeros_like
+from fedrun.run.client_states import ClientStates
+from fedrun.run.experiment import build_experiment
+from fedrun.run.loop import lr_at
 
 # A few seconds per run: 4 clients on 800 FMNIST samples, a one-hidden-layer MLP.
 SMALL = (

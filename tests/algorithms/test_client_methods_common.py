@@ -9,10 +9,10 @@ import torch
 from client_methods_util import SMALL, ctx_for, make_algo, tiny_batch, tiny_model
 
 from fedrun.algorithms.base import ClientContext
-from fedrun.errors import ConfigError
-from fedrun.runner import run
-from fedrun.state import ClientStates
-from fedrun.tree import leaves, nbytes, stack, tree_map, unstack
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import leaves, nbytes, stack, tree_map, unstack
+from fedrun.run.client_states import ClientStates
+from fedrun.run.loop import run
 
 METHODS = [
     "fedsam", "fedasam", "mofedsam", "fedgam", "fedgam_cv", "fedsmoo", "scaffold", "fednova",

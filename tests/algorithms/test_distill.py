@@ -19,13 +19,13 @@ from fedrun.algorithms.distill import (
     swag_gaussian,
 )
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.config import FLConfig, ProxyConfig
+from fedrun.config.schema import FLConfig, ProxyConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import stack, unstack
 from fedrun.data.base import Dataset, Split
 from fedrun.data.federated import FederatedData
 from fedrun.data.proxy import ProxySet, carve_proxy
-from fedrun.errors import ConfigError
 from fedrun.models.base import FunctionalModel
-from fedrun.tree import stack, unstack
 
 C, D = 4, 6
 

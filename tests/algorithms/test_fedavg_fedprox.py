@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from fedrun.algorithms.base import ClientContext, RoundInfo
-from fedrun.runner import build_experiment
-from fedrun.tree import stack
+from fedrun.core.tree import stack
+from fedrun.run.experiment import build_experiment
 
 
 def one_round(exp, params, clients, lr):  # noqa: ANN001, ANN201

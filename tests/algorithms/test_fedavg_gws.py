@@ -13,10 +13,11 @@ from torch.optim.swa_utils import update_bn
 from fedrun.algorithms.base import RoundInfo, average_buffers
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedavg_gws import FedAvgGWS
-from fedrun.errors import ConfigError
-from fedrun.outputs import TIMING_COLUMNS
-from fedrun.runner import build_experiment, run
-from fedrun.tree import stack
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import stack
+from fedrun.run.experiment import build_experiment
+from fedrun.run.loop import run
+from fedrun.storage.atomic import TIMING_COLUMNS
 
 SMALL = (
     "experiment=smoke",

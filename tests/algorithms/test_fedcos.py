@@ -7,7 +7,7 @@ from client_methods_util import SMALL, assert_trees_equal, ctx_for, make_algo, p
 
 from fedrun.algorithms.base import RoundInfo
 from fedrun.algorithms.fedcos import COS_EPS, cosine_penalty
-from fedrun.tree import stack
+from fedrun.core.tree import stack
 
 
 def _flat(t: dict) -> torch.Tensor:  # noqa: ANN001

@@ -6,8 +6,8 @@ import torch
 from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, tiny_batch, tiny_model, train
 
 from fedrun.algorithms.base import ClientContext, RoundInfo
-from fedrun.config import FLConfig
-from fedrun.tree import stack
+from fedrun.config.schema import FLConfig
+from fedrun.core.tree import stack
 
 
 def test_feddyn_local_gradient_and_state_update() -> None:
@@ -158,9 +158,10 @@ def test_feddyn_official_server_broadcasts_the_cloud_model_and_evaluates_the_ave
 
 
 def test_the_runner_evaluates_feddyns_official_average(make_spec, tmp_path) -> None:  # noqa: ANN001
-    from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint
     from fedrun.metrics.evaluate import evaluate
-    from fedrun.runner import build_experiment, run
+    from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
+    from fedrun.run.experiment import build_experiment
+    from fedrun.run.loop import run
 
     spec = make_spec(*SMALL, "algorithm=feddyn", "algorithm.variant=official", "fl.participation=0.5")
     summary = run(spec, tmp_path)

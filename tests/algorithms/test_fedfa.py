@@ -8,7 +8,7 @@ from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, tiny_batc
 
 from fedrun.algorithms.base import sgd_step
 from fedrun.algorithms.fedfa import anchor_loss
-from fedrun.config import FLConfig
+from fedrun.config.schema import FLConfig
 
 
 def _algo(rounds: int = 8):  # noqa: ANN202

@@ -16,7 +16,7 @@ from client_methods_util import (
 )
 
 from fedrun.algorithms.base import RoundInfo
-from fedrun.tree import stack
+from fedrun.core.tree import stack
 
 
 def _sam_point(model, w, batch, rho):  # noqa: ANN001, ANN202

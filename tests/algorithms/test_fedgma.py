@@ -7,8 +7,8 @@ import torch
 
 from fedrun.algorithms.base import RoundInfo
 from fedrun.algorithms.fedgma import FedGMA, FedGMAParams
-from fedrun.config import FLConfig
-from fedrun.errors import ConfigError
+from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError
 
 W = {"w": torch.zeros(3)}
 # three clients; coordinate 0: all agree (+), 1: 2 of 3 agree (A = 1/3), 2: all agree (-)

@@ -11,15 +11,15 @@ import torch
 from fedrun.algorithms.base import RoundInfo, average_buffers
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedlaw import FedLAW, FedLAWGammaParams, FedLAWParams, FedLAWSWAParams
-from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from fedrun.config import FLConfig, ProxyConfig
+from fedrun.config.schema import FLConfig, ProxyConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import clone, stack
 from fedrun.data.base import Dataset, Split
 from fedrun.data.federated import FederatedData
 from fedrun.data.proxy import ProxySet, carve_proxy
-from fedrun.errors import ConfigError
 from fedrun.models.base import FunctionalModel
-from fedrun.runner import run
-from fedrun.tree import clone, stack
+from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from fedrun.run.loop import run
 
 C, D = 4, 6
 

@@ -9,7 +9,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, StepLR
 from torch.optim.swa_utils import SWALR
 
 from fedrun.algorithms.fedlaw import FedLAWParams, FedLAWSWAParams
-from fedrun.errors import ConfigError
+from fedrun.core.errors import ConfigError
 from tests.algorithms.test_fedlaw import cohort, make, tiny_env
 
 EPOCHS, LR = 16, 0.05  # stage 2 runs 8 epochs: SWA averages x after epoch 5 (epochs 6 and 7), as in the code

@@ -8,10 +8,10 @@ from client_methods_util import make_algo, tiny_model
 
 from fedrun.algorithms.base import RoundInfo, sgd_step
 from fedrun.algorithms.fednova import nova_a
-from fedrun.config import FLConfig
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment
-from fedrun.tree import stack
+from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import stack
+from fedrun.run.experiment import build_experiment
 
 
 def test_nova_a_matches_momentum_sgd_displacement() -> None:

@@ -20,8 +20,8 @@ from fedrun.algorithms.fedopt import (
     ServerSGD,
     ServerSGDParams,
 )
-from fedrun.config import FLConfig
-from fedrun.errors import ConfigError
+from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError
 
 W0 = [1.0, -2.0]
 ROUNDS = [  # client models per round (two clients, weights 0.25 / 0.75)

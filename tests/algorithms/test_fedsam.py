@@ -16,7 +16,7 @@ from client_methods_util import (
 )
 
 from fedrun.algorithms.base import RoundInfo
-from fedrun.tree import stack
+from fedrun.core.tree import stack
 
 
 def test_sam_gradient_is_gradient_at_ascent_point() -> None:

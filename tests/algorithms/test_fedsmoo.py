@@ -6,8 +6,8 @@ import torch
 from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, shifted, tiny_batch, tiny_model, train
 
 from fedrun.algorithms.base import RoundInfo
-from fedrun.config import FLConfig
-from fedrun.tree import stack
+from fedrun.config.schema import FLConfig
+from fedrun.core.tree import stack
 
 
 def _flat(t: dict) -> torch.Tensor:  # noqa: ANN001

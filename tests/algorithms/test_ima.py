@@ -13,9 +13,9 @@ from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedgma import FedGMA, FedGMAParams
 from fedrun.algorithms.fedopt import AdaptiveParams, FedAdam, FedAvgM, FedAvgMParams, FedYogi
 from fedrun.algorithms.ima import IMA
-from fedrun.config import FLConfig, IMAConfig
-from fedrun.errors import ConfigError
-from fedrun.runner import run
+from fedrun.config.schema import FLConfig, IMAConfig
+from fedrun.core.errors import ConfigError
+from fedrun.run.loop import run
 
 W = torch.tensor([0.5, -1.0, 2.0])
 WEIGHTS = torch.tensor([0.2, 0.8])

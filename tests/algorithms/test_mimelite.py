@@ -6,7 +6,7 @@ import torch
 from client_methods_util import ctx_for, make_algo, plain_grad, tiny_batch, tiny_model
 
 from fedrun.algorithms.base import RoundInfo
-from fedrun.tree import stack
+from fedrun.core.tree import stack
 
 
 def test_mimelite_step_and_full_gradient() -> None:

@@ -6,7 +6,7 @@ import torch
 from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, tiny_batch, tiny_model, train
 
 from fedrun.algorithms.base import RoundInfo
-from fedrun.tree import stack
+from fedrun.core.tree import stack
 
 
 def test_scaffold_local_gradient_is_corrected() -> None:

@@ -11,16 +11,17 @@ import pytest
 import torch
 
 from fedrun.algorithms.base import RoundInfo
-from fedrun.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, to_device
-from fedrun.config import RunSpec, validate
+from fedrun.config.schema import RunSpec, validate
+from fedrun.core.tree import Tree, leaves, zeros_like
 from fedrun.engines.auto import precision_context
 from fedrun.engines.base import Engine
+from fedrun.engines.sampling import sample_clients
 from fedrun.engines.sequential import SequentialEngine
-from fedrun.outputs import TIMING_COLUMNS
-from fedrun.runner import Experiment, lr_at, run
-from fedrun.sampling import sample_clients
-from fedrun.state import ClientStates
-from fedrun.tree import Tree, leaves, zeros_like
+from fedrun.run.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, to_device
+from fedrun.run.client_states import ClientStates
+from fedrun.run.experiment import Experiment
+from fedrun.run.loop import lr_at, run
+from fedrun.storage.atomic import TIMING_COLUMNS
 from tests.conftest import compose_cfg
 
 DEVICE = os.environ.get("FEDRUN_TEST_DEVICE", "cuda")

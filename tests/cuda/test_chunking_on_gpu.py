@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedrun import cli
+from fedrun.cli import main as cli
+from fedrun.core.errors import ConfigError
 from fedrun.engines import chunking
+from fedrun.engines.sampling import sample_clients
 from fedrun.engines.vectorised import VectorisedEngine
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment
-from fedrun.sampling import sample_clients
+from fedrun.run.experiment import build_experiment
 from tests.conftest import compose_cfg
 from tests.cuda.gpu_util import DEVICE, ON_GPU, SMALL, spec_of
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import torch
 
-from fedrun.engines.distributed import RayEngine
+from fedrun.engines.ray_engine import RayEngine
 from fedrun.engines.vectorised import VectorisedEngine
-from fedrun.runner import build_experiment
+from fedrun.run.experiment import build_experiment
 from tests.cuda.gpu_util import (
     DEVICE,
     ENGINES,

@@ -40,8 +40,9 @@ import torch
 
 torch.cuda.device_count = lambda: int(os.environ["FAKE_GPUS"])
 
-from fedrun import runner  # noqa: E402
-from fedrun.devices import multirun_job_num  # noqa: E402
+from fedrun.run import experiment as runner  # noqa: E402
+from fedrun.run import loop
+from fedrun.host.devices import multirun_job_num  # noqa: E402
 
 _resolve = runner.resolve_device
 

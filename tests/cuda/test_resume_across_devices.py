@@ -1,6 +1,6 @@
 """A checkpoint written on the GPU resumes on the CPU and back; the partition cache serves both devices.
 
-``hardware.device`` is left out of the config fingerprint (fedrun/checkpoint.py), so ``fedrun
+``hardware.device`` is left out of the config fingerprint (fedrun/run/checkpoint.py), so ``fedrun
 resume=<dir> hardware.device=cpu`` continues a GPU run. The resumed rounds then agree with an
 uninterrupted run to float tolerance (rtol 1e-3 on losses, 0.01 on accuracies), and bit for bit when
 both devices are the same.
@@ -18,10 +18,11 @@ import pytest
 import torch
 import yaml
 
-from fedrun import cli, rounds
-from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from fedrun.outputs import TIMING_COLUMNS
-from fedrun.runner import build_experiment
+from fedrun.cli import main as cli
+from fedrun.run import rounds
+from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from fedrun.run.experiment import build_experiment
+from fedrun.storage.atomic import TIMING_COLUMNS
 from tests.conftest import compose_cfg
 from tests.cuda.gpu_util import DEVICE, HARD, SMALL, assert_same_metrics, spec_of
 

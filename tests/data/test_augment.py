@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedrun.config import RunSpec
+from fedrun.config.schema import RunSpec
+from fedrun.core.errors import ConfigError
 from fedrun.data.augment import PAD, base_key, crop_flip, draws
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment
+from fedrun.run.experiment import build_experiment
 from tests.conftest import REPO
 
 SMALL = ("data.max_train_samples=400", "data.max_test_samples=100", "fl.clients=4", "hardware.threads=1")

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedrun.checkpoint import fingerprint
-from fedrun.config import RunSpec
+from fedrun.config.identity import fingerprint
+from fedrun.config.schema import RunSpec
+from fedrun.core.errors import ConfigError
 from fedrun.data.base import Dataset, Split, pad_images
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment, load_data
+from fedrun.run.experiment import build_experiment, load_data
 
 SUBSET = ("data.max_train_samples=50", "data.max_test_samples=20", "fl.clients=2", "proxy.per_class=0")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrun.core.errors import ConfigError
 from fedrun.data.partition import class_counts, partition_stats
 from fedrun.data.partitions.base import PartitionInput, PartitionParams
 from fedrun.data.partitions.basic import DirichletParams, ShardsParams, dirichlet, iid, shards
-from fedrun.errors import ConfigError
 
 
 def labels(n_per_class: int = 600, classes: int = 10, seed: int = 0) -> np.ndarray:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment
+from fedrun.core.errors import ConfigError
+from fedrun.run.experiment import build_experiment
 
 
 def test_cli_pachinko_without_coarse_labels(run_cli) -> None:  # noqa: ANN001

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
+from fedrun.core.errors import ConfigError
 from fedrun.data.corrupt import corrupted_clients
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment, run
+from fedrun.run.experiment import build_experiment
+from fedrun.run.loop import run
 
 SMALL = ("experiment=smoke", "data.max_train_samples=600", "data.max_test_samples=300", "hardware.threads=1")
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedrun.core.errors import DataError
 from fedrun.data.base import Dataset, Split
 from fedrun.data.partition import make_partition, valid_parts
 from fedrun.data.partitions.basic import DirichletParams
@@ -34,7 +35,6 @@ from fedrun.data.sources.leaf import read_leaf_users
 from fedrun.data.sources.mnist import MNISTParams, load_mnist
 from fedrun.data.sources.pacs import PACSParams, load_pacs
 from fedrun.engines import auto
-from fedrun.errors import DataError
 
 REPO = Path(__file__).resolve().parents[2]
 IDX_STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -447,8 +447,8 @@ MEASURED = {"engine": "sequential", "clients": 4, "steps": 2, "vectorised_s": 0.
 
 @pytest.fixture(scope="module")
 def experiment():  # noqa: ANN201 - a built fedrun Experiment
-    from fedrun.config import validate
-    from fedrun.runner import build_experiment
+    from fedrun.config.schema import validate
+    from fedrun.run.experiment import build_experiment
     from tests.conftest import compose_cfg
 
     tiny = ["data.max_train_samples=200", "data.max_test_samples=100", "fl.clients=4", "model.hidden=[8]"]

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrun.core.errors import DataError
 from fedrun.data.sources.cifar import CIFARParams, load_cifar10, load_cifar100
 from fedrun.data.sources.files import parse_idx, read_bytes, safe_unpickle
 from fedrun.data.sources.mnist import MNISTParams, load_mnist
-from fedrun.errors import DataError
 
 
 def idx_bytes(arr: np.ndarray) -> bytes:

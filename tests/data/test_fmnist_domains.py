@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrun.config.registry import build_params
+from fedrun.core.errors import ConfigError
 from fedrun.data.sources.fmnist_domains import STYLES, FMNISTDomainsParams, load_fmnist_domains, render
-from fedrun.errors import ConfigError
-from fedrun.registry import build_params
 
 
 def test_render_styles() -> None:

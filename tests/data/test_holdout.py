@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.config import RunSpec
+from fedrun.config.schema import RunSpec
+from fedrun.core.errors import ConfigError
 from fedrun.data.holdout import hold_out
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment
+from fedrun.run.experiment import build_experiment
 
 SMALL = ("data.max_train_samples=600", "data.max_test_samples=100", "fl.clients=6", "hardware.threads=1")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrun.core.errors import ConfigError
 from fedrun.data.partition import class_counts
 from fedrun.data.partitions.base import PartitionInput
 from fedrun.data.partitions.domains import DomainsParams, NaturalParams, domains, natural
@@ -20,7 +21,6 @@ from fedrun.data.partitions.label_skew import (
 )
 from fedrun.data.partitions.longtail import longtail_counts, longtail_indices
 from fedrun.data.partitions.pachinko import PachinkoParams, pachinko
-from fedrun.errors import ConfigError
 
 
 def rng(seed: int = 0) -> np.random.Generator:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedrun.config import ProxyConfig
+from fedrun.config.schema import ProxyConfig
+from fedrun.core.errors import ConfigError
 from fedrun.data.base import Split
 from fedrun.data.proxy import ProxySet, carve_proxy, proxy_counts
-from fedrun.errors import ConfigError
-from fedrun.runner import build_experiment
+from fedrun.run.experiment import build_experiment
 
 
 def labelled(n_per_class: int = 30, classes: int = 10) -> Split:

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from fedrun.config.registry import DATASETS, build_params
+from fedrun.core.errors import DataError, DataMissing
 from fedrun.data.base import Dataset
 from fedrun.data.partitions.pachinko import hierarchy
 from fedrun.data.sources import mnist
 from fedrun.data.standin import BUILDERS, with_standin
-from fedrun.errors import DataError, DataMissing
-from fedrun.registry import DATASETS, build_params
 from tests.data.sources.test_digit5_reader import fedbn_domain
 from tests.data.sources.test_emnist_reader import make_emnist
 from tests.data.sources.test_shakespeare_reader import write_leaf

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from fedrun.config import RunSpec
+from fedrun.config.schema import RunSpec
+from fedrun.core.tree import nbytes
 from fedrun.engines import chunking
 from fedrun.engines.vectorised import VectorisedEngine
-from fedrun.runner import build_experiment
-from fedrun.tree import nbytes
+from fedrun.run.experiment import build_experiment
 
 TINY = (
     "data.max_train_samples=300",

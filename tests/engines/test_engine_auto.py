@@ -12,14 +12,15 @@ import torch
 from torch import nn
 
 from fedrun.algorithms.fedavg import FedAvg
-from fedrun.config import RunSpec
+from fedrun.config.schema import RunSpec
+from fedrun.core.errors import ConfigError
+from fedrun.core.tree import leaves
 from fedrun.engines import auto
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
-from fedrun.errors import ConfigError
 from fedrun.models.base import FunctionalModel
-from fedrun.runner import build_experiment, run
-from fedrun.tree import leaves
+from fedrun.run.experiment import build_experiment
+from fedrun.run.loop import run
 
 TINY = (
     "hardware.engine=auto",

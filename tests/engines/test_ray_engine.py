@@ -13,14 +13,15 @@ import pytest
 import ray
 import torch
 
-from fedrun.config import RunSpec
-from fedrun.engines.distributed import RayEngine, shard_chunks, split_contiguous
+from fedrun.config.schema import RunSpec
+from fedrun.core.errors import ConfigError, DivergenceError
+from fedrun.core.tree import leaves, tree_map
+from fedrun.engines.ray_engine import RayEngine, shard_chunks, split_contiguous
+from fedrun.engines.sampling import sample_clients
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
-from fedrun.errors import ConfigError, DivergenceError
-from fedrun.runner import build_experiment, run
-from fedrun.sampling import sample_clients
-from fedrun.tree import leaves, tree_map
+from fedrun.run.experiment import build_experiment
+from fedrun.run.loop import run
 from tests.engines.test_vectorised_engine import SMALL
 
 RUN = (*SMALL, "fl.rounds=3", "fl.momentum=0.5", "fl.keep_momentum=true", "checkpoint.every=0")
@@ -198,7 +199,7 @@ def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
     pd.testing.assert_frame_equal(out["ray"], out["vectorised"], check_exact=True)  # the whole run, bit for bit
 
     (tmp_path / "failed").mkdir()
-    monkeypatch.setattr("fedrun.rounds.evaluate", stop_in_round_2(RuntimeError))
+    monkeypatch.setattr("fedrun.run.rounds.evaluate", stop_in_round_2(RuntimeError))
     with pytest.raises(RuntimeError, match="stop"):
         run(make_spec(*RUN, *RAY), tmp_path / "failed")
     assert len(actors) == 2 and all(len(a) == 2 for a in actors)
@@ -206,7 +207,7 @@ def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
     assert ray.is_initialized()  # the test's cluster: not the engine's to shut down
 
     # a model vmap cannot run: the actors run the sequential engine, each client computed as there
-    monkeypatch.setattr("fedrun.engines.distributed.vmap_blocker", lambda algorithm: "BatchNorm")
+    monkeypatch.setattr("fedrun.engines.ray_engine.vmap_blocker", lambda algorithm: "BatchNorm")
     spec = make_spec(*RUN, "fl.participation=0.8")
     exp = build_experiment(spec)
     hw = dataclasses.replace(spec.hardware, engine="ray", actors=2)
@@ -238,7 +239,7 @@ def test_runner_closes_the_engine_however_the_run_ends(
     # the same ``finally`` for every engine: checked without Ray (Ctrl-C is a KeyboardInterrupt in the driver)
     closed: list[str] = []
     monkeypatch.setattr(SequentialEngine, "close", lambda self: closed.append("closed"))
-    monkeypatch.setattr("fedrun.rounds.evaluate", stop_in_round_2(exc))
+    monkeypatch.setattr("fedrun.run.rounds.evaluate", stop_in_round_2(exc))
     if exc is KeyboardInterrupt:
         assert run(make_spec(*RUN), tmp_path)["status"] == "interrupted"
     else:

@@ -10,17 +10,18 @@ import torch
 from torch import nn
 
 from fedrun.algorithms.base import AlgoParams, Algorithm, Batch, ClientContext, RoundInfo
-from fedrun.config import RunSpec
+from fedrun.config.registry import ALGORITHMS
+from fedrun.config.schema import RunSpec
+from fedrun.core.errors import ConfigError, DivergenceError
+from fedrun.core.tree import Tensors, Tree, leaves, tree_map, zeros_like
 from fedrun.data.federated import num_local_steps
+from fedrun.engines.sampling import sample_clients
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine, pad_plans
-from fedrun.errors import ConfigError, DivergenceError
 from fedrun.models.base import FunctionalModel
-from fedrun.registry import ALGORITHMS
-from fedrun.runner import Experiment, build_experiment, lr_at
-from fedrun.sampling import sample_clients
-from fedrun.state import ClientStates
-from fedrun.tree import Tensors, Tree, leaves, tree_map, zeros_like
+from fedrun.run.client_states import ClientStates
+from fedrun.run.experiment import Experiment, build_experiment
+from fedrun.run.loop import lr_at
 
 # Dirichlet(0.3) over 5 clients: unequal sizes, so clients finish at different steps and last batches are short
 SMALL = (

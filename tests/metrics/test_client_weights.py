@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import fedrun.rounds
+import fedrun.run.rounds
 from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE, effective_weights
-from fedrun.runner import run
+from fedrun.run.loop import run
 
 SMALL = (
     "experiment=smoke",
@@ -59,7 +59,7 @@ def test_a_resumed_run_writes_the_uninterrupted_file(make_spec, tmp_path: Path, 
     torch.testing.assert_close(torch.tensor(ref["coef"].values), 0.9 * torch.tensor(ref["p"].values), rtol=0, atol=1e-5)
 
     calls = {"n": 0}
-    real = fedrun.rounds.evaluate
+    real = fedrun.run.rounds.evaluate
 
     def stop_in_round_two(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - after round 2's weights, before its checkpoint
         calls["n"] += 1
@@ -68,10 +68,10 @@ def test_a_resumed_run_writes_the_uninterrupted_file(make_spec, tmp_path: Path, 
         return real(*args, **kwargs)
 
     (tmp_path / "cut").mkdir()
-    monkeypatch.setattr(fedrun.rounds, "evaluate", stop_in_round_two)
+    monkeypatch.setattr(fedrun.run.rounds, "evaluate", stop_in_round_two)
     assert run(make_spec(*overrides), tmp_path / "cut")["status"] == "interrupted"
     assert pd.read_csv(tmp_path / "cut" / CLIENT_WEIGHTS_FILE)["round"].max() == 2  # one round past the checkpoint
-    monkeypatch.setattr(fedrun.rounds, "evaluate", real)
+    monkeypatch.setattr(fedrun.run.rounds, "evaluate", real)
     assert run(make_spec(*overrides), tmp_path / "cut")["resumed_from_round"] == 1
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cut" / CLIENT_WEIGHTS_FILE), ref, check_exact=True)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedrun.core.tree import dot, norm, sq_norm, sub
 from fedrun.metrics.landscape import (
     filter_normalised_direction,
     grid_scan,
@@ -14,7 +15,6 @@ from fedrun.metrics.landscape import (
     plane_through,
     random_plane,
 )
-from fedrun.tree import dot, norm, sq_norm, sub
 
 F64 = torch.float64
 C = {"w": torch.tensor([[1.0, -2.0], [0.5, 0.0]], dtype=F64), "b": torch.tensor([0.3, -0.1], dtype=F64)}

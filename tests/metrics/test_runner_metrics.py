@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedrun.config import RunSpec
+from fedrun.config.schema import RunSpec
 from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
-from fedrun.runner import run
+from fedrun.run.loop import run
 
 TINY = [
     "experiment=smoke",

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedrun.config import RunSpec
+from fedrun.config.schema import RunSpec
 from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.models import lstm as lstm_module
 from fedrun.models.lstm import CharLSTM
-from fedrun.runner import build_experiment
+from fedrun.run.experiment import build_experiment
 from tests.engines.test_vectorised_engine import assert_same_run
 from tests.models.test_paper_models_run import tiny_shakespeare
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedrun.errors import ConfigError
+from fedrun.config.registry import MODELS, build_params
+from fedrun.core.errors import ConfigError
 from fedrun.models.base import FunctionalModel
-from fedrun.registry import MODELS, build_params
 
 
 def conv(cin: int, cout: int, k: int, bias: bool = True) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrun.runner import run
+from fedrun.run.loop import run
 
 
 def tiny_cifar10(root: Path) -> None:
@@ -60,7 +60,7 @@ def test_batchnorm_running_stats_are_averaged_like_the_parameters(make_spec, tmp
     import torch
 
     from fedrun.algorithms.base import average_buffers
-    from fedrun.runner import build_experiment
+    from fedrun.run.experiment import build_experiment
 
     tiny_cifar10(tmp_path / "data")
     spec = make_spec(

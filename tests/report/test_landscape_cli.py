@@ -11,11 +11,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fedrun.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
-from fedrun.config import RunSpec
-from fedrun.report.cli import main
-from fedrun.report.models import eval_set, load_params, load_spec
-from fedrun.runner import run
+from fedrun.cli.report import main
+from fedrun.config.schema import RunSpec
+from fedrun.report.saved_runs import eval_set, load_params, load_spec
+from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+from fedrun.run.loop import run
 
 TINY = [
     "experiment=smoke",

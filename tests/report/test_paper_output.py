@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from matplotlib.colors import LogNorm
 
-from fedrun import outputs
-from fedrun.report.cli import main as report_main
+from fedrun.cli.report import main as report_main
 from fedrun.report.latex import escape, to_latex
+from fedrun.storage import figures as outputs
 from tests.report.fake_runs import fake_run
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrun.report.cli import main as report_main
-from fedrun.runner import run
+from fedrun.cli.report import main as report_main
+from fedrun.run.loop import run
 
 
 def test_domains_run_writes_breakdown_and_report(make_spec, tmp_path: Path, capsys) -> None:  # noqa: ANN001

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedrun.report.cli import main as report_main
+from fedrun.cli.report import main as report_main
 from fedrun.report.collect import collect_runs, run_labels
 from fedrun.report.pooling import PoolingError, check_pooling, drop_duplicates, missing_runs
 from fedrun.report.tables import make_table
@@ -184,7 +184,7 @@ def test_report_piped_into_head_ends_quietly(tmp_path: Path) -> None:
     for i in range(1500):  # a table far longer than a pipe's buffer (64 KiB)
         fake_run(tmp_path / f"{i}", {"algorithm.name": "fedavg", "tags.method": f"method {i:04d} " + "x" * 100})
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "fedrun.report.cli", str(tmp_path), "--rows", "tags.method"]
+    cmd = [sys.executable, "-m", "fedrun.cli.report", str(tmp_path), "--rows", "tags.method"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert p.stdout is not None and p.stderr is not None
     p.stdout.readline()  # `| head -1`

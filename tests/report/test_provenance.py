@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedrun.report.cli import main as report_main
+from fedrun.cli.report import main as report_main
 
 
 def _run(d: Path, data: str, seed: int, standin: bool) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrun.report.cli import main as report_main
+from fedrun.cli.report import main as report_main
 
 
 def test_report_on_a_real_multirun(run_cli, tmp_path: Path, capsys) -> None:

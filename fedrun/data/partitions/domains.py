@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrun.config.registry import PARTITIONS, positive
+from fedrun.core.errors import ConfigError
 from fedrun.data.partitions.base import PartitionInput, PartitionParams
 from fedrun.data.partitions.basic import DirichletParams, ShardsParams, dirichlet, iid, shards
 from fedrun.data.partitions.label_skew import label_k_split
-from fedrun.errors import ConfigError
-from fedrun.registry import PARTITIONS, positive
 
 INNER = ("label_k", "dirichlet", "shards", "iid")
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrun.config.registry import PARTITIONS, in_range, positive
+from fedrun.core.errors import ConfigError
 from fedrun.data.partitions.base import PartitionInput, PartitionParams
-from fedrun.errors import ConfigError
-from fedrun.registry import PARTITIONS, in_range, positive
 
 
 def _by_class(labels: np.ndarray, num_classes: int) -> list[np.ndarray]:

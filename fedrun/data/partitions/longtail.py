@@ -2,7 +2,7 @@
 
 FedLAW's code keeps int(n_k * (1/rho)^(k/(C-1))) samples of class k, so class 0 keeps all its samples
 and class C-1 keeps 1/rho of them; the (usual) partition is then applied to what is left. Applied by
-``fedrun.runner.load_data`` when ``data.longtail_rho`` is set.
+``fedrun.run.experiment.load_data`` when ``data.longtail_rho`` is set.
 """
 
 from __future__ import annotations

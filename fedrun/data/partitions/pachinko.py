@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrun.config.registry import PARTITIONS, positive
+from fedrun.core.errors import ConfigError
 from fedrun.data.partitions.base import PartitionInput, PartitionParams
-from fedrun.errors import ConfigError
-from fedrun.registry import PARTITIONS, positive
 
 
 @dataclass

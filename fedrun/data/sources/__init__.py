@@ -1,1 +1,1 @@
-"""Dataset sources: each module registers loaders in ``fedrun.registry.DATASETS``."""
+"""Dataset sources: each module registers loaders in ``fedrun.config.registry.DATASETS``."""

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS
+from fedrun.core.errors import DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import (
     CIFAR_MD5,
@@ -18,8 +20,6 @@ from fedrun.data.sources.files import (
     read_bytes,
     safe_unpickle,
 )
-from fedrun.errors import DataError, DataMissing
-from fedrun.registry import DATASETS
 
 _URLS = {
     "cifar10": ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS
+from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, load_pickled_pair, read_image_folder, to_chw_uint8
-from fedrun.errors import ConfigError, DataError, DataMissing
-from fedrun.registry import DATASETS
 
 FEDBN_FOLDERS = {"mnist": "MNIST", "svhn": "SVHN", "usps": "USPS", "synth": "SynthDigits", "mnistm": "MNIST_M"}
 HINT = (

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS, in_range
+from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels, load_idx_split
 from fedrun.data.sources.leaf import read_leaf_files
-from fedrun.errors import ConfigError, DataError, DataMissing
-from fedrun.registry import DATASETS, in_range
 
 MEAN, STD = (0.1736,), (0.3317,)
 CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}

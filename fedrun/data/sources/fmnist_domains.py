@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS, in_range
+from fedrun.core.errors import ConfigError
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.mnist import MNISTParams, load_fmnist
-from fedrun.errors import ConfigError
-from fedrun.registry import DATASETS, in_range
 
 STYLES = ("plain", "rotate", "invert", "noise", "colour")
 

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedrun.core.errors import DataError
 from fedrun.data.sources.files import check_labels
-from fedrun.errors import DataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedrun.errors import DataError
+from fedrun.core.errors import DataError
+
+LEAF_SEQ_LEN = 80  # LEAF's Shakespeare: 80 characters in, the next one out
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from fedrun.config.registry import DATASETS
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import load_idx_split
-from fedrun.registry import DATASETS
 
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS, in_range, positive
+from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, read_image_folder, to_chw_uint8
-from fedrun.errors import ConfigError, DataError, DataMissing
-from fedrun.registry import DATASETS, in_range, positive
 
 DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
 CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")

@@ -35,16 +35,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS, positive
+from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
-from fedrun.data.sources.leaf import read_leaf_users
+from fedrun.data.sources.leaf import LEAF_SEQ_LEN, read_leaf_users
 from fedrun.data.sources.shakespeare_build import INSTALL_HINT, Roles, load_roles
 from fedrun.data.sources.shakespeare_plays import ALL_LETTERS, SPACE, encode
-from fedrun.errors import ConfigError, DataError, DataMissing
-from fedrun.registry import DATASETS, positive
 
 __all__ = ["ALL_LETTERS", "SPACE", "ShakespeareParams", "encode", "load_shakespeare"]
 
-LEAF_SEQ_LEN = 80
 SOURCES = ("auto", "leaf", "gutenberg")
 SPLITS = ("contiguous", "random")
 TOKENS = torch.int32  # vocabulary ids of the windows: 80 symbols, half the memory of int64

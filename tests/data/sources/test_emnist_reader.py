@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrun.core.errors import DataError
 from fedrun.data.sources.emnist import EMNISTParams, load_emnist
-from fedrun.errors import DataError
 
 
 def write_idx(path: Path, arr: np.ndarray) -> None:

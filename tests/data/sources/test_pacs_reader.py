@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrun.config.registry import build_params
+from fedrun.core.errors import ConfigError, DataError
 from fedrun.data.sources.pacs import CLASSES, PACSParams, load_pacs
-from fedrun.errors import ConfigError, DataError
-from fedrun.registry import build_params
 
 
 def test_pacs_image_folders(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.sources import shakespeare_plays
 from fedrun.data.sources.shakespeare import ALL_LETTERS, ShakespeareParams, load_shakespeare
-from fedrun.errors import ConfigError, DataError, DataMissing
 
 TEXT = "To be, or not to be: that is the question. Whether 'tis nobler in the mind to suffer the slings"
 

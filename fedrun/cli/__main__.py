@@ -1,0 +1,5 @@
+"""``python -m fedrun.cli``: the ``fedrun`` command."""
+
+from fedrun.cli.main import main
+
+main()

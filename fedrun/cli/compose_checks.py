@@ -1,0 +1,206 @@
+"""Checks on what Hydra composes, made before Hydra acts on it: a config never runs code, never reaches
+outside the config search path, never writes a run into the current directory, and every override is
+read the way it was meant (or refused with one line naming it).
+
+Hydra instantiates ``hydra.callbacks`` (and the ``_target_`` of its plugins' nested settings, and the
+``()`` / ``class`` factories of its logging configs) right after composing, and reads a group option as a
+path (``experiment=../../x`` loads ``conf/experiment/../../x.yaml``). :func:`install` wraps Hydra's config
+loader so that every composition (a run, a sweep and each of its jobs, ``--cfg``, ``--help``) passes
+:func:`check_overrides` before any file is read and :func:`check_composed` before anything is
+instantiated or written. Each raises :class:`~fedrun.core.errors.ConfigError`, which ``fedrun`` prints as one
+line with exit code 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.object_type import ObjectType
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from omegaconf.nodes import BooleanNode
+
+from fedrun.config.schema import config_node
+from fedrun.core.errors import ConfigError
+
+# The only code a composed config may name: Hydra's own launchers and sweepers (Hydra itself allows no
+# other plugin module), Optuna's samplers, and the SQLite helper of conf/hydra/sweeper/optuna_tpe.yaml.
+ALLOWED_TARGETS = (
+    "hydra._internal.core_plugins.",
+    "hydra_plugins.",
+    "optuna.samplers.",
+    "fedrun.cli.main.sqlite_storage",
+)
+FEDRUN_CALLBACKS: tuple[str, ...] = ()  # fedrun registers no Hydra callback (it reports a sweep in cli.main)
+REQUIRED_GROUPS = ("algorithm", "data", "partition", "model", "hardware")  # a run needs one option of each
+NAMED_GROUPS = ("algorithm", "data", "partition", "model")  # the option's file sets <group>.name
+GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """``text``, cut to ``limit`` characters with its length said when longer (a 5,000-character option)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def override_key(line: str) -> str:
+    """The key an override line names, also when it does not parse (``fl.lr=[1,2`` -> ``fl.lr``)."""
+    return shorten(line.split("=", 1)[0].lstrip("~+").strip() or line)
+
+
+def parse(overrides: list[str]) -> list[Override]:
+    """Hydra's parse of each override; an unparsable one is a ConfigError naming its key and the override."""
+    parser = OverridesParser.create()
+    parsed = []
+    for line in overrides:
+        try:
+            parsed.append(parser.parse_override(line))
+        except (HydraException, ValueError) as e:  # ValueError: an integer of over 4,300 digits
+            why = str(e).strip() or type(e.__cause__).__name__
+            why = why.replace("token recognition error at: ", "unmatched quote or bracket at ")
+            raise ConfigError(
+                override_key(line), f"cannot parse the override {shorten(line)!r} ({shorten(why)}); see {GRAMMAR}"
+            ) from None
+    return parsed
+
+
+def _values(o: Override) -> Iterator[Any]:
+    """The values an override sets: one, or each of a choice/range sweep (none for an Optuna interval)."""
+    if o.is_sweep_override():
+        if o.is_discrete_sweep():
+            yield from o.sweep_iterator()
+        return
+    yield o.value()
+
+
+def _options(loader: ConfigLoaderImpl, group: str) -> str:
+    return ", ".join(loader.repository.get_group_options(group, results_filter=ObjectType.CONFIG))
+
+
+def _check_option(loader: ConfigLoaderImpl, group: str, option: Any) -> None:
+    if option is None:
+        if group in REQUIRED_GROUPS:
+            raise ConfigError(group, f"cannot be null (every run needs one); valid: {_options(loader, group)}")
+        return
+    if isinstance(option, list):
+        for item in option:
+            _check_option(loader, group, item)
+        return
+    text = str(option)
+    if len(text) > 200:  # longer than any file name may be
+        raise ConfigError(group, f"unknown option {shorten(text)!r}; valid: {_options(loader, group)}")
+    if not text.strip() or "/" in text or "\\" in text or ".." in text:
+        raise ConfigError(
+            group,
+            f"option {shorten(text)!r} is not a name of {group}/ in the config search path (no '/' or '..');"
+            f" valid: {_options(loader, group)}",
+        )
+
+
+def check_overrides(loader: ConfigLoaderImpl, parsed: list[Override]) -> None:
+    """Refuse, before Hydra reads a file: a group option that is a path or null, the deletion of a setting."""
+    for o in parsed:
+        key = o.key_or_group
+        if loader.repository.group_exists(key):
+            if o.is_delete():
+                if key in REQUIRED_GROUPS:
+                    raise ConfigError(key, f"cannot be removed (every run needs one); valid: {_options(loader, key)}")
+                continue
+            for option in _values(o):
+                _check_option(loader, key, option)
+        elif o.is_delete() and not o.is_hydra_override() and key.split(".")[0] != "tags":
+            raise ConfigError(key, f"cannot be deleted (~{key}): set a value instead (tags.* are the free keys)")
+
+
+def _walk(node: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{path}[{i}]")
+    else:
+        yield path, node
+
+
+def check_no_code(cfg: DictConfig) -> None:
+    """The ``hydra`` node names no code but Hydra's plugins: no foreign callbacks, targets or logging factories."""
+    callbacks = OmegaConf.select(cfg, "hydra.callbacks") or {}
+    for name in callbacks:
+        if name not in FEDRUN_CALLBACKS:
+            why = "refused: a config never runs code (fedrun registers no callback)"
+            raise ConfigError(f"hydra.callbacks.{name}", why)
+    hydra_node = OmegaConf.to_container(cfg.hydra, resolve=False)
+    for path, value in _walk(hydra_node, "hydra"):
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf == "_target_" and not (isinstance(value, str) and value.startswith(ALLOWED_TARGETS)):
+            why = "is not a Hydra plugin (a config never runs code)"
+            raise ConfigError(path, f"refused: {shorten(str(value))!r} {why}")
+        if path.startswith(("hydra.job_logging", "hydra.hydra_logging")):
+            if leaf == "()" or (leaf == "class" and not str(value).startswith("logging.")):
+                raise ConfigError(path, f"refused: {shorten(str(value))!r} (logging classes come from logging.*)")
+
+
+def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -> None:
+    """Refuse a composed config that would run code, reach outside conf/, write into the current directory,
+    or set a value other than the one meant (``output.plots=2``, ``model.name=cnn`` beside ``model=mlp``)."""
+    check_no_code(cfg)
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
+    for group, option in choices.items():  # every option chosen, also by a preset's defaults list
+        if option is not None and ("/" in option or "\\" in option or ".." in option):
+            raise ConfigError(group, f"option {shorten(option)!r} is not a name in the config search path")
+    where = ("hydra.run.dir",) if run_mode == RunMode.RUN else ("hydra.sweep.dir", "hydra.sweep.subdir")
+    for key in where:
+        try:
+            value = OmegaConf.select(cfg, key) if key != "hydra.sweep.subdir" else cfg.hydra.sweep._get_node("subdir")
+            text = "" if value is None else str(value._value() if key == "hydra.sweep.subdir" else value)
+        except OmegaConfBaseException as e:
+            raise ConfigError(key, str(e).splitlines()[0]) from None
+        if not text.strip():
+            raise ConfigError(key, "is empty: the run would write into the current directory; give a directory")
+    for o in parsed:
+        if o.is_hydra_override() or o.is_delete():
+            continue
+        key = o.key_or_group
+        group, _, leaf = key.partition(".")
+        if group in NAMED_GROUPS and leaf == "name":
+            for value in _values(o):
+                if value != choices.get(group):
+                    raise ConfigError(
+                        key,
+                        f"is set by the {group} option, not overridden: use {group}={shorten(str(value))}"
+                        f" (now {group}={choices.get(group)})",
+                    )
+        if isinstance(config_node(cfg, key), BooleanNode):
+            for value in _values(o):
+                if value is not None and not isinstance(value, bool):
+                    raise ConfigError(key, f"expected true or false, got {shorten(repr(value))}")
+
+
+def install() -> None:
+    """Route every composition of this process through the checks above (idempotent)."""
+    current = ConfigLoaderImpl.load_configuration
+    if getattr(current, "fedrun_checked", False):
+        return
+
+    def load_configuration(
+        self: ConfigLoaderImpl,
+        config_name: str | None,
+        overrides: list[str],
+        run_mode: RunMode,
+        from_shell: bool = True,
+        validate_sweep_overrides: bool = True,
+    ) -> DictConfig:
+        parsed = parse(list(overrides))
+        check_overrides(self, parsed)
+        cfg = current(self, config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
+        check_composed(cfg, parsed, run_mode)
+        return cfg
+
+    load_configuration.fedrun_checked = True  # type: ignore[attr-defined]
+    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]

@@ -1,0 +1,359 @@
+"""``fedrun``: the Hydra entry point.
+
+Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job validates its
+config, runs, and writes its files into its own run directory. Bad input of any kind ends with one line
+on stderr naming the field and the valid choices, exit code 2, and nothing but ``error.txt`` (beside
+Hydra's ``.hydra/`` record of the job) in the run directory. In a multirun a failing job is recorded and
+the sweep goes on.
+
+Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
+run's last checkpoint and skips a run that already finished; a directory holding a run of a different
+config is refused and left untouched. Re-running a sweep with the same ``hydra.sweep.dir`` does the same
+for each of its jobs.
+
+Each job returns its ``output.objective`` (summary.json's ``test_acc_last_k`` by default) to Hydra, so a
+sweeper such as Optuna's (``-m hydra/sweeper=optuna_tpe``, conf/hydra/sweeper/) can maximise it. A job that
+does not complete (bad input, failure, divergence) returns None: Optuna records that trial as FAIL and the
+study goes on; a study with no completed trial at all ends with one line and exit code 1.
+
+Before Hydra acts on a composed config, fedrun/cli/compose_checks.py refuses what would run code or reach
+outside conf/. A sweep's jobs run in directories keyed by their config (fedrun/cli/sweeps.py), so a sweep can
+grow; a sweep of the basic sweeper ends with "k of N jobs failed" and exit code 1 when k > 0, and Ctrl-C
+stops it (finished jobs are kept; the same command resumes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import re
+import shutil
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
+
+import hydra
+import hydra._internal.utils as hydra_utils
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from rich.console import Console
+from rich.table import Table
+
+from fedrun.cli import compose_checks, sweeps
+from fedrun.config import location as conf_location
+from fedrun.config.schema import RunSpec, validate
+from fedrun.core.errors import ConfigError, DataError, ResumeError
+from fedrun.host.allocator import tune_glibc_malloc
+from fedrun.host.interrupts import Interrupted, exit_code, interrupts, signal_name
+from fedrun.storage.atomic import WriteError, atomic_write, remove_stale_temps, write_json
+from fedrun.storage.lock import run_dir_lock
+
+EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
+
+sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
+
+
+def one_line(message: str) -> str:
+    """Hydra's multi-line composition errors, condensed to one line."""
+    m = re.search(
+        r"Could not find '([^/']+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)(?:\nConfig search path:|$)",
+        message,
+        re.S,
+    )
+    if m:
+        options = ", ".join(o.strip() for o in m.group(3).split("\n") if o.strip())
+        return f"{m.group(1)}: unknown option {compose_checks.shorten(m.group(2))!r}; valid: {options}"
+    lines = [ln.strip() for ln in message.splitlines()]
+    return " ".join(ln for ln in lines if ln and not ln.startswith(("full_key", "reference_type", "object_type")))
+
+
+def _run_and_report(func: Any) -> Any:
+    """Replaces Hydra's error reporter for errors raised while composing (bad overrides, unknown options);
+    ends a sweep of the basic sweeper (Hydra returns its jobs' results here) with how many jobs failed."""
+    try:
+        result = func()
+    except Exception as ex:  # noqa: BLE001 - every composition error is bad input
+        if _no_completed_trial(ex):
+            why = "each job's summary.json or error.txt says why"
+            print(f"fedrun: error: no trial of the study completed ({why})", file=sys.stderr)
+            sys.exit(EXIT_RUN_FAILED)
+        print(f"fedrun: error: {error_line(ex)}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    if isinstance(result, list) and sweeps.report_multirun(result):  # Optuna's sweeper returns None
+        sys.exit(EXIT_RUN_FAILED)
+    return result
+
+
+def error_line(ex: BaseException) -> str:
+    """One line for an error raised while composing: the field and the why, and the file it came from."""
+    cause = ex.__cause__
+    if cause is None and isinstance(ex.__context__, OmegaConfBaseException):  # Hydra's "In 'experiment/x': ..."
+        cause = ex.__context__
+    key = getattr(cause, "full_key", None)
+    if isinstance(cause, OmegaConfBaseException) and key:  # a value or key refused by the schema
+        source = re.match(r"In '([^']+)'", str(ex))
+        where = f" (in {source.group(1)}.yaml)" if source else ""
+        return f"{key}: {str(cause).splitlines()[0]}{where}"
+    # Hydra often says only "Error merging override x=y"; the why is in the cause
+    return one_line(str(ex) + (f": {cause}" if cause is not None else ""))
+
+
+def _no_completed_trial(ex: BaseException) -> bool:
+    """Optuna's error for a study with no completed trial: the sweeper asks for the best one after the last.
+
+    Optuna words it after its storage ("No trials are completed yet.", "Record does not exist."), so it is
+    told by where it was raised: in ``Study.best_trial``.
+    """
+    frames = [frame for frame, _ in traceback.walk_tb(ex.__traceback__)]
+    return isinstance(ex, ValueError) and any(
+        f.f_code.co_name == "best_trial" and f.f_globals.get("__name__", "").startswith("optuna") for f in frames
+    )
+
+
+def sqlite_storage(path: str) -> str:
+    """``sqlite:///<absolute path>`` for an Optuna study in ``path``, its directory made first.
+
+    The Optuna sweeper preset (conf/hydra/sweeper/optuna_tpe.yaml) instantiates its ``storage`` with this:
+    SQLite does not create a missing directory.
+    """
+    file = Path(to_absolute_path(path))
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{file}"
+
+
+def objective(summary: dict[str, Any], spec: RunSpec) -> float | None:
+    """The value a completed run returns to a sweeper: summary.json's ``test_acc_<output.objective>``."""
+    value = summary.get(f"test_acc_{spec.output.objective}") if summary.get("status") == "completed" else None
+    return None if value is None else float(value)
+
+
+def _reject(run_dir: Path, message: str, multirun: bool, wipe: bool = True) -> None:
+    """Bad input: leave only error.txt (and Hydra's own record of the job, ``.hydra/``, from which fedrun-report
+    labels the failed run) in the run directory, print one line, exit 2 (a sweep goes on).
+
+    With ``wipe=False`` (the directory holds an earlier run: its checkpoint, metrics...) nothing is touched.
+    """
+    if wipe:
+        for child in run_dir.iterdir() if run_dir.is_dir() else []:
+            if child.name == ".hydra":
+                continue
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(run_dir / "error.txt", message + "\n")
+    print(f"fedrun: error: {message}", file=sys.stderr)
+    if not multirun:
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def print_summary(s: dict[str, Any], console: Console) -> None:
+    t = Table(title=f"fedrun: {s['algorithm']} / {s['data']} / {s['model']} / {s['partition']}  ({s['status']})")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
+    t.add_row("final test accuracy", pct(s.get("test_acc_final")))
+    t.add_row(f"mean of last {s.get('last_k', 0)} rounds", pct(s.get("test_acc_last_k")))
+    t.add_row("best test accuracy (round)", f"{pct(s.get('test_acc_best'))} ({s.get('best_round', '-')})")
+    if "round_to_target" in s:
+        t.add_row("round reaching target", str(s["round_to_target"] or "never"))
+    t.add_row("rounds", str(s["rounds_completed"]))
+    t.add_row("wall time", f"{s['wall_time_s']:.1f} s")
+    t.add_row("client samples/s", f"{s['samples_per_s']:,.0f}")
+    t.add_row("engine / device", f"{s['engine']} / {s['device']}")
+    if s.get("data_standin"):
+        t.add_row("data", f"STAND-IN: {s['data']} files not found, seeded random data (data.standin)")
+    console.print(t)
+    console.print(f"run directory: {s['run_dir']}")
+
+
+CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or the installed package fedrun.conf
+INSTALLED = conf_location.INSTALLED
+
+
+@hydra.main(version_base=None, config_path=conf_location.HYDRA_CONFIG_PATH, config_name="config")
+def _job(cfg: DictConfig) -> float | None:
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    run_dir = Path(hc.runtime.output_dir)
+    if not multirun:
+        return execute(cfg, run_dir, multirun)
+    label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]"
+    sweeps.record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
+    return execute(cfg, run_dir, multirun, label)  # an interrupted job re-raises: the sweep stops
+
+
+def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> float | None:
+    """Validate, then start, continue, extend or skip the run in ``run_dir``; report the outcome (exit codes).
+
+    The run holds ``run_dir``'s lock for its whole life (fedrun/storage/lock.py). Ctrl-C, SIGTERM and SIGHUP end it
+    as ``interrupted`` (fedrun/host/interrupts.py): in a single run the process exits with 128 + the signal's number;
+    in a multirun the KeyboardInterrupt is re-raised once summary.json is written, so the sweep stops. A file
+    that cannot be written (full disk, read-only directory) ends the run in one line naming it: exit 1, or 2
+    for a directory that is not writable. Returns the run's :func:`objective` (also for a completed run that is
+    skipped), None for any other outcome.
+    """
+    earlier = (run_dir / "config.yaml").is_file()  # an earlier run's files are never wiped
+    name = label or str(run_dir)
+    try:
+        with interrupts(name):
+            spec = validate(cfg)
+            spec.data.params.root = to_absolute_path(spec.data.params.root)
+            spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None
+            if multirun:
+                spec.output.quiet = True
+            from fedrun.run.checkpoint import FINISHED, check_run_dir  # heavy imports after validation
+            from fedrun.run.loop import run
+            from fedrun.run.recorder import run_log
+
+            with run_dir_lock(run_dir):
+                if spec.cache_dir:
+                    remove_stale_temps(Path(spec.cache_dir))
+                prior = check_run_dir(run_dir, spec.raw)
+                if prior in FINISHED:
+                    print(f"fedrun: {name}: already {prior}; skipped (a new run needs a new run dir)", file=sys.stderr)
+                    if prior != "completed" and not multirun:
+                        sys.exit(1)
+                    redraw_curves(run_dir, spec)
+                    return objective(json.loads((run_dir / "summary.json").read_text()), spec)
+                atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(spec.raw))
+                with run_log(run_dir, echo=name if multirun else None):
+                    summary = run(spec, run_dir)
+    except ResumeError as e:
+        return _reject(run_dir, str(e), multirun, wipe=False)
+    except (ConfigError, DataError) as e:
+        return _reject(run_dir, str(e), multirun, wipe=not earlier)
+    except WriteError as e:
+        return _write_failed(run_dir, e, multirun)
+    except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
+        mark_status(run_dir, "interrupted", f"interrupted by {signal_name(e)}", only_running=True)
+        print(f"fedrun: {name}: interrupted by {signal_name(e)}; {_resume_hint(run_dir)}", file=sys.stderr)
+        if multirun:
+            raise
+        sys.exit(exit_code(e))
+    except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
+        with contextlib.suppress(OSError):
+            atomic_write(run_dir / "error.log", traceback.format_exc())
+        mark_status(run_dir, "failed", f"{type(e).__name__}: {e}")
+        print(f"fedrun: job failed: {type(e).__name__}: {e} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
+        if not multirun:
+            sys.exit(1)
+        return None
+    out = Console()
+    if multirun:
+        acc = summary.get("test_acc_last_k")
+        shown = "-" if acc is None else f"{100 * acc:.2f}%"
+        print(f"{label}: {summary['status']}, last-k acc {shown}", flush=True)
+    elif not spec.output.quiet:
+        print_summary(summary, out)
+    if summary["status"] == "interrupted":
+        print(f"fedrun: {name}: {summary['error']}; {_resume_hint(run_dir)}", file=sys.stderr)
+        interrupt = Interrupted(signal.Signals[summary.get("signal", "SIGINT")])
+        if multirun:
+            raise interrupt  # the sweep stops: summary.json is written
+        sys.exit(exit_code(interrupt))
+    if summary["status"] != "completed":
+        print(f"fedrun: {name}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
+        if not multirun:
+            sys.exit(1)
+    return objective(summary, spec)
+
+
+def _resume_hint(run_dir: Path) -> str:
+    from fedrun.run.checkpoint import CHECKPOINT_FILE
+
+    if (run_dir / CHECKPOINT_FILE).is_file():
+        return "re-run the same command to resume from the last checkpoint"
+    return "no checkpoint was written yet, so re-running the command starts the run over"
+
+
+def _write_failed(run_dir: Path, e: WriteError, multirun: bool) -> None:
+    """A run file could not be written: one line naming it and its folder. A folder that is not writable is bad
+    input (exit 2); a full disk (or another I/O error) fails the run (exit 1), marked in summary.json where that
+    can still be written; re-running after freeing space resumes from the last checkpoint."""
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        print(f"fedrun: error: {e}; valid: a run directory you can write to", file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    else:
+        mark_status(run_dir, "failed", str(e))
+        print(f"fedrun: error: {e}; free some space, then {_resume_hint(run_dir)}", file=sys.stderr)
+        code = EXIT_RUN_FAILED
+    if not multirun:
+        sys.exit(code)
+
+
+def mark_status(run_dir: Path, status: str, error: str, only_running: bool = False) -> None:
+    """Set ``status`` and ``error`` in ``run_dir``'s summary.json, keeping what it says of the run (with
+    ``only_running``: only when it says ``running``); silently nothing when it cannot be read or written."""
+    f = run_dir / "summary.json"
+    try:
+        old = json.loads(f.read_text()) if f.is_file() else {}
+    except (OSError, ValueError):
+        old = {}
+    if not isinstance(old, dict) or (only_running and old.get("status") != "running"):
+        return
+    with contextlib.suppress(OSError):
+        write_json(f, {**old, "status": status, "error": error})
+
+
+def redraw_curves(run_dir: Path, spec: RunSpec) -> None:
+    """Draw accuracy.png of a finished run that lacks it (a run made with ``output.plots=false``, or killed
+    between its plot and its summary by an older fedrun)."""
+    png, csv = run_dir / "accuracy.png", run_dir / "metrics.csv"
+    if spec.output.plots and not png.is_file() and csv.is_file():
+        import pandas as pd
+
+        from fedrun.storage.figures import plot_curves
+
+        plot_curves(pd.read_csv(csv).to_dict("records"), png, f"{spec.algorithm.name} on {spec.data.name}")
+
+
+def resume(run_dir: Path, overrides: list[str]) -> None:
+    """``fedrun resume=<dir> [key=value...]``: continue the run in ``dir`` with the config saved there.
+
+    Only settings that leave the rounds already run unchanged may be given: output, checkpoint and evaluation
+    settings, and a larger ``fl.rounds``, which extends a finished run from its final checkpoint.
+    """
+    if any(o.startswith("-") for o in overrides):
+        _fail("resume: resumes one run; to resume a sweep re-run its command with the same hydra.sweep.dir")
+    cfg_file = run_dir / "config.yaml"
+    if not cfg_file.is_file():
+        _fail(f"resume: {run_dir} holds no fedrun run (no config.yaml)")
+    try:
+        cfg = OmegaConf.merge(OmegaConf.load(cfg_file), OmegaConf.from_dotlist(overrides))
+    except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
+        _fail(f"resume: {one_line(str(e))}")
+    execute(cfg, run_dir, multirun=False)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"fedrun: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def main() -> None:
+    tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
+    hydra_utils.run_and_report = _run_and_report
+    compose_checks.install()
+    # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling
+    sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]
+    args = sys.argv[1:]
+    dirs = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
+    try:
+        if dirs:
+            resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
+            return
+        _job()
+    except KeyboardInterrupt as e:  # Ctrl-C while composing, or a sweep stopped by an interrupted job
+        why = "the same command (same hydra.sweep.dir) resumes a sweep"
+        print(f"fedrun: stopped by {signal_name(e)}; {why}", file=sys.stderr)
+        sys.exit(exit_code(e))
+
+
+if __name__ == "__main__":
+    main()

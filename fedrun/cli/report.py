@@ -1,0 +1,218 @@
+"""``fedrun-report``: print a paper-style table from run directories, and write CSV and LaTeX beside it.
+
+fedrun-report outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
+fedrun-report DIR --table rows=algorithm cols=partition.alpha --metric best
+fedrun-report DIR --rows algorithm --over seed,fl.rounds   (also average over fl.rounds; else it is an error)
+fedrun-report DIR --rows algorithm --split   (every key that varies inside a cell becomes a column)
+fedrun-report curves DIR... --rows algorithm   (mean ± std test accuracy against the round, per row)
+fedrun-report --partition RUN_DIR   (client-by-class heatmap and per-domain breakdown of one run)
+fedrun-report line|plane|landscape|coherence ...   (analysis plots: see fedrun/report/landscape.py)
+fedrun-report DIR --layout fedlaw --rows tags.method --cols partition.alpha   (a paper's cell format)
+fedrun-report DIR --select algorithm.mu   (per method/setting, keep the mu with the best mean over seeds)
+fedrun-report DIR --layout fedlaw_corr --cols fl.local_epochs   (FedLAW Table 11: r of accumulated lambda)
+
+A cell averages over seeds only (``--over`` names more keys); a config key that varies inside a cell is an
+error naming it. Under the table: runs that did not complete or were refused, missing runs (a seed that other
+cells have), duplicates (two run directories with the same config: counted once) and unreadable run dirs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from fedrun.core.errors import DataError
+from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
+from fedrun.report.collect import Unreadable, collect_runs
+from fedrun.report.partition import report_partition
+from fedrun.report.pooling import (
+    DEFAULT_OVER,
+    Duplicate,
+    cell_counts,
+    check_pooling,
+    drop_duplicates,
+    empty_cells,
+    label,
+    missing_runs,
+    varying_keys,
+)
+from fedrun.report.provenance import standin_note
+from fedrun.report.select import select_best
+from fedrun.report.tables import METRICS, make_table
+from fedrun.storage.atomic import atomic_write
+
+ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
+LAYOUT_SPLIT = {"fedima": ["ima.enabled"]}  # keys a layout's cell shows side by side, not pooled
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="*", type=Path, help="run or multirun directories")
+    ap.add_argument("--partition", type=Path, metavar="RUN_DIR", help="heatmaps + per-domain breakdown of one run")
+    ap.add_argument("--rows", default="algorithm", help="comma-separated config keys for the rows")
+    ap.add_argument("--cols", default="", help="comma-separated config keys for the columns")
+    ap.add_argument("--table", nargs="*", default=[], metavar="rows=K cols=K", help="alternative rows=/cols= form")
+    ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a cell averages over (default: seed)")
+    ap.add_argument("--split", action="store_true", help="keys that vary inside a cell become columns")
+    ap.add_argument("--metric", default="last_k", choices=sorted(METRICS), help="cell value (default: last_k)")
+    ap.add_argument("--layout", choices=sorted(LAYOUTS), help="a paper's table format (fedrun.papers.layouts)")
+    ap.add_argument("--select", metavar="KEY", help="hyperparameter to pick per row/column by best mean over seeds")
+    ap.add_argument("--out", type=Path, default=None, help="prefix for .csv/.tex/.md (default: DIR/report_<metric>)")
+    return ap.parse_args(argv)
+
+
+def _error(message: str) -> int:
+    print(f"fedrun-report: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _keys(text: str) -> list[str]:
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The entry point: :func:`report` with a closed stdout (``fedrun-report ... | head``) ending quietly."""
+    try:
+        code = report(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # the reader went away: say nothing more, and keep Python from complaining when it flushes at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def report(argv: list[str]) -> int:
+    if argv and argv[0] in ANALYSIS_COMMANDS:  # subcommands; any other first word is a run directory
+        from fedrun.report.landscape import main as analysis_main
+
+        return analysis_main(argv)
+    if argv and argv[0] == "curves":
+        from fedrun.report.curves import main as curves_main
+
+        return curves_main(argv[1:])
+    args = parse_args(argv)
+    for item in args.table:
+        key, _, value = item.partition("=")
+        if key not in ("rows", "cols"):
+            return _error(f"--table: unknown part '{key}'; valid: rows, cols")
+        setattr(args, key, value)
+    if args.partition is not None:
+        try:
+            print(report_partition(args.partition))
+        except DataError as e:
+            return _error(str(e))
+        return 0
+    if not args.dirs:
+        return _error("give run directories, or --partition RUN_DIR")
+    for d in args.dirs:
+        if not d.is_dir():
+            return _error(f"{d}: no such directory")
+    runs, unreadable = collect_runs(args.dirs)
+    if runs.empty:
+        where = ", ".join(map(str, args.dirs))
+        return _error(f"no readable runs under {where}" + "".join(f"; {u.run_dir}: {u.why}" for u in unreadable))
+    runs, dups = drop_duplicates(runs)
+    rows, cols, over = _keys(args.rows), _keys(args.cols), _keys(args.over)
+    try:
+        return _table(args, runs, rows, cols, over, unreadable, dups)
+    except ValueError as e:
+        return _error(str(e))
+
+
+def _table(
+    args: argparse.Namespace,
+    runs: pd.DataFrame,
+    rows: list[str],
+    cols: list[str],
+    over: list[str],
+    unreadable: list[Unreadable],
+    dups: list[Duplicate],
+) -> int:
+    from fedrun.papers.captions import layout_caption, layout_direction, table_caption
+    from fedrun.report.latex import to_latex
+    from fedrun.report.tables import LOWER_IS_BETTER
+
+    for key in rows + cols:
+        if key not in runs:
+            raise ValueError(f"no config key '{key}' in these runs; try one of: {', '.join(sorted(runs.columns)[:30])}")
+    split = [k for k in LAYOUT_SPLIT.get(args.layout or "", []) if k in runs]
+    chosen_md = ""
+    if args.select:
+        score = "summary." + (LAYOUT_METRIC[args.layout] if args.layout else METRICS[args.metric].split(".", 1)[1])
+        group = rows + cols + split
+        runs, chosen = select_best(runs, args.select, [k for k in group if k != args.select], score)
+        head = f"\n\nChosen {args.select} (best mean over seeds of {score}):\n"
+        chosen_md = head + chosen.to_markdown(index=False)
+    if args.split:
+        cols = cols + [k for k in varying_keys(runs, rows + cols + split, over) if k not in cols]
+    group = rows + cols + split
+    check_pooling(runs, group, over)
+    counts = cell_counts(runs, group)
+    if args.layout:
+        from fedrun.papers.order import paper_sorted
+
+        table = render(args.layout, paper_sorted(runs), rows, cols)
+        long = table.reset_index()
+        caption, md_caption = (layout_caption(args.layout, runs, list(counts.values()), over, b) for b in (True, False))
+        direction: dict[str, str | None] | str | None = layout_direction(args.layout, [str(c) for c in table.columns])
+        n_note = _n_note(counts, group)
+    else:
+        table, long = make_table(runs, rows, cols, args.metric, over)
+        caption, md_caption = (table_caption(args.metric, runs, list(counts.values()), over, b) for b in (True, False))
+        direction = "min" if args.metric in LOWER_IS_BETTER else "max"
+        n_note = ""
+    notes = [n for n in (standin_note(runs), n_note) if n]
+    md = table.to_markdown(disable_numparse=True) + "\n\n" + md_caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
+    missing = empty_cells(runs, rows, cols) + missing_runs(runs, group, over)
+    under = _listing(runs, missing, dups, unreadable)
+    prefix = args.out or args.dirs[0] / f"report_{args.layout or args.metric}"
+    atomic_write(prefix.with_suffix(".md"), md + ("\n" + under if under else "") + "\n")
+    atomic_write(prefix.with_suffix(".csv"), long.to_csv(index=False))
+    atomic_write(prefix.with_suffix(".tex"), to_latex(table, caption, direction))
+    print(md)
+    if under:
+        print(under)
+    print(f"\nwritten: {prefix}.md, {prefix}.csv, {prefix}.tex")
+    return 0
+
+
+def _n_note(counts: dict[tuple, int], keys: list[str]) -> str:
+    """For a layout (whose cells have sub-columns): the cells whose n differs from the common one."""
+    from fedrun.report.tables import common_n
+
+    n0 = common_n(list(counts.values()))
+    odd = [f"{label(keys, k)}: n={n}" for k, n in counts.items() if n and n != n0]
+    return f"n = {n0} completed runs per cell except: " + "; ".join(odd) if odd else ""
+
+
+def _section(title: str, items: list[str], fmt: Callable[[str], str] = lambda s: f"  {s}") -> str:
+    return f"\n{title}\n" + "\n".join(fmt(i) for i in items) if items else ""
+
+
+def _listing(runs: pd.DataFrame, missing: list[str], dups: list[Duplicate], bad: list[Unreadable]) -> str:
+    """The lines under the table: runs that did not complete or were refused, missing, duplicated, unreadable."""
+    failed = runs[runs["status"] != "completed"]
+    parts = [
+        _section(
+            f"{len(failed)} of {len(runs)} runs did not complete:",
+            [f"{r['run_dir']}: {r['status']}: {r.get('error') or ''}" for _, r in failed.iterrows()],
+        ),
+        _section(f"{len(missing)} runs missing (a cell, or a value other cells have):", missing),
+        _section(
+            f"{len(dups)} duplicate run dirs (the same config as another; counted once):",
+            [f"{d.run_dir}: same config as {d.same_as}" for d in dups],
+        ),
+        _section(f"{len(bad)} unreadable run dirs (left out):", [f"{u.run_dir}: {u.why}" for u in bad]),
+    ]
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""A run's identity: the config keys that decide its results (:func:`comparable`), a sweep job's key
+(:func:`config_key`) and the resume fingerprint (:func:`fingerprint`, with the legacy forms a checkpoint may carry)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from typing import Any
+
+# Config keys that do not change a run's results, so they may differ between a run and its resume.
+_VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
+
+
+_VOLATILE_DATA = ("root", "download")
+
+
+# hardware.device: a run checkpointed on a GPU continues on the CPU (and back). Its later rounds agree with
+# an uninterrupted run to float tolerance, not bit for bit (GPU and CPU kernels round differently).
+_VOLATILE_HARDWARE = ("device",)
+
+
+# Evaluation settings that change what is measured or summarised, never the training: a resumed or extended
+# run may change them (new columns start at the resumed round). eval.every (which rounds have rows),
+# eval.client_acc_split (what a column means) and eval.client_weights (a log that must be complete) may not.
+_VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "diagnostics")
+
+
+# keys added later, per section: left out while at their old behaviour, so older runs keep their identity
+_OFF = {
+    "data": {"image_size": None, "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
+    "fl": {"train_all": False},
+    "eval": {"client_weights": False},
+}
+
+
+def round_schedule(raw: dict[str, Any]) -> dict[str, int]:
+    """The rounds a config derives from ``fl.rounds`` as fractions of it: IMA's t_s = int(ima.start x R)
+    (fedrun/algorithms/ima.py) and FedFA's first calibrated round, the first t > calib_start x R
+    (fedrun/algorithms/fedfa.py). Extending a run (a larger ``fl.rounds``) must keep them."""
+    rounds = (raw.get("fl") or {}).get("rounds")
+    if not isinstance(rounds, int):
+        return {}
+    out = {}
+    ima, algo = raw.get("ima") or {}, raw.get("algorithm") or {}
+    if ima.get("enabled"):
+        out["ima.start"] = int(ima.get("start", 0.75) * rounds)
+    if algo.get("name") == "fedfa":
+        out["algorithm.calib_start"] = math.floor(algo.get("calib_start", 0.25) * rounds) + 1
+    return out
+
+
+def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
+    """The part of a composed config that decides a run's results: two configs with the same one are the same
+    run (a sweep's job directory, :mod:`fedrun.cli.sweeps`; the report's duplicates).
+
+    Sections and keys added later are left out while off (no corrupted clients, the keys of ``_OFF`` at their
+    old behaviour), so runs of before they existed keep their identity. ``legacy=True`` keeps
+    ``hardware.device``, as fingerprints did before a run could move device.
+    """
+    out = copy.deepcopy({k: v for k, v in raw.items() if k not in _VOLATILE_TOP})
+    if isinstance(out.get("data"), dict):
+        for k in _VOLATILE_DATA:
+            out["data"].pop(k, None)
+    for section, keys in _OFF.items():
+        if isinstance(out.get(section), dict):
+            for k, off in keys.items():
+                if out[section].get(k, off) == off:
+                    out[section].pop(k, None)
+    if not legacy and isinstance(out.get("hardware"), dict):
+        for k in _VOLATILE_HARDWARE:
+            out["hardware"].pop(k, None)
+    if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
+        out.pop("corrupt")
+    return out
+
+
+def resumable(raw: dict[str, Any]) -> dict[str, Any]:
+    """:func:`comparable` less what a resumed or extended run may change: evaluation-only keys, and
+    ``fl.rounds``, for which the rounds it decides (IMA's t_s, FedFA's calibration start,
+    :func:`round_schedule`) stand in, with the fractions they come from."""
+    out = comparable(raw)
+    if isinstance(out.get("eval"), dict):
+        for k in _VOLATILE_EVAL:
+            out["eval"].pop(k, None)
+    schedule = round_schedule(raw)
+    if schedule:
+        out["round_schedule"] = schedule
+        for key in schedule:
+            section, name = key.split(".")
+            out[section].pop(name, None)
+    if isinstance(out.get("fl"), dict):
+        out["fl"].pop("rounds", None)
+    return out
+
+
+def _hash(part: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def config_key(raw: dict[str, Any]) -> str:
+    """A stable hash of :func:`comparable`: the identity of a run's results."""
+    return _hash(comparable(raw))
+
+
+def fingerprint(raw: dict[str, Any]) -> str:
+    """A stable hash of :func:`resumable`: what a checkpoint carries, so that only its own config (possibly
+    extended, or evaluated differently) continues it."""
+    return _hash(resumable(raw))
+
+
+def fingerprints(raw: dict[str, Any], done: int) -> tuple[str, ...]:
+    """The fingerprints a checkpoint after ``done`` rounds may carry to continue this config: today's, and a
+    checkpoint's from before runs could be extended or move device (the whole config, ``hardware.device``
+    included), of this config (a resume) or of this config cut to ``done`` rounds (a finished run being
+    extended; only when that keeps :func:`round_schedule`)."""
+    out = [fingerprint(raw), _hash(comparable(raw, legacy=True))]
+    fl = raw.get("fl")
+    if isinstance(fl, dict) and fl.get("rounds") != done:
+        cut = {**raw, "fl": {**fl, "rounds": done}}
+        if round_schedule(cut) == round_schedule(raw):
+            out.append(_hash(comparable(cut, legacy=True)))
+    return tuple(out)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix.rstrip("."): d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}."))
+    return out
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for every result-relevant key that differs (sorted)."""
+    a, b = _flat(resumable(old)), _flat(resumable(new))
+    return [
+        f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k)
+    ]
+
+
+def schedule_moved(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why ``new`` cannot continue a run of ``old``: a round of :func:`round_schedule` that moved (a longer
+    ``fl.rounds`` moves IMA's t_s = int(ima.start x fl.rounds)), with the fraction that keeps it; else None."""
+    before, after = round_schedule(old), round_schedule(new)
+    if before.keys() != after.keys() or before == after:
+        return None  # the generic config diff names a switch that was turned on or off
+    key = next(k for k in before if before[k] != after[k])
+    section, name = key.split(".")
+    r0, r1 = old["fl"]["rounds"], new["fl"]["rounds"]
+    keep = None
+    for x in (before[key], before[key] + 0.5, before[key] - 1, before[key] - 0.5):
+        fraction = float(f"{x / r1:.6g}")
+        if round_schedule({**new, section: {**new[section], name: fraction}})[key] == before[key]:
+            keep = f"{key}={fraction:g}"
+            break
+    return (
+        f"{key}: its round moves from {before[key]} to {after[key]} (fl.rounds {r0} -> {r1}), so the rounds already"
+        f" run differ from this config's; valid: keep it at round {before[key]}"
+        + (f" ({keep})" if keep else "")
+        + ", or a new run dir"
+    )

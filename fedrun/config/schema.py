@@ -1,0 +1,381 @@
+"""Structured-config schema (registered with Hydra's ConfigStore) and validation into typed objects.
+
+Hydra checks types and unknown keys while composing; :func:`validate` then checks every range and
+cross-field rule and builds each component's hyperparameter dataclass from its registry, so a bad value
+fails before any work with one line naming the field.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from fedrun.config.registry import ALGORITHMS, DATASETS, ENGINES, MODELS, PARTITIONS, build_params, in_range, positive
+from fedrun.core.errors import ConfigError
+
+
+def one_of(field_name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(field_name, f"invalid value {value!r}; valid: {', '.join(choices)}")
+
+
+@dataclass
+class FLConfig:
+    """Federated-learning settings (``fl.*``): who trains, how much, and how updates are combined."""
+
+    clients: int = 20
+    rounds: int = 30
+    participation: float = 1.0
+    sampling: str = "fixed"  # fixed: a fixed-size sample without replacement; bernoulli: each client w.p. participation
+    train_all: bool = False  # every client trains each round, the sampled ones are aggregated (FedLAW Alg. 1 / code)
+    local_epochs: int = 1
+    local_steps: int | None = None  # a fixed number of local steps; overrides local_epochs when set
+    batch_size: int = 50
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_decay: float = 1.0  # lr at round t = lr * lr_decay**t
+    keep_momentum: bool = False  # keep each client's momentum buffer across rounds (FedLAW's code) or reset it
+    weighting: str = "size"  # aggregation weights: size (n_i / sum n_j over the cohort) or uniform
+    grad_clip: float | None = None  # clip the local gradient's global norm (FL-Simulator uses 10)
+
+    def __post_init__(self) -> None:
+        positive("clients", self.clients)
+        positive("rounds", self.rounds)
+        in_range("participation", self.participation, 0.0, 1.0, lo_open=True)
+        one_of("sampling", self.sampling, ("fixed", "bernoulli"))
+        positive("local_epochs", self.local_epochs)
+        positive("local_steps", self.local_steps)
+        positive("batch_size", self.batch_size)
+        positive("lr", self.lr, allow_zero=True)
+        in_range("momentum", self.momentum, 0.0, 1.0)
+        positive("weight_decay", self.weight_decay, allow_zero=True)
+        in_range("lr_decay", self.lr_decay, 0.0, 1.0, lo_open=True)
+        one_of("weighting", self.weighting, ("size", "uniform"))
+        positive("grad_clip", self.grad_clip)
+        if self.sampling == "fixed" and int(self.participation * self.clients) < 1:
+            raise ConfigError(
+                "participation",  # build_params adds the "fl." prefix
+                f"{self.participation} x {self.clients} clients samples no client per round; raise it to >= 1/clients",
+            )
+
+    @property
+    def cohort_size(self) -> int:
+        """Clients per round under fixed-size sampling: max(int(C*K), 1) as in FedAvg's reference code."""
+        return max(int(self.participation * self.clients), 1)
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation (``eval.*``)."""
+
+    every: int = 1
+    train_acc: bool = False
+    batch_size: int = 2048
+    target: float | None = None  # test accuracy (in [0,1]) whose first reaching round is reported
+    last_k: int = 10  # the summary's "last-k mean" (the papers use the last 10 evaluated rounds)
+    client_acc: bool = False  # per-client accuracy spread (FedSAM): client_acc_mean/_std... columns
+    client_acc_split: str = "test"  # test: the test split re-weighted to each client's data; train: own data
+    diagnostics: bool = False  # FedLAW coherence / global-gradient norm, FedIMA client-global distance
+    client_weights: bool = False  # each cohort client's weight in the aggregate per round: client_weights.csv
+
+    def __post_init__(self) -> None:
+        positive("every", self.every)
+        positive("batch_size", self.batch_size)
+        in_range("target", self.target, 0.0, 1.0)
+        positive("last_k", self.last_k)
+        one_of("client_acc_split", self.client_acc_split, ("test", "train"))
+
+
+@dataclass
+class HardwareConfig:
+    """Where and how clients are simulated (``hardware.*``)."""
+
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto
+    engine: str = "sequential"  # sequential | vectorised | auto (the faster of the two, measured) | ray
+    threads: int = 0  # torch intra-op threads; 0: one per idle CPU core, measured at start (fedrun/host/threads.py)
+    precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
+    chunk: int | None = None  # vectorised engine: clients trained at once (None: sized from free memory)
+    compile: bool = False  # vectorised engine: torch.compile the batched client step
+    actors: int = 0  # ray engine: actors sharing the cohort (0: one per GPU with cuda, else one per cluster CPU)
+    address: str | None = None  # ray engine: an existing cluster's address (ray.init(address=...)); null: start one
+
+    def __post_init__(self) -> None:
+        if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
+            raise ConfigError("device", f"invalid value {self.device!r}; valid: cpu, cuda, cuda:N, auto")
+        positive("threads", self.threads, allow_zero=True)
+        positive("chunk", self.chunk)
+        one_of("precision", self.precision, ("fp32", "fp64", "bf16"))
+        positive("actors", self.actors, allow_zero=True)
+        if self.address is not None and not self.address.strip():
+            raise ConfigError("address", "must be a Ray address (auto, ray://host:port, host:port) or null")
+
+
+@dataclass
+class CheckpointConfig:
+    """Periodic run-state checkpoints for resume (``checkpoint.*``)."""
+
+    every: int = 5  # write the run state every N rounds (0: never; a killed run then restarts from round 0)
+    keep_final: bool = True  # keep a checkpoint of the finished run (false: delete it to save disk)
+
+    def __post_init__(self) -> None:
+        positive("every", self.every, allow_zero=True)
+
+
+OBJECTIVES = ("last_k", "final", "best")  # summary.json's test_acc_last_k / _final / _best
+
+
+@dataclass
+class OutputConfig:
+    """What a run prints and writes (``output.*``)."""
+
+    quiet: bool = False  # no progress bar or summary table (the default inside a multirun)
+    plots: bool = True
+    objective: str = "last_k"  # what a run returns to a Hydra sweeper (Optuna): summary.json's test_acc_<objective>
+
+    def __post_init__(self) -> None:
+        one_of("objective", self.objective, OBJECTIVES)
+
+
+@dataclass
+class TrackingConfig:
+    """Experiment trackers that receive every metrics.csv row (``tracking.*``); the CSV is always written."""
+
+    tensorboard: bool = False  # event files in <run_dir>/tb (needs the tensorboard package: fedrun[tracking])
+
+    def __post_init__(self) -> None:
+        if self.tensorboard:
+            from fedrun.storage.tracking import require_tensorboard
+
+            require_tensorboard()
+
+
+IMA_SCHEDULES = ("exd", "clr", "cd", "ed", "nad", "sd")
+
+
+@dataclass
+class IMAConfig:
+    """Iterative moving averaging on top of any algorithm (``ima.*``; FedIMA, Zhou et al., eq. 5, Table III).
+
+    From round t_s = int(start * rounds) the global model is the mean of the last ``window`` models the
+    base method's aggregation produced, and the client lr follows ``schedule``: exd = lr(t_s) x
+    ``lr_decay``^(t - t_s) (mild client exploration, the paper's default); nad = no extra decay; clr =
+    constant ``min_lr``; cd = triangular cycle lr(t_s) <-> ``min_lr`` of ``period`` rounds; sd = halve
+    every ``period`` rounds; ed = one local epoch fewer every ``period`` rounds (at least 1).
+    """
+
+    enabled: bool = False
+    start: float = 0.75  # t_s as a fraction of fl.rounds (FedIMA: 0.75 R)
+    window: int = 5  # W (FedIMA default 5)
+    lr_decay: float = 0.97  # EXD's per-round decay after t_s (FedIMA code)
+    schedule: str = "exd"
+    min_lr: float = 5e-5  # CLR's constant lr and CD's lower end (FedIMA Table III)
+    period: int = 20  # CD's cycle, SD's halving and ED's epoch-drop interval in rounds (FedIMA Table III)
+
+    def __post_init__(self) -> None:
+        in_range("start", self.start, 0.0, 1.0)
+        positive("window", self.window)
+        in_range("lr_decay", self.lr_decay, 0.0, 1.0, lo_open=True)
+        one_of("schedule", self.schedule, IMA_SCHEDULES)
+        positive("min_lr", self.min_lr)
+        positive("period", self.period)
+
+
+@dataclass
+class ProxyConfig:
+    """The server's proxy set (``proxy.*``), carved out of the test split before evaluation (FedLAW App. C).
+
+    ``per_class`` samples of each class (class k keeps int(per_class * rho^(-k/(C-1))) when ``rho`` > 1,
+    the long-tailed proxy of FedLAW Table 6) are removed from the test split for every method of a run
+    config, so all methods are evaluated on the same images. 0 disables it (proxy methods then refuse to
+    run). ``balanced_sampling`` draws proxy batches with class-balanced resampling; ``batch_size`` is the
+    server's proxy batch (128 in FedLAW's code).
+    """
+
+    per_class: int = 10
+    rho: float = 1.0
+    balanced_sampling: bool = False
+    batch_size: int = 128
+
+    def __post_init__(self) -> None:
+        positive("per_class", self.per_class, allow_zero=True)
+        if self.rho < 1:
+            raise ConfigError("rho", f"must be >= 1 (1 = class-balanced), got {self.rho}")
+        positive("batch_size", self.batch_size)
+
+
+@dataclass
+class CorruptConfig:
+    """Corrupted-label clients (``corrupt.*``; FedLAW Table 8): round(``fraction`` x N) clients, chosen from the
+    seed, train with the two classes in ``labels`` swapped (see fedrun/data/corrupt.py). 0 = none."""
+
+    fraction: float = 0.0
+    labels: list[int] = field(default_factory=lambda: [0, 1])
+
+    def __post_init__(self) -> None:
+        in_range("fraction", self.fraction, 0.0, 1.0)
+        if len(self.labels) != 2 or self.labels[0] == self.labels[1] or min(self.labels) < 0:
+            raise ConfigError("labels", f"must be two different class ids >= 0, got {self.labels}")
+
+
+@dataclass
+class FedrunConfig:
+    """The whole run configuration; component groups are free-form here and validated by their registry."""
+
+    algorithm: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    partition: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    fl: FLConfig = field(default_factory=FLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ima: IMAConfig = field(default_factory=IMAConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    corrupt: CorruptConfig = field(default_factory=CorruptConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    seed: int = 0
+    cache_dir: str | None = "outputs/.cache"
+    tags: dict[str, Any] = field(default_factory=dict)  # free report labels (method, preset); no effect on a run
+    imports: list[str] = field(default_factory=list)  # the user's modules registering methods etc.: load_imports
+
+
+ConfigStore.instance().store(name="fedrun_schema", node=FedrunConfig)
+
+
+@dataclass
+class Component:
+    """A validated registry choice: its name, implementation and built hyperparameters."""
+
+    name: str
+    obj: Any
+    params: Any
+
+
+@dataclass
+class RunSpec:
+    """A fully validated run: what the runner consumes."""
+
+    algorithm: Component
+    data: Component
+    partition: Component
+    model: Component
+    hardware: HardwareConfig
+    fl: FLConfig
+    eval: EvalConfig
+    output: OutputConfig
+    seed: int
+    cache_dir: str | None
+    raw: dict[str, Any]
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ima: IMAConfig = field(default_factory=IMAConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    corrupt: CorruptConfig = field(default_factory=CorruptConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def _component(group: str, registry: Any, node: Any) -> Component:
+    node = dict(node or {})
+    if "name" not in node:
+        raise ConfigError(f"{group}.name", f"missing; valid: {', '.join(registry.names())}")
+    entry = registry.get(node["name"])
+    params = build_params(entry.params, node, group) if entry.params is not None else None
+    return Component(entry.name, entry.obj, params)
+
+
+def _section(cls: type, node: Any, prefix: str) -> Any:
+    return build_params(cls, dict(node or {}), prefix, ignore=())
+
+
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+
+
+def load_imports(modules: Any) -> None:
+    """Import ``imports`` (the user's modules, e.g. ``[mypkg.algo]``) so that the components they register
+    (``@ALGORITHMS.register(...)``) exist before validation. Names are dotted module names looked up on
+    ``sys.path`` and, after it, in the current directory (as ``python -m`` would); never file paths."""
+    if not modules:
+        return
+    if not isinstance(modules, list):
+        raise ConfigError("imports", f"expected a list of module names, got {modules!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    for i, name in enumerate(modules):
+        if not isinstance(name, str) or not MODULE_NAME.match(name):
+            raise ConfigError(f"imports[{i}]", f"{name!r} is not a module name (dotted, like mypkg.algo)")
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - the user's module: name it and why, in one line
+            why = str(e).splitlines()[0] if str(e) else ""
+            raise ConfigError(f"imports[{i}]", f"cannot import {name!r}: {type(e).__name__}: {why}") from None
+
+
+def config_node(cfg: DictConfig, key: str) -> Any:
+    """The node at the dotted ``key``, its interpolations unresolved; None when a part is missing."""
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return None
+        node = node._get_node(part)
+    return node
+
+
+def _raw_node_value(cfg: DictConfig, key: str) -> Any:
+    node = config_node(cfg, key)
+    return node._value() if node is not None else None
+
+
+def resolve(cfg: DictConfig) -> dict[str, Any]:
+    """The config as plain containers, every interpolation resolved; a failing one is a ConfigError naming
+    its field (``${undefined.key}``, recursion, an unknown resolver, a value of the wrong type)."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "config"
+        why = re.sub(r"^While dereferencing interpolation '.*?': ", "", str(e).splitlines()[0])
+        value = _raw_node_value(cfg, key)
+        shown = f"cannot resolve {value!r}: " if isinstance(value, str) and "${" in value else ""
+        raise ConfigError(key, f"{shown}{why}") from None
+
+
+def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
+    """Check every field and build the typed run spec; raises ConfigError naming the first bad field."""
+    raw = resolve(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
+    load_imports(raw.get("imports"))
+    spec = RunSpec(
+        algorithm=_component("algorithm", ALGORITHMS, raw.get("algorithm")),
+        data=_component("data", DATASETS, raw.get("data")),
+        partition=_component("partition", PARTITIONS, raw.get("partition")),
+        model=_component("model", MODELS, raw.get("model")),
+        hardware=_section(HardwareConfig, raw.get("hardware"), "hardware"),
+        fl=_section(FLConfig, raw.get("fl"), "fl"),
+        eval=_section(EvalConfig, raw.get("eval"), "eval"),
+        output=_section(OutputConfig, raw.get("output"), "output"),
+        checkpoint=_section(CheckpointConfig, raw.get("checkpoint"), "checkpoint"),
+        seed=raw.get("seed", 0),
+        cache_dir=raw.get("cache_dir"),
+        raw=raw,
+        ima=_section(IMAConfig, raw.get("ima"), "ima"),
+        proxy=_section(ProxyConfig, raw.get("proxy"), "proxy"),
+        corrupt=_section(CorruptConfig, raw.get("corrupt"), "corrupt"),
+        tracking=_section(TrackingConfig, raw.get("tracking"), "tracking"),
+    )
+    if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
+        # the RNG keys take the seed modulo 2**32: larger seeds would silently repeat smaller ones
+        raise ConfigError("seed", f"must be an integer in [0, 2**32), got {spec.seed!r}")
+    engines = ("auto", *ENGINES.names())
+    if spec.hardware.engine not in engines:
+        raise ConfigError("hardware.engine", f"invalid value {spec.hardware.engine!r}; valid: {', '.join(engines)}")
+    extra = set(raw) - {f for f in FedrunConfig.__dataclass_fields__} - {"experiment"}
+    if extra:
+        raise ConfigError(sorted(extra)[0], "unknown top-level key")
+    return spec

@@ -1,0 +1,271 @@
+"""The Ray engine (``hardware.engine=ray``): a round's cohort split across Ray actors.
+
+Each actor receives the algorithm, the federated data and the FL settings once, through Ray's object
+store, and keeps its own single-process engine: the vectorised engine, or the sequential one for a
+model ``vmap`` cannot run (see :func:`fedrun.engines.vectorised.vmap_blocker`). Every round the driver
+puts w^t and the extras in the object store once, sends each actor its shard of the cohort with those
+clients' states, and stitches the results back into cohort order. Actors live as long as the engine
+(reused across rounds); :meth:`RayEngine.close` kills them and shuts down a cluster the engine started.
+
+Per-round settings: the actors hold copies of the algorithm, so nothing the driver changes reaches them
+unless it is sent. Each round's learning rate, w^t, extras and the global model's buffers (BatchNorm
+statistics) travel with the round; the round's FL settings (IMA's ``ed`` lowers the local epochs) come
+from :meth:`Algorithm.round_fl`, a pure function of the round that each actor is_eval_round as the driver does.
+
+Exactness: the vectorised engine sorts the cohort by size (largest first) and cuts it into chunks of
+``width`` clients. The Ray engine makes the same cut and hands out whole chunks (:func:`shard_chunks`),
+so every chunk is computed by the same code on the same inputs as in one process: uploads, states,
+steps, samples and the mean local loss equal, bit for bit on the CPU, those of
+``VectorisedEngine(chunk=width)``. With ``hardware.chunk`` unset the width is the vectorised engine's
+memory-based choice capped at ceil(cohort / actors), so that every actor gets work.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+
+from fedrun.algorithms.base import Algorithm
+from fedrun.config.registry import ENGINES
+from fedrun.config.schema import FLConfig, HardwareConfig
+from fedrun.core.errors import ConfigError, DivergenceError
+from fedrun.core.rng import derive
+from fedrun.core.tree import Tensors, Tree, tree_map
+from fedrun.data.federated import FederatedData
+from fedrun.engines.base import CohortResult, Engine
+from fedrun.engines.vectorised import VectorisedEngine, vmap_blocker
+
+
+def shard_chunks(sizes: list[int], width: int, actors: int) -> list[list[int]]:
+    """Cohort positions per actor: whole chunks of the size-sorted cohort, balanced by samples.
+
+    The cohort is sorted by size, largest first (stable, as the vectorised engine sorts it) and cut into
+    chunks of ``width``; chunks go, largest first, to the actor with the fewest samples so far. Each
+    actor's positions stay in sorted order, so its own engine re-forms exactly these chunks.
+    """
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])  # Python's sort is stable
+    chunks = [order[lo : lo + width] for lo in range(0, len(order), width)]
+    load = [0] * actors
+    owned: list[list[int]] = [[] for _ in range(actors)]
+    for k, chunk in enumerate(chunks):
+        a = min(range(actors), key=lambda j: (load[j], j))
+        load[a] += sum(sizes[i] for i in chunk)
+        owned[a].append(k)
+    return [[i for k in ks for i in chunks[k]] for ks in owned if ks]
+
+
+def split_contiguous(m: int, actors: int) -> list[list[int]]:
+    """``m`` cohort positions in at most ``actors`` contiguous, near-equal parts (for sequential actors)."""
+    n = min(actors, m)
+    bounds = [i * m // n for i in range(n + 1)] if n else [0]
+    return [list(range(bounds[i], bounds[i + 1])) for i in range(n)]
+
+
+def ray_module() -> Any:
+    """``import ray``, or a one-line ConfigError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("hardware.engine", "ray is not installed; pip install 'fedrun[dist]'") from None
+    return ray
+
+
+class ShardWorker:
+    """One actor's state: its own single-process engine over the run's algorithm and data."""
+
+    def __init__(
+        self, pieces: tuple[Algorithm, FederatedData, FLConfig, int], inner: str, width: int, hw: dict[str, Any]
+    ) -> None:
+        algorithm, data, fl, seed = pieces
+        if hw["threads"]:
+            torch.set_num_threads(hw["threads"])
+        self.precision = hw["precision"]
+        self.device = data.device
+        if inner == "vectorised":
+            self.engine: Engine = VectorisedEngine(algorithm, data, fl, seed, chunk=width, compile=hw["compile"])
+        else:
+            self.engine = ENGINES.get("sequential").obj(algorithm, data, fl, seed)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def train(
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: torch.Tensor,
+        states: Tree,
+        lr: float,
+        seed: int,
+        buffers: Tensors | None = None,
+    ) -> CohortResult:
+        from fedrun.engines.auto import precision_context  # auto imports this module's registry peers
+
+        if buffers:  # the driver's global BatchNorm statistics of this round, which clients start from
+            self.engine.algorithm.model.set_buffers(buffers)
+        torch.manual_seed(seed)  # dropout & co: deterministic per (run seed, round, shard)
+        with precision_context(self.precision, self.device):
+            return self.engine.train_cohort(rnd, params, extras, clients, states, lr)
+
+
+def _rows(tree: Tree, pos: torch.Tensor) -> Tree:
+    return tree_map(lambda t: t.index_select(0, pos.to(t.device)), tree) if tree else {}
+
+
+def _place(parts: list[Tree], positions: list[torch.Tensor], m: int) -> Tree:
+    """Stacked shard trees back into one tree in cohort order."""
+    if not parts or not parts[0]:
+        return {}
+    inverse = torch.empty(m, dtype=torch.long)
+    inverse[torch.cat(positions)] = torch.arange(m)
+
+    def join(*xs: torch.Tensor) -> torch.Tensor:
+        cat = torch.cat(xs)
+        return cat.index_select(0, inverse.to(cat.device))
+
+    return tree_map(join, parts[0], *parts[1:])
+
+
+@ENGINES.register("ray")
+class RayEngine(Engine):
+    """Shards every cohort across Ray actors (see the module docstring); ``close()`` ends them."""
+
+    def __init__(
+        self, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, hw: HardwareConfig | None = None
+    ) -> None:
+        super().__init__(algorithm, data, fl, seed)
+        self.hw = hw or HardwareConfig(engine="ray", actors=2)
+        self.ray = ray_module()
+        self.inner = "sequential" if vmap_blocker(algorithm) else "vectorised"
+        vec = self.inner == "vectorised"
+        self._probe = VectorisedEngine(algorithm, data, fl, seed, chunk=self.hw.chunk) if vec else None
+        self.actors: list[Any] = []
+        self.width: int | None = None
+        self._owns_ray = False
+        self._closed = False
+
+    # ---- cluster and actors ------------------------------------------------------------------------------------
+    def _connect(self) -> None:
+        ray = self.ray
+        if ray.is_initialized():
+            return  # a cluster the caller (a Ray launcher job, a test) set up: theirs to shut down
+        if self.hw.address:
+            ray.init(address=self.hw.address, log_to_driver=False)
+        else:
+            cpus = max(os.cpu_count() or 1, (self.hw.actors or 1) * max(self.hw.threads, 1))
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)  # never RAY_ADDRESS
+        self._owns_ray = True
+
+    def _resources(self) -> tuple[str, int, dict[str, Any]]:
+        """What one actor reserves: (resource that bounds the actor count, amount, Ray actor options)."""
+        if self.data.device.type == "cuda":
+            return "GPU", 1, {"num_cpus": 1, "num_gpus": 1}
+        cpus = max(self.hw.threads, 1)
+        return "CPU", cpus, {"num_cpus": cpus}
+
+    def n_actors(self) -> int:
+        """``hardware.actors``, or as many as the cluster's GPUs (cuda) or CPUs hold."""
+        key, per, _ = self._resources()
+        if self.hw.actors:
+            return self.hw.actors
+        return max(int(self.ray.cluster_resources().get(key, per)) // per, 1)
+
+    def _start(self, params: Tensors, states: Tree, m: int) -> None:
+        """Connect, fix the chunk width and start the actors (once: they serve every round)."""
+        if self._closed:
+            raise RuntimeError("the Ray engine was closed")
+        self._connect()
+        ray, n = self.ray, self.n_actors()
+        key, per, opts = self._resources()
+        total = float(ray.cluster_resources().get(key, 0))
+        if n * per > total:  # Ray would wait forever for actors that cannot be placed
+            raise ConfigError(
+                "hardware.actors",
+                f"{n} actors x {per} {key} exceed the Ray cluster's {total:g} {key}s; lower hardware.actors"
+                + (" or hardware.threads" if key == "CPU" else ""),
+            )
+        self.width = self.chunk_width(params, states, m, n)
+        pieces = ray.put((self.algorithm, self.data, self.fl, self.seed))  # once: every actor reads this copy
+        hw = {"threads": self.hw.threads or 1, "precision": self.hw.precision, "compile": self.hw.compile}
+        remote = ray.remote(ShardWorker).options(**opts)
+        self.actors = [remote.remote(pieces, self.inner, self.width, hw) for _ in range(n)]
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the actors (for checking that none outlive the engine)."""
+        return list(self.ray.get([a.pid.remote() for a in self.actors])) if self.actors else []
+
+    def close(self) -> None:
+        """Kill the actors; shut Ray down when this engine started or joined the cluster. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = self.ray
+        for actor in self.actors:
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - an actor that died already
+                pass
+        self.actors = []
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        self._owns_ray = False
+
+    # ---- a round --------------------------------------------------------------------------------------------
+    def chunk_width(self, params: Tensors, states: Tree, m: int, actors: int) -> int:
+        """``hardware.chunk``, else the vectorised engine's memory-based width capped at ceil(m / actors)."""
+        if self._probe is None:
+            return 1  # sequential actors: no chunks
+        if self.hw.chunk is not None:
+            return self.hw.chunk
+        return max(1, min(self._probe.chunk_width(params, states, m), math.ceil(m / actors)))
+
+    def _seed(self, rnd: int, shard: int) -> int:
+        return derive(self.seed, "ray", rnd, shard)
+
+    def train_cohort(
+        self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
+    ) -> CohortResult:
+        m = len(clients)
+        if not self.actors:
+            self._start(params, states, m)
+        ray = self.ray
+        if self.inner == "vectorised":
+            shards = shard_chunks(self.data.sizes[clients].tolist(), self.width or 1, len(self.actors))
+        else:
+            shards = split_contiguous(m, len(self.actors))
+        positions = [torch.tensor(s, dtype=torch.long) for s in shards]
+        p_ref, e_ref = ray.put(params), ray.put(extras)  # once per round, read by every actor
+        # the global model's buffers change every round on the driver (the runner or the method sets them);
+        # the actors' copies of the model would otherwise keep the ones they were started with
+        b_ref = ray.put(self.algorithm.model.buffers) if self.algorithm.model.buffers else None
+        futures = [
+            actor.train.remote(rnd, p_ref, e_ref, clients[pos], _rows(states, pos), lr, self._seed(rnd, k), b_ref)
+            for k, (actor, pos) in enumerate(zip(self.actors, positions, strict=False))
+        ]
+        try:
+            results: list[CohortResult] = ray.get(futures)
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, (DivergenceError, ConfigError)):
+                raise cause from None
+            raise
+        steps = _place([{"s": r.steps} for r in results], positions, m)["s"]
+        n_steps = int(steps.sum())
+        if all(r.client_loss is not None for r in results):
+            loss_all = _place([{"l": r.client_loss} for r in results], positions, m)["l"]
+            loss = float(loss_all.sum()) / max(n_steps, 1)
+        else:  # sequential actors: the step-weighted mean of the shards' mean losses
+            loss = sum(r.loss * float(r.steps.sum()) for r in results) / max(n_steps, 1)
+            loss_all = None
+        return CohortResult(
+            uploads=_place([r.uploads for r in results], positions, m),
+            states=_place([r.states for r in results], positions, m),
+            steps=steps,
+            samples=sum(r.samples for r in results),
+            loss=loss,
+            client_loss=loss_all,
+        )

@@ -1,0 +1,282 @@
+"""Paper-format tables (``fedrun-report --layout``): each paper's cell format over runs grouped by config keys.
+
+fedima          "acc (acc with IMA)": last-10 mean without / with ``ima.enabled``
+fedgam          train and test accuracy per setting; sigma(E) / sigma(C) across local epochs / participation
+fedcos          final accuracy "(gain)" over the same method without FedCos; fedcos_bestlast: Best and Last
+fedlaw          last-10 mean +- std over seeds
+fedlaw_gws      the same cells, the last --cols key across and the rest down (FedLAW Tables 1/9: gamma across)
+fedlaw_corr     Pearson r of accumulated lambda with data size / heterogeneity per setting (FedLAW Table 11)
+fedsam          Train, Validation "mean (std across clients)", Round (rounds to target, "-" = never)
+rounds          rounds to reach ``eval.target`` (FedIMA Table II)
+Cells of runs that did not complete show their status instead of a number; missing summary keys show "-".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedrun.papers.correlation import FACTORS, client_factors, correlations, format_r
+
+S = "summary."
+LAYOUT_METRIC = {
+    "fedima": "test_acc_last_k",
+    "fedgam": "test_acc_final",
+    "fedcos": "test_acc_final",
+    "fedcos_bestlast": "test_acc_final",
+    "fedlaw": "test_acc_last_k",
+    "fedlaw_gws": "test_acc_last_k",
+    "fedlaw_corr": "test_acc_last_k",
+    "fedsam": "test_acc_final",
+    "rounds": "test_acc_last_k",
+}
+SIGMA = {"fl.local_epochs": "σ(E)", "fl.participation": "σ(C)"}
+SHORT = {"fl.local_epochs": "E", "algorithm.gamma": "γ"}  # FedLAW's column names
+
+
+def _values(grp: pd.DataFrame, key: str, scale: float = 100.0) -> np.ndarray:
+    """The completed runs' values of a summary key (NaN-free), scaled; empty when the key is absent."""
+    col = S + key
+    if col not in grp:
+        return np.array([])
+    ok = grp[grp["status"] == "completed"][col]
+    return scale * pd.to_numeric(ok, errors="coerce").dropna().to_numpy(dtype=float)
+
+
+def _bad(grp: pd.DataFrame) -> str | None:
+    bad = grp[grp["status"] != "completed"]["status"]
+    return str(bad.iloc[0]) if len(bad) else None
+
+
+def mean_std(v: np.ndarray) -> str:
+    """ "m ± s" over seeds (one seed: just m; none: "-")."""
+    if len(v) == 0:
+        return "-"
+    return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std(ddof=1):.2f}"
+
+
+def _mean(v: np.ndarray) -> str:
+    return f"{v.mean():.2f}" if len(v) else "-"
+
+
+def _order(runs: pd.DataFrame, keys: list[str]) -> list[tuple]:
+    """Distinct key tuples in order of first appearance (runs are sorted by directory = registry order)."""
+    if not keys:
+        return [()]
+    seen: dict[tuple, None] = {}
+    for vals in runs[keys].itertuples(index=False, name=None):
+        seen.setdefault(tuple(vals), None)
+    return list(seen)
+
+
+def _label(keys: list[str], vals: tuple) -> str:
+    if not keys:
+        return ""
+    return ", ".join(
+        str(v) if k in ("tags.preset", "tags.method") else f"{k.split('.')[-1]}={v}"
+        for k, v in zip(keys, vals, strict=True)
+    )
+
+
+def _select(runs: pd.DataFrame, keys: list[str], vals: tuple) -> pd.DataFrame:
+    mask = np.ones(len(runs), dtype=bool)
+    for k, v in zip(keys, vals, strict=True):
+        col = runs[k]
+        mask &= col.isna().to_numpy() if pd.isna(v) else (col == v).to_numpy()
+    return runs[mask]
+
+
+def _grid(
+    runs: pd.DataFrame, rows: list[str], cols: list[str], cell: Callable[[pd.DataFrame], dict[str, str]]
+) -> pd.DataFrame:
+    """Rows x settings; ``cell`` maps one group of runs to {sub-column: text}."""
+    out: dict[str, dict[str, str]] = {}
+    for r in _order(runs, rows):
+        line: dict[str, str] = {}
+        sub = _select(runs, rows, r)
+        for c in _order(runs, cols):
+            grp = _select(sub, cols, c)
+            if grp.empty:
+                continue
+            for name, text in cell(grp).items():
+                line[" ".join(x for x in (_label(cols, c), name) if x) or "acc"] = text
+        out[_label(rows, r)] = line
+    table = pd.DataFrame.from_dict(out, orient="index")
+    table.index.name = " / ".join(rows)
+    return table.fillna("-")
+
+
+def fedima(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """ "x (y)": last-10 mean without (x) and with (y) IMA."""
+
+    def cell(grp: pd.DataFrame) -> dict[str, str]:
+        flag = grp["ima.enabled"].astype(bool) if "ima.enabled" in grp else pd.Series(False, index=grp.index)
+        parts = []
+        for g in (grp[~flag], grp[flag]):
+            parts.append("-" if g.empty else _bad(g) or _mean(_values(g, "test_acc_last_k")))
+        return {"": f"{parts[0]} ({parts[1]})"}
+
+    return _grid(runs, rows, cols, cell)
+
+
+def fedgam(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """Train and test (final round) per setting; sigma over the settings when the column is E or C."""
+    sigma = SIGMA.get(cols[0]) if len(cols) == 1 else None
+
+    def cell(grp: pd.DataFrame) -> dict[str, str]:
+        bad = _bad(grp)
+        return {
+            "train": bad or _mean(_values(grp, "train_acc_final")),
+            "test": bad or _mean(_values(grp, "test_acc_final")),
+        }
+
+    table = _grid(runs, rows, cols, cell)
+    if sigma:
+        tests = table[[c for c in table.columns if c.endswith(" test")]]
+        nums = tests.apply(pd.to_numeric, errors="coerce")
+        table[sigma] = [f"{v:.2f}" if not np.isnan(v) else "-" for v in nums.std(axis=1, ddof=0)]
+    return table
+
+
+def base_method(label: str) -> str | None:
+    """The same method without FedCos: "FedProx(0.1)+FedCos(0.02)" -> "FedProx(0.1)", "FedCos(0.02)" -> "FedAvg"."""
+    if "FedCos" not in label:
+        return None
+    base = re.sub(r"\+?FedCos(\([^)]*\))?", "", label).strip("+ ")
+    return base or "FedAvg"
+
+
+def fedcos(runs: pd.DataFrame, rows: list[str], cols: list[str], best_last: bool = False) -> pd.DataFrame:
+    """Final accuracy with "(+gain)" over the base method in the same setting; best_last adds Best/Last."""
+    means: dict[tuple[str, str, str], float] = {}
+    metrics = (("Best", "test_acc_best"), ("Last", "test_acc_final")) if best_last else (("", "test_acc_final"),)
+    for r in _order(runs, rows):
+        sub = _select(runs, rows, r)
+        for c in _order(runs, cols):
+            for name, key in metrics:
+                v = _values(_select(sub, cols, c), key)
+                if len(v):
+                    means[(_label(rows, r), _label(cols, c), name)] = float(v.mean())
+
+    def cell(grp: pd.DataFrame) -> dict[str, str]:
+        r_label = _label(rows, tuple(grp[rows].iloc[0]))
+        c_label = _label(cols, tuple(grp[cols].iloc[0])) if cols else ""
+        out = {}
+        for name, _ in metrics:
+            mine = means.get((r_label, c_label, name))
+            base = means.get((base_method(r_label) or "", c_label, name))
+            text = _bad(grp) or ("-" if mine is None else f"{mine:.2f}")
+            if mine is not None and base is not None and base_method(r_label):
+                text += f" ({mine - base:+.2f})"
+            out[name] = text
+        return out
+
+    return _grid(runs, rows, cols, cell)
+
+
+def fedlaw(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """Last-10 mean ± std over seeds (FedLAW: seeds 8, 9, 10)."""
+    return _grid(runs, rows, cols, lambda g: {"": _bad(g) or mean_std(_values(g, "test_acc_last_k"))})
+
+
+def fedlaw_gws(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """FedLAW Tables 1/9: the ``fedlaw`` cells with the last column key (gamma) across; the other column keys
+    (alpha, model) and the row keys that take more than one value go down."""
+    if not cols:
+        return fedlaw(runs, rows, cols)
+    down = [k for k in rows if runs[k].nunique(dropna=False) > 1] + cols[:-1]
+    table = fedlaw(runs, down, cols[-1:])
+    key = cols[-1]
+    table.columns = [c.replace(f"{key.split('.')[-1]}=", f"{SHORT.get(key, key)}=") for c in table.columns]
+    return table
+
+
+def fedlaw_corr(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """FedLAW Table 11: factors (DS, HD, DS×HD) down, each column setting across plus all of them pooled
+    (the paper's "E=1&E=5"); cells: Pearson r of accumulated lambda with the factor, mean ± std over seeds."""
+    row_groups = _order(runs, rows)
+    table: dict[str, dict[str, str]] = {}
+    for r in row_groups:
+        sub = _select(runs, rows, r)
+        rs: dict[str, dict[str, list[float]]] = {}
+        pooled: dict[object, list[pd.DataFrame]] = {}
+        bad: dict[str, str] = {}
+        for c in _order(sub, cols):
+            grp = _select(sub, cols, c)
+            label = ", ".join(f"{SHORT.get(k, k.split('.')[-1])}={v}" for k, v in zip(cols, c, strict=True)) or "r"
+            rs[label] = {key: [] for _, key in FACTORS}
+            bad[label] = _bad(grp) or ""
+            for _, run in grp[grp["status"] == "completed"].iterrows():
+                clients = client_factors(Path(run["run_dir"]))
+                if clients is not None:
+                    for key, value in correlations(clients).items():
+                        rs[label][key].append(value)
+                    pooled.setdefault(run.get("seed", 0), []).append(clients)
+        if len(rs) > 1:
+            both = rs[" & ".join(rs)] = {key: [] for _, key in FACTORS}
+            for frames in pooled.values():
+                for key, value in correlations(pd.concat(frames)).items():
+                    both[key].append(value)
+        for title, key in FACTORS:
+            name = title if len(row_groups) == 1 else f"{_label(rows, r)}: {title}"
+            table[name] = {label: bad.get(label) or format_r(v[key]) for label, v in rs.items()}
+    out = pd.DataFrame.from_dict(table, orient="index")
+    out.index.name = "factor"
+    return out.fillna("-")
+
+
+def _rounds(grp: pd.DataFrame) -> str:
+    col = S + "round_to_target"
+    if col not in grp:
+        return "-"
+    r = pd.to_numeric(grp[col], errors="coerce")
+    return "-" if r.isna().any() or r.empty else f"{r.mean():.0f}"
+
+
+def fedsam(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """Train, Validation "mean (std across clients)" and Round (rounds to target; "-" = never reached)."""
+
+    def cell(grp: pd.DataFrame) -> dict[str, str]:
+        bad = _bad(grp)
+        # summary.json's spread of the final round (runner.summarize; eval.client_acc=true runs only)
+        cm, cs = _values(grp, "client_acc_mean_final"), _values(grp, "client_acc_std_final")
+        val = f"{cm.mean():.2f} ({cs.mean():.2f})" if len(cm) and len(cs) else "-"
+        return {
+            "Train": bad or _mean(_values(grp, "train_acc_final")),
+            "Validation": bad or val,
+            "Round": bad or _rounds(grp),
+        }
+
+    return _grid(runs, rows, cols, cell)
+
+
+def rounds(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """Rounds to reach ``eval.target`` (mean over seeds; "-" = not reached by every seed)."""
+    return _grid(runs, rows, cols, lambda g: {"": _bad(g) or _rounds(g)})
+
+
+LAYOUTS: dict[str, Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]] = {
+    "fedima": fedima,
+    "fedgam": fedgam,
+    "fedcos": fedcos,
+    "fedcos_bestlast": lambda r, rows, cols: fedcos(r, rows, cols, best_last=True),
+    "fedlaw": fedlaw,
+    "fedlaw_gws": fedlaw_gws,
+    "fedlaw_corr": fedlaw_corr,
+    "fedsam": fedsam,
+    "rounds": rounds,
+}
+
+
+def render(name: str, runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """The table of layout ``name``; raises ValueError for an unknown layout or config key."""
+    if name not in LAYOUTS:
+        raise ValueError(f"layout: unknown '{name}'; valid: {', '.join(LAYOUTS)}")
+    for key in rows + cols:
+        if key not in runs:
+            raise ValueError(f"no config key '{key}' in these runs")
+    return LAYOUTS[name](runs, rows, cols)

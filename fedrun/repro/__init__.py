@@ -1,1 +1,0 @@
-"""Reproduce the five papers' result tables: a registry of sweeps and the script that runs them."""

@@ -1,0 +1,100 @@
+"""The round loop: sample cohort -> engine trains -> algorithm aggregates -> evaluate -> log."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from fedrun.config.identity import fingerprint
+from fedrun.config.schema import RunSpec
+from fedrun.core.errors import DivergenceError
+from fedrun.host.interrupts import signal_name
+from fedrun.metrics.clients import ClientAccuracy
+from fedrun.run.checkpoint import CHECKPOINT_FILE
+from fedrun.run.experiment import Experiment, build_experiment, earlier_engine_and_threads
+from fedrun.run.recorder import RoundMonitor, log
+from fedrun.run.rounds import evaluation_row, is_eval_round, lr_at, train_round
+from fedrun.run.state import open_state, save_state
+from fedrun.run.summary import Outcome, describe_run, final_summary, summary_line
+from fedrun.storage.atomic import write_json
+from fedrun.storage.figures import plot_curves
+
+__all__ = ["lr_at", "run"]
+
+
+def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[str, Any]:
+    """Run one experiment, writing metrics.csv, summary.json, partition and curve files to ``run_dir``.
+
+    When ``run_dir`` holds a checkpoint of this config the run continues from it; the metrics it then
+    writes are identical (timings aside) to those of an uninterrupted run.
+    """
+    t0 = time.perf_counter()
+    experiment = build_experiment(spec, *earlier_engine_and_threads(run_dir))
+    try:
+        return _run(spec, run_dir, experiment, t0, console or Console(stderr=True))
+    finally:
+        experiment.engine.close()  # Ray actors (and a cluster the engine started) end with the run, however it ends
+
+
+def _run(spec: RunSpec, run_dir: Path, experiment: Experiment, t0: float, console: Console) -> dict[str, Any]:
+    """The round loop of :func:`run` on a built experiment: restore, train and aggregate each round, evaluate,
+    checkpoint, summarise."""
+    info = describe_run(experiment, run_dir)
+    fp = fingerprint(spec.raw)
+    state = open_state(experiment, run_dir)
+    t0 -= state.elapsed  # timings continue from where a killed run stopped
+    write_json(run_dir / "summary.json", {**info, "status": "running"})
+    log.info(start_line(spec, info, state.start))
+    outcome, client_acc = Outcome(), client_accuracy(experiment)
+    t_loop = time.perf_counter()
+    try:
+        with RoundMonitor(spec, run_dir, state, console) as monitor:
+            for rnd in range(state.start, spec.fl.rounds):
+                result = train_round(experiment, state, rnd)
+                monitor.weights(result.weight_rows)
+                if is_eval_round(spec, rnd):
+                    monitor.record(evaluation_row(experiment, state, result, t0, client_acc))
+                if checkpoint_due(spec, rnd):
+                    save_state(state, experiment, run_dir, rnd + 1, fp, t0)
+                monitor.advance()
+        if not spec.checkpoint.keep_final:
+            (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+    except DivergenceError as e:
+        # rounds are 1-based in metrics.csv and summary.json; the last good checkpoint stays in place
+        where = f"round {e.round_idx + 1}" + (f", client {e.client}" if e.client is not None else "")
+        extra = {"diverged_round": e.round_idx + 1, "diverged_client": e.client}
+        outcome = Outcome("diverged", f"diverged at {where}: {e.what}", extra)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (fedrun/host/interrupts.py): the last checkpoint stays
+        outcome = Outcome("interrupted", f"interrupted by {signal_name(e)}", {"signal": signal_name(e)})
+    if state.rows and spec.output.plots:  # before summary.json says how the run ended
+        plot_curves(state.rows, run_dir / "accuracy.png", f"{spec.algorithm.name} on {spec.data.name}")
+    summary = final_summary(info, state, spec, outcome, t0, t_loop, run_dir)
+    write_json(run_dir / "summary.json", summary)
+    log.info(summary_line(summary))
+    return summary
+
+
+def start_line(spec: RunSpec, info: dict[str, Any], start: int) -> str:
+    """The log line of a run's start: what runs, where, from which round."""
+    what = f"{info['algorithm']} on {info['data']} ({info['model']}, {info['partition']}), seed {info['seed']}"
+    how = f"engine {info['engine']}, {info.get('threads', '?')} thread(s), {info['device']}"
+    begin = f"resumed after round {start} of {spec.fl.rounds}" if start else f"started: {spec.fl.rounds} rounds"
+    return f"{begin}: {what}; {how}"
+
+
+def client_accuracy(experiment: Experiment) -> ClientAccuracy | None:
+    """The per-client accuracy evaluator of ``eval.client_acc`` (None when off)."""
+    ev = experiment.spec.eval
+    if not ev.client_acc:
+        return None
+    return ClientAccuracy.build(experiment.model, experiment.fed, experiment.parts, ev.client_acc_split, ev.batch_size)
+
+
+def checkpoint_due(spec: RunSpec, rnd: int) -> bool:
+    """Whether the run state is saved after round ``rnd`` (0-based): every ``checkpoint.every`` rounds, and
+    after the last one when the final checkpoint is kept."""
+    every = spec.checkpoint.every
+    return bool(every and (rnd + 1) % every == 0) or (rnd == spec.fl.rounds - 1 and spec.checkpoint.keep_final)

@@ -1,0 +1,152 @@
+"""One federated round: sample the cohort, train it, aggregate (:func:`train_round`); and its metrics row
+(:func:`evaluation_row`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedrun.algorithms.base import RoundInfo, average_buffers
+from fedrun.core.errors import DivergenceError
+from fedrun.core.rng import derive
+from fedrun.core.tree import Tree, all_finite, leaves, nbytes
+from fedrun.engines.auto import precision_context
+from fedrun.engines.sampling import aggregated_part, sample_clients, training_clients
+from fedrun.metrics.client_weights import effective_weights, weight_rows
+from fedrun.metrics.clients import ClientAccuracy
+from fedrun.metrics.diagnostics import round_diagnostics
+from fedrun.metrics.evaluate import evaluate
+from fedrun.run.state import RunState
+
+if TYPE_CHECKING:
+    from fedrun.run.experiment import Experiment
+
+
+@dataclass
+class RoundResult:
+    """What a trained and aggregated round reports: its local lr and loss, the bytes it moved, the server's
+    time, the method's and the optional diagnostics, and the round's client-weight rows."""
+
+    rnd: int
+    clients: int
+    lr: float
+    loss: float
+    bytes_down: int
+    bytes_up: int
+    aggregate_seconds: float
+    started: float
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    weight_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def lr_at(spec: Any, rnd: int) -> float:
+    """The configured local lr of round ``rnd`` (0-based): lr * lr_decay^rnd."""
+    return spec.fl.lr * spec.fl.lr_decay**rnd
+
+
+def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
+    """The first client of the cohort whose upload holds a NaN/inf (None when all are finite)."""
+    bad = torch.zeros(len(clients), dtype=torch.bool)
+    for t in leaves(uploads):
+        if t.is_floating_point() and t.dim() > 0 and t.shape[0] == len(clients):
+            bad |= ~torch.isfinite(t.reshape(len(clients), -1)).all(1).cpu()
+    hit = torch.nonzero(bad).flatten()
+    return int(clients[hit[0]]) if hit.numel() else None
+
+
+def aggregation_weights(sizes: torch.Tensor, weighting: str) -> torch.Tensor:
+    """p_i: n_i / sum_S n_j (``size``) or 1/m (``uniform``), float64."""
+    return sizes / sizes.sum() if weighting == "size" else torch.full_like(sizes, 1 / len(sizes))
+
+
+def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:
+    """Round ``rnd`` (0-based): the cohort trains from w^t, the algorithm aggregates; ``state`` is updated in place.
+
+    Raises DivergenceError on a non-finite local loss or global model (naming the first bad client).
+    """
+    spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
+    started = time.perf_counter()
+    # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
+    torch.manual_seed(derive(spec.seed, "torch-global", rnd))
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+    trained = training_clients(fl, clients)  # fl.train_all: every client trains, the sampled are aggregated
+    lr = algo.local_lr(rnd, lr_at(spec, rnd))
+    extras = algo.broadcast(state.params, state.server_state)
+    cohort_states = state.clients.gather(trained) if state.clients else {}
+    t_train = time.perf_counter()
+    with precision_context(spec.hardware.precision, experiment.device):
+        res = experiment.engine.train_cohort(rnd, state.params, extras, trained, cohort_states, lr)
+    state.train_time += time.perf_counter() - t_train
+    state.samples += res.samples
+    if not math.isfinite(res.loss):
+        raise DivergenceError(rnd, first_nonfinite_client(res.uploads, trained), "non-finite local loss")
+    if state.clients:
+        state.clients.scatter(trained, res.states)
+    res = aggregated_part(res, trained, clients)
+    sizes = experiment.fed.sizes[clients].to(torch.float64)
+    weights = aggregation_weights(sizes, fl.weighting).to(experiment.device)
+    info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
+    diagnostics = round_diagnostics(state.params, res.uploads, weights, res.steps, lr) if spec.eval.diagnostics else {}
+    t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
+    state.params, state.server_state, method_diag = algo.aggregate(
+        state.params, state.server_state, res.uploads, weights, info
+    )
+    if "buffers" in res.uploads and not algo.owns_buffers:  # else aggregate() set them
+        experiment.model.set_buffers(average_buffers(res.uploads["buffers"], weights))
+    agg_seconds = time.perf_counter() - t_agg
+    state.agg_time += agg_seconds
+    if not all_finite(state.params):
+        bad = first_nonfinite_client(res.uploads, clients)
+        raise DivergenceError(rnd, bad, "non-finite global model after aggregation")
+    rows = []
+    if spec.eval.client_weights:
+        rows = weight_rows(rnd, clients, sizes, weights, effective_weights(res.uploads["params"], state.params))
+    return RoundResult(
+        rnd, len(clients), lr, res.loss,
+        bytes_down=len(trained) * (nbytes(state.params) + nbytes(extras)),  # fl.train_all: every client downloads
+        bytes_up=nbytes(res.uploads),
+        aggregate_seconds=agg_seconds,
+        started=started,
+        diagnostics={**method_diag, **diagnostics},
+        weight_rows=rows,
+    )  # fmt: skip
+
+
+def is_eval_round(spec: Any, rnd: int) -> bool:
+    """Whether round ``rnd`` (0-based) is evaluated: every ``eval.every`` rounds, and always the last."""
+    return (rnd + 1) % spec.eval.every == 0 or rnd == spec.fl.rounds - 1
+
+
+def evaluation_row(
+    experiment: Experiment, state: RunState, r: RoundResult, t0: float, client_acc: ClientAccuracy | None
+) -> dict[str, Any]:
+    """metrics.csv's row of round ``r.rnd``: test (and train) accuracy and loss of w^{t+1}, then the round's
+    lr, cohort size, local loss, bytes, timings and diagnostics."""
+    ev = experiment.spec.eval
+    model = experiment.algorithm.eval_params(state.params, state.server_state)
+    acc, loss = evaluate(experiment.model, model, experiment.fed, experiment.fed.test, ev.batch_size)
+    row: dict[str, Any] = {"round": r.rnd + 1, "test_acc": acc, "test_loss": loss}
+    if ev.train_acc:
+        row["train_acc"], row["train_loss"] = evaluate(
+            experiment.model, model, experiment.fed, experiment.fed.train, ev.batch_size
+        )
+    now = time.perf_counter()
+    row.update(
+        {
+            "lr": r.lr,
+            "clients": r.clients,
+            "local_loss": r.loss,
+            "bytes_down": r.bytes_down,
+            "bytes_up": r.bytes_up,
+            "round_seconds": now - r.started,
+            "aggregate_seconds": r.aggregate_seconds,
+            "seconds": now - t0,
+            **r.diagnostics,
+            **(client_acc(model) if client_acc else {}),
+        }
+    )
+    return row

@@ -1,0 +1,132 @@
+"""summary.json: what the run is (written when it starts) and how it ended (written when it stops)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedrun.config.registry import ENGINES
+from fedrun.data.partition import class_counts, domain_breakdown, domain_counts, partition_stats
+from fedrun.run.state import RunState
+from fedrun.storage.figures import partition_title, write_domain_table, write_partition
+
+if TYPE_CHECKING:
+    from fedrun.config.schema import RunSpec
+    from fedrun.engines.base import Engine
+    from fedrun.run.experiment import Experiment
+
+
+def engine_name(engine: Engine) -> str:
+    """The registry name of an engine instance (``sequential``, ``vectorised``...)."""
+    return next(n for n in ENGINES.names() if isinstance(engine, ENGINES.get(n).obj))
+
+
+def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
+    """Write the partition files (counts, heatmap, domains) and return what summary.json says of the run's
+    setup: names, seed, engine, device, model size, stand-in data, partition statistics."""
+    spec, data = experiment.spec, experiment.data
+    counts = class_counts(data.train.y.numpy(), experiment.parts, data.num_classes)
+    title = partition_title(spec.partition.name, asdict(spec.partition.params), spec.fl.clients, spec.seed)
+    write_partition(run_dir, counts, spec.output.plots, experiment.corrupted if spec.corrupt.fraction else None, title)
+    info = {
+        "algorithm": spec.algorithm.name,
+        "data": spec.data.name,
+        "model": spec.model.name,
+        "partition": spec.partition.name,
+        "seed": spec.seed,
+        "engine": engine_name(experiment.engine),
+        "engine_selection": getattr(experiment.engine, "selection", {}),
+        "device": str(experiment.device),
+        **experiment.threads,  # threads: torch's intra-op threads (hardware.threads, or measured when 0)
+        "model_params": experiment.model.num_params(),
+        "data_standin": data.standin is not None,  # seeded random data replaced missing files (data.standin)
+        "data_stats": data.stats or None,  # the data source and its statistics, where the loader gives them
+        "partition_stats": partition_stats(counts),
+    }
+    if spec.corrupt.fraction:
+        info["corrupted_clients"] = experiment.corrupted.tolist()
+        info["corrupt_labels"] = list(spec.corrupt.labels)
+    if data.train.domain is not None:
+        dom, names = data.train.domain.numpy(), data.domain_names
+        write_domain_table(
+            run_dir, domain_counts(dom, experiment.parts, max(int(dom.max()) + 1, len(names or []))), names
+        )
+        info["partition_domains"] = domain_breakdown(
+            data.train.y.numpy(), dom, experiment.parts, data.num_classes, names
+        )
+    return info
+
+
+def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
+    """Final, best and last-k mean test accuracy, and the first round reaching ``eval.target``."""
+    if not rows:
+        return {}
+    acc = np.array([r["test_acc"] for r in rows])
+    k = spec.eval.last_k
+    out = {
+        "test_acc_final": float(acc[-1]),
+        "test_acc_last_k": float(acc[-k:].mean()),
+        "last_k": min(k, len(acc)),
+        "test_acc_best": float(acc.max()),
+        "best_round": int(rows[int(acc.argmax())]["round"]),
+        "test_loss_final": float(rows[-1]["test_loss"]),
+    }
+    if "train_acc" in rows[-1]:
+        out["train_acc_final"] = float(rows[-1]["train_acc"])
+    for key in ("client_acc_mean", "client_acc_std"):  # eval.client_acc: FedSAM's "mean (std across clients)"
+        if key in rows[-1]:
+            out[f"{key}_final"] = float(rows[-1][key])
+    if spec.eval.target is not None:
+        hit = np.flatnonzero(acc >= spec.eval.target)
+        out["round_to_target"] = int(rows[hit[0]]["round"]) if hit.size else None
+    return out
+
+
+@dataclass
+class Outcome:
+    """How the round loop ended: ``completed``, ``diverged`` (with where) or ``interrupted`` (with the signal,
+    from which fedrun.cli.main exits or stops a sweep once the summary is written)."""
+
+    status: str = "completed"
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def final_summary(
+    info: dict[str, Any], state: RunState, spec: RunSpec, outcome: Outcome, t0: float, t_loop: float, run_dir: Path
+) -> dict[str, Any]:
+    """summary.json of a run that stopped: ``info``, the accuracy summary, status, counters and timings."""
+    now = time.perf_counter()
+    summary = {
+        **info,
+        **summarize(state.rows, spec),
+        "status": outcome.status,
+        "rounds_completed": state.rows[-1]["round"] if state.rows else 0,
+        "wall_time_s": now - t0,
+        "loop_time_s": now - t_loop,
+        "train_time_s": state.train_time,
+        "aggregate_time_s": state.agg_time,
+        "train_samples": state.samples,
+        "samples_per_s": state.samples / state.train_time if state.train_time else 0.0,
+        "run_dir": str(run_dir),
+        **outcome.extra,
+        **({"resumed_from_round": state.start} if state.start else {}),
+    }
+    if outcome.error:
+        summary["error"] = outcome.error
+    return summary
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """The log line of a run's end: status, rounds, accuracies, time (and the error of a run that did not complete)."""
+    pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
+    line = (
+        f"{s['status']}: {s['rounds_completed']} rounds, final test_acc {pct(s.get('test_acc_final'))},"
+        f" mean of last {s.get('last_k', 0)} {pct(s.get('test_acc_last_k'))},"
+        f" best {pct(s.get('test_acc_best'))} (round {s.get('best_round', '-')}), {s['wall_time_s']:.1f} s"
+    )
+    return line + (f"; {s['error']}" if s.get("error") else "")

@@ -1,0 +1,49 @@
+"""One process per run directory: an exclusive lock held for the run's whole life.
+
+Two processes writing one run directory (two terminals, a sweep re-launched while the first still runs)
+would interleave their files: config.yaml describing one run and metrics.csv the other. The lock is an
+``flock`` on ``<run dir>/.fedrun.lock``; the kernel releases it when the holder exits, however it exits
+(SIGKILL included), so a crashed run never leaves the directory locked. On taking it, temp files of atomic
+writes left in the directory by a process that died mid-write are deleted: no live writer can own them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fedrun.core.errors import ResumeError
+from fedrun.storage.atomic import WriteError, remove_stale_temps
+
+LOCK_FILE = ".fedrun.lock"
+
+
+class RunDirBusy(ResumeError):
+    """Another process holds the run directory's lock (a one-line refusal; nothing in the directory is touched)."""
+
+
+@contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s lock (creating the directory) for the ``with`` block; raise :class:`RunDirBusy` when
+    another process holds it, :class:`~fedrun.storage.atomic.WriteError` when the directory cannot be written."""
+    path = run_dir / LOCK_FILE
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        raise WriteError(path, e) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirBusy(
+                f"{run_dir}: in use by another fedrun process (its lock {LOCK_FILE} is held); wait for it to end,"
+                " or give this run another directory"
+            ) from None
+        remove_stale_temps(run_dir, any_pid=True)
+        yield
+    finally:
+        os.close(fd)  # releases the lock; the file stays (deleting it would let two processes lock two files)

@@ -1,0 +1,180 @@
+"""Paper layouts and hyperparameter selection on hand-made runs (cells checked by hand)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedrun.papers.layouts import base_method, render
+from fedrun.report.collect import load_runs
+from fedrun.report.select import select_best
+
+
+def runs(rows: list[dict]) -> pd.DataFrame:
+    """A DataFrame shaped like load_runs: config keys, summary.* columns, status, run_dir in order."""
+    out = []
+    for i, r in enumerate(rows):
+        d = {"status": "completed", "run_dir": f"/r/{i:03d}"}
+        for k, v in r.items():
+            d[k if "." in k or k in ("status", "seed") else f"summary.{k}"] = v
+        out.append(d)
+    return pd.DataFrame(out)
+
+
+def test_fedima_cells_are_acc_without_then_with_ima() -> None:
+    df = runs(
+        [
+            {"tags.method": "FedAvg", "tags.preset": "p1", "ima.enabled": False, "test_acc_last_k": 0.70},
+            {"tags.method": "FedAvg", "tags.preset": "p1", "ima.enabled": True, "test_acc_last_k": 0.7250},
+            {"tags.method": "FedNova", "tags.preset": "p1", "ima.enabled": False, "test_acc_last_k": 0.60},
+            {"tags.method": "FedNova", "tags.preset": "p1", "ima.enabled": True, "status": "diverged"},
+        ]
+    )
+    t = render("fedima", df, ["tags.method"], ["tags.preset"])
+    assert t.loc["FedAvg", "p1"] == "70.00 (72.50)"
+    assert t.loc["FedNova", "p1"] == "60.00 (diverged)"
+    assert list(t.index) == ["FedAvg", "FedNova"]  # registry order kept
+
+
+def test_fedgam_train_test_and_sigma_over_epochs() -> None:
+    rows = []
+    for e, acc in ((5, 0.80), (10, 0.84), (15, 0.82)):
+        rows.append({"tags.method": "FedGAM", "fl.local_epochs": e, "test_acc_final": acc, "train_acc_final": 0.9})
+    t = render("fedgam", runs(rows), ["tags.method"], ["fl.local_epochs"])
+    assert t.loc["FedGAM", "local_epochs=10 test"] == "84.00"
+    assert t.loc["FedGAM", "local_epochs=5 train"] == "90.00"
+    assert t.loc["FedGAM", "σ(E)"] == f"{np.std([80.0, 84.0, 82.0]):.2f}"  # 1.63, population std of the means
+
+
+def test_fedcos_gain_over_the_same_method_without_fedcos() -> None:
+    df = runs(
+        [
+            {"tags.method": "FedAvg", "partition.iid_fraction": 0.0, "test_acc_final": 0.50, "test_acc_best": 0.55},
+            {
+                "tags.method": "FedProx(0.1)",
+                "partition.iid_fraction": 0.0,
+                "test_acc_final": 0.52,
+                "test_acc_best": 0.56,
+            },
+            {
+                "tags.method": "FedCos(0.02)",
+                "partition.iid_fraction": 0.0,
+                "test_acc_final": 0.535,
+                "test_acc_best": 0.6,
+            },
+            {
+                "tags.method": "FedProx(0.1)+FedCos(0.02)",
+                "partition.iid_fraction": 0.0,
+                "test_acc_final": 0.51,
+                "test_acc_best": 0.57,
+            },
+        ]
+    )
+    t = render("fedcos", df, ["tags.method"], ["partition.iid_fraction"])
+    col = "iid_fraction=0.0"
+    assert t.loc["FedAvg", col] == "50.00"
+    assert t.loc["FedCos(0.02)", col] == "53.50 (+3.50)"
+    assert t.loc["FedProx(0.1)+FedCos(0.02)", col] == "51.00 (-1.00)"
+    bl = render("fedcos_bestlast", df, ["tags.method"], ["partition.iid_fraction"])
+    assert bl.loc["FedCos(0.02)", f"{col} Best"] == "60.00 (+5.00)"
+    assert bl.loc["FedCos(0.02)", f"{col} Last"] == "53.50 (+3.50)"
+    assert base_method("FedOpt(1.5)+FedCos(0.02)") == "FedOpt(1.5)" and base_method("FedAvg") is None
+
+
+def test_fedlaw_mean_std_over_seeds() -> None:
+    df = runs(
+        [
+            {"tags.method": "FedAvg", "partition.alpha": 0.1, "seed": s, "test_acc_last_k": a}
+            for s, a in ((8, 0.84), (9, 0.86), (10, 0.85))
+        ]
+    )
+    t = render("fedlaw", df, ["tags.method"], ["partition.alpha"])
+    assert t.loc["FedAvg", "alpha=0.1"] == "85.00 ± 1.00"
+
+
+def test_fedsam_client_spread_and_rounds_with_missing_keys() -> None:
+    df = runs(
+        [
+            {
+                "tags.method": "FedSAM",
+                "train_acc_final": 0.95,
+                "client_acc_mean_final": 0.80,
+                "client_acc_std_final": 0.05,
+                "round_to_target": 40,
+            },
+            {
+                "tags.method": "FedSAM",
+                "train_acc_final": 0.97,
+                "client_acc_mean_final": 0.82,
+                "client_acc_std_final": 0.07,
+                "round_to_target": 60,
+            },
+            {"tags.method": "FedAvg", "train_acc_final": 0.9, "round_to_target": None},  # no spread keys (8b absent)
+        ]
+    )
+    t = render("fedsam", df, ["tags.method"], [])
+    assert (t.loc["FedSAM", "Train"], t.loc["FedSAM", "Validation"], t.loc["FedSAM", "Round"]) == (
+        "96.00",
+        "81.00 (6.00)",
+        "50",
+    )
+    assert (t.loc["FedAvg", "Validation"], t.loc["FedAvg", "Round"]) == ("-", "-")
+
+
+def test_fedsam_validation_cell_from_a_real_run(run_cli, tmp_path) -> None:
+    """The runner's summary of an eval.client_acc run renders as "mean (std)" of its last evaluated round."""
+    run = tmp_path / "run"
+    r = run_cli(
+        "algorithm=fedsam",
+        "eval.client_acc=true",
+        "eval.train_acc=true",
+        "data.max_train_samples=600",
+        "data.max_test_samples=300",
+        "fl.clients=4",
+        "fl.rounds=2",
+        "++tags.method=FedSAM",
+        run_dir=run,
+    )
+    assert r.returncode == 0, r.stderr
+    last = pd.read_csv(run / "metrics.csv").iloc[-1]
+    t = render("fedsam", load_runs([run]), ["tags.method"], [])
+    mean, std = 100 * last["client_acc_mean"], 100 * last["client_acc_std"]
+    assert t.loc["FedSAM", "Validation"] == f"{mean:.2f} ({std:.2f})"
+    assert t.loc["FedSAM", "Train"] == f"{100 * last['train_acc']:.2f}"
+
+
+def test_render_rejects_unknown_layout_and_keys() -> None:
+    df = runs([{"tags.method": "FedAvg", "test_acc_last_k": 0.5}])
+    with pytest.raises(ValueError, match="layout"):
+        render("nope", df, ["tags.method"], [])
+    with pytest.raises(ValueError, match="no.such"):
+        render("fedlaw", df, ["tags.method"], ["no.such"])
+
+
+def test_select_picks_the_best_mean_over_seeds_per_setting() -> None:
+    rows = []
+    # alpha 0.1: mu=0.01 best by mean (0.70) though mu=0.1 has the single best seed; alpha 1: mu=0.1 best
+    for alpha, table in (
+        (0.1, {0.1: (0.80, 0.50), 0.01: (0.70, 0.70), 0.001: (0.60, 0.62)}),
+        (1.0, {0.1: (0.90, 0.88), 0.01: (0.85, 0.86), 0.001: (0.10, 0.10)}),
+    ):
+        for mu, accs in table.items():
+            for seed, acc in enumerate(accs):
+                rows.append(
+                    {
+                        "tags.method": "FedProx",
+                        "partition.alpha": alpha,
+                        "algorithm.mu": mu,
+                        "seed": seed,
+                        "test_acc_last_k": acc,
+                    }
+                )
+    rows.append({"tags.method": "FedAvg", "partition.alpha": 0.1, "algorithm.mu": None, "test_acc_last_k": 0.6})
+    df = runs(rows)
+    kept, chosen = select_best(df, "algorithm.mu", ["tags.method", "partition.alpha"], "summary.test_acc_last_k")
+    picks = dict(zip(chosen["partition.alpha"], chosen["algorithm.mu"], strict=True))
+    assert picks == {0.1: 0.01, 1.0: 0.1}
+    assert len(kept) == 2 + 2 + 1  # two seeds of each chosen value, FedAvg untouched
+    t = render("fedlaw", kept, ["tags.method"], ["partition.alpha"])
+    assert t.loc["FedProx", "alpha=0.1"] == "70.00 ± 0.00" and t.loc["FedAvg", "alpha=0.1"] == "60.00"

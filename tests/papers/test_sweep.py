@@ -1,0 +1,88 @@
+"""Sweeps run in-process (fedrun/cli/reproduce_sweep.py) give the jobs, directories and results of ``fedrun -m``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedrun.cli.reproduce_sweep import expand, run_commands, split_command
+from fedrun.cli.sweeps import find_jobs, read_index
+from fedrun.storage.atomic import TIMING_COLUMNS
+
+TINY = [
+    "data.max_train_samples=400",
+    "data.max_test_samples=100",
+    "fl.clients=4",
+    "fl.rounds=2",
+    "fl.local_steps=1",
+    "output.plots=false",
+    "hardware.engine=sequential",
+    "hardware.threads=1",
+    "checkpoint.every=0",
+]
+
+
+def test_expand_is_the_cartesian_product_in_override_order() -> None:
+    jobs = expand(["seed=1,2", "fl.rounds=3", "++tags.method='FedProx(0.1)+FedCos(0.02)'", "fl.lr=0.1,0.2"])
+    assert len(jobs) == 4
+    assert [j[0] for j in jobs] == ["seed=1", "seed=1", "seed=2", "seed=2"]
+    assert [j[-1] for j in jobs] == ["fl.lr=0.1", "fl.lr=0.2", "fl.lr=0.1", "fl.lr=0.2"]
+    assert all(j[2] == "++tags.method='FedProx(0.1)+FedCos(0.02)'" for j in jobs)
+
+
+def test_split_command_keeps_task_overrides_and_the_sweep_dir(tmp_path: Path) -> None:
+    sweep, overrides = split_command(["-m", "seed=1,2", "hydra.job.chdir=false", f"hydra.sweep.dir={tmp_path}"])
+    assert sweep == tmp_path and overrides == ["seed=1,2"]
+    with pytest.raises(ValueError, match="hydra.sweep.dir"):
+        split_command(["seed=1"])
+
+
+def test_in_process_jobs_equal_fedrun_multirun_jobs(run_cli, tmp_path: Path) -> None:
+    sweep = ["partition.alpha=100,0.1", "++tags.method='FedProx(0.1)'", *TINY, f"cache_dir={tmp_path / 'cache'}"]
+    r = run_cli("-m", *sweep, run_dir=tmp_path / "cli")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert run_commands([["-m", *sweep, f"hydra.sweep.dir={tmp_path / 'inproc'}"]], log=False) == 0
+    jobs = sorted(read_index(tmp_path / "cli"))  # each job's directory is named by its config: the same names
+    assert len(jobs) == 2 and sorted(read_index(tmp_path / "inproc")) == jobs
+    for job in jobs:
+        cli, mine = tmp_path / "cli" / job, tmp_path / "inproc" / job
+        read = lambda d: yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())  # noqa: E731
+        assert [o for o in read(cli) if not o.startswith("cache_dir")] == [
+            o for o in read(mine) if not o.startswith("cache_dir")
+        ]
+        a, b = (pd.read_csv(d / "metrics.csv").drop(columns=list(TIMING_COLUMNS), errors="ignore") for d in (cli, mine))
+        pd.testing.assert_frame_equal(a, b)
+        assert yaml.safe_load((cli / "config.yaml").read_text()) == yaml.safe_load((mine / "config.yaml").read_text())
+    (second,) = find_jobs(tmp_path / "inproc", "partition.alpha=0.1")
+    assert yaml.safe_load((second / "config.yaml").read_text())["partition"]["alpha"] == 0.1
+
+
+def test_bad_command_is_one_line_and_the_other_commands_run(tmp_path: Path, capsys) -> None:
+    bad = ["-m", "algorithm=nope", f"hydra.sweep.dir={tmp_path / 'bad'}"]
+    missing = ["-m", "data=cifar10", f"data.root={tmp_path / 'none'}", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'ok'}"]
+    assert run_commands([bad, missing], log=False) == 1
+    err = capsys.readouterr().err
+    assert "fedrun: error: algorithm: unknown option 'nope'; valid:" in err and "fedavg" in err
+    (seed1,), (seed2,) = find_jobs(tmp_path / "ok", "seed=1"), find_jobs(tmp_path / "ok", "seed=2")
+    assert "cifar10: folder cifar-10-batches-py not found" in (seed2 / "error.txt").read_text()
+    assert (seed1 / "error.txt").is_file() and not (tmp_path / "bad").exists()
+
+
+def test_rejected_jobs_keep_their_labels_and_show_as_refused_cells(tmp_path: Path, capsys) -> None:
+    """A job refused on bad input keeps Hydra's record of it (.hydra/), so the report can place its cell."""
+    from fedrun.cli.report import main as report_main
+
+    missing = ["data=cifar10", f"data.root={tmp_path / 'none'}", "partition.alpha=0.1,1", *TINY]
+    cmd = ["-m", *missing, "++tags.method='FedAvg'", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    assert run_commands([cmd], log=False) == 0
+    (job,) = find_jobs(tmp_path / "sweep", "partition.alpha=1")
+    assert sorted(p.name for p in job.iterdir()) == [".hydra", "error.txt"]
+    assert sorted(p.name for p in (job / ".hydra").iterdir()) == ["config.yaml", "overrides.yaml"]
+    capsys.readouterr()
+    assert report_main([str(tmp_path / "sweep"), "--rows", "tags.method", "--cols", "partition.alpha"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| tags.method=FedAvg"))
+    assert row.count("refused") == 2 and "2 of 2 runs did not complete" in out

@@ -1,0 +1,247 @@
+"""Resume after SIGKILL gives the uninterrupted run's metrics; divergence stops a run and keeps its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from fedrun.cli import main as cli
+from fedrun.config.schema import RunSpec
+from fedrun.engines.sequential import SequentialEngine
+from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from fedrun.run.loop import run
+from fedrun.storage.atomic import TIMING_COLUMNS
+from tests.conftest import REPO, compose_cfg
+
+# A run of a few seconds: 600 Fashion-MNIST images, 4 clients, a 32-unit MLP, a checkpoint every round;
+# dropout under vmap, so that an exact resume also needs torch's global RNG handled.
+SMALL = [
+    "experiment=smoke",
+    "data.max_train_samples=600",
+    "data.max_test_samples=200",
+    "fl.clients=4",
+    "fl.rounds=8",
+    "model.hidden=[32]",
+    "model.dropout=0.5",
+    "hardware.threads=1",
+    "hardware.engine=vectorised",  # pinned: auto times the engines, and dropout masks differ between them
+    "output.plots=false",
+    "output.quiet=true",
+    "checkpoint.every=1",
+]
+TIMINGS = list(TIMING_COLUMNS)
+
+
+def _metrics(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(run_dir / "metrics.csv").drop(columns=TIMINGS)
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "fedrun.cli", *args]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _kill_after_first_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not ckpt.is_file():
+        assert proc.poll() is None, "the run ended before writing a checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
+    killed = tmp_path / "run"
+    proc = _start([*SMALL, f"hydra.run.dir={killed}", f"cache_dir={tmp_path / 'cache'}"], tmp_path)
+    _kill_after_first_checkpoint(proc, killed / CHECKPOINT_FILE)
+    assert _summary(killed)["status"] == "running"  # really killed mid-run, not after the end
+    at_kill = load_checkpoint(killed / CHECKPOINT_FILE).round
+    assert 1 <= at_kill < 8
+
+    # ``fedrun resume=<dir>``, in-process; re-running the same command is tested in a sweep (test_sweep_faults)
+    cli.resume(killed, [])
+    resumed = _summary(killed)
+    assert resumed["status"] == "completed"
+    assert resumed["resumed_from_round"] >= at_kill
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*SMALL), reference)
+    assert len(_metrics(reference)) == 8
+    pd.testing.assert_frame_equal(_metrics(killed), _metrics(reference), check_exact=True)
+
+
+def _interrupted_copy(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, at: int
+) -> tuple[Path, Path]:
+    """An uninterrupted run, and a run dir holding what a run killed after round ``at`` leaves behind."""
+    import fedrun.run.state as runner
+
+    full, partial = tmp_path / "full", tmp_path / "partial"
+    full.mkdir()
+    partial.mkdir()
+    save = runner.save_checkpoint
+
+    def save_and_copy(path: Path, ck):  # noqa: ANN001, ANN202
+        save(path, ck)
+        if ck.round == at:
+            (partial / CHECKPOINT_FILE).write_bytes(path.read_bytes())
+            (partial / "metrics.csv").write_bytes((full / "metrics.csv").read_bytes())
+
+    monkeypatch.setattr(runner, "save_checkpoint", save_and_copy)
+    spec = make_spec(*SMALL)
+    run(spec, full)
+    monkeypatch.setattr(runner, "save_checkpoint", save)
+    (partial / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))
+    (partial / "summary.json").write_text('{"status": "running"}')
+    return full, partial
+
+
+def test_resume_dir_continues_then_skips_and_refuses_another_config(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    full, partial = _interrupted_copy(tmp_path, make_spec, monkeypatch, at=3)
+    cli.resume(partial, [])
+    assert _summary(partial)["resumed_from_round"] == 3
+    pd.testing.assert_frame_equal(_metrics(partial), _metrics(full), check_exact=True)
+
+    before = {p.name: p.stat().st_mtime_ns for p in partial.iterdir()}
+    cli.resume(partial, [])  # finished: nothing is run again
+    assert "already completed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.resume(partial, ["fl.lr=0.1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "different config (fl.lr: 0.05 -> 0.1)" in err
+    with pytest.raises(SystemExit) as e:
+        cli.resume(partial, ["fl.lr=-1"])  # invalid *and* an earlier run there: reported, nothing wiped
+    assert e.value.code == 2
+    assert {p.name: p.stat().st_mtime_ns for p in partial.iterdir()} == before
+
+
+class _PoisonRound3(SequentialEngine):
+    """Client 2 of the cohort uploads NaNs in round 3 (index 2)."""
+
+    cohorts: list[list[int]] = []
+
+    def train_cohort(self, rnd, params, extras, clients, states, lr):  # noqa: ANN001, ANN201
+        res = super().train_cohort(rnd, params, extras, clients, states, lr)
+        if rnd == 2:
+            type(self).cohorts.append(clients.tolist())
+            first = next(iter(res.uploads["params"]))
+            res.uploads["params"][first][2] = float("nan")
+        return res
+
+
+def test_divergence_stops_names_round_and_client_and_keeps_last_checkpoint(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("fedrun.run.experiment.select_engine", lambda spec, pinned=None: _PoisonRound3)
+    summary = run(make_spec(*SMALL), tmp_path)
+    assert summary["status"] == "diverged"
+    assert summary["diverged_round"] == 3
+    assert summary["diverged_client"] == _PoisonRound3.cohorts[-1][2]
+    assert "round 3" in summary["error"]
+    assert _summary(tmp_path)["status"] == "diverged"
+    assert list(pd.read_csv(tmp_path / "metrics.csv")["round"]) == [1, 2]
+    ck = load_checkpoint(tmp_path / CHECKPOINT_FILE)
+    assert ck.round == 2 and all(bool(torch.isfinite(t).all()) for t in ck.params.values())
+
+
+def test_huge_lr_diverges_with_nonzero_exit(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = compose_cfg([*SMALL, "fl.lr=1e10", f"cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(SystemExit) as e:
+        cli.execute(cfg, tmp_path / "run", multirun=False)
+    assert e.value.code == 1
+    s = _summary(tmp_path / "run")
+    assert s["status"] == "diverged" and s["diverged_round"] == 1 and s["diverged_client"] is not None
+    assert "diverged" in capsys.readouterr().err
+
+
+def test_keep_final_false_removes_the_checkpoint_of_a_finished_run(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    summary = run(make_spec(*SMALL, "fl.rounds=2", "checkpoint.keep_final=false"), tmp_path)
+    assert summary["status"] == "completed"
+    assert not (tmp_path / CHECKPOINT_FILE).exists()
+
+
+def _run_dir(tmp_path: Path, name: str, *overrides: str) -> Path:
+    """A finished run of SMALL + ``overrides`` through the CLI path (config.yaml, summary.json, checkpoint)."""
+    run_dir = tmp_path / name
+    cli.execute(compose_cfg([*SMALL, *overrides, f"cache_dir={tmp_path / 'cache'}"]), run_dir, multirun=False)
+    return run_dir
+
+
+def test_a_finished_run_extended_with_more_rounds_equals_the_longer_run(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    short = _run_dir(tmp_path, "short", "fl.rounds=4", "eval.every=3")  # rows 3 and 4 (the last is evaluated)
+    assert list(pd.read_csv(short / "metrics.csv")["round"]) == [3, 4]
+    cli.resume(short, ["fl.rounds=8", "eval.train_acc=true"])  # an evaluation setting may change too
+    s = _summary(short)
+    assert s["status"] == "completed" and s["resumed_from_round"] == 4 and s["rounds_completed"] == 8
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*SMALL, "fl.rounds=8", "eval.every=3"), reference)
+    extended = _metrics(short)
+    assert list(extended["round"]) == [
+        3,
+        6,
+        8,
+    ]  # round 4, the short run's last, is not one the long run evaluates
+    assert extended["train_acc"].isna().tolist() == [True, False, False]  # measured from the extension on
+    pd.testing.assert_frame_equal(extended.drop(columns=["train_acc", "train_loss"]), _metrics(reference))
+
+
+def test_extending_keeps_imas_start_round_or_is_refused(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], capsys: pytest.CaptureFixture
+) -> None:
+    short = _run_dir(tmp_path, "short", "fl.rounds=4", "ima.enabled=true", "ima.window=2")  # t_s = int(0.75 x 4) = 3
+    with pytest.raises(SystemExit) as e:
+        cli.resume(short, ["fl.rounds=8"])  # t_s would move to 6: rounds 4.. of the short run differ
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "ima.start: its round moves from 3 to 6 (fl.rounds 4 -> 8)" in err and "(ima.start=0.375)" in err
+    cli.resume(short, ["fl.rounds=8", "ima.start=0.375"])  # int(0.375 x 8) = 3: the same IMA run, longer
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*SMALL, "fl.rounds=8", "ima.enabled=true", "ima.window=2", "ima.start=0.375"), reference)
+    pd.testing.assert_frame_equal(_metrics(short), _metrics(reference), check_exact=True)
+
+
+def test_runs_that_cannot_be_extended_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    no_checkpoint = _run_dir(tmp_path, "a", "fl.rounds=2", "checkpoint.keep_final=false")
+    finished = _run_dir(tmp_path, "b", "fl.rounds=3")
+    capsys.readouterr()
+    for run_dir, overrides, says in (
+        (no_checkpoint, ["fl.rounds=4"], "kept no final checkpoint (checkpoint.keep_final=false)"),
+        (finished, ["fl.rounds=2"], "holds a completed run of 3 rounds; valid: fl.rounds >= 3"),
+        (finished, ["fl.rounds=4", "fl.lr=0.1"], "different config (fl.lr: 0.05 -> 0.1)"),
+        (finished, ["fl.rounds=4", "eval.every=2"], "different config (eval.every: 1 -> 2)"),
+    ):
+        before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+        with pytest.raises(SystemExit) as e:
+            cli.resume(run_dir, overrides)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and says in err, err
+        assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
