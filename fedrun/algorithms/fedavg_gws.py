@@ -6,12 +6,14 @@ is FedAvg). As in :mod:`fedrun.algorithms.fedlaw`, every parameter is scaled, no
 weights included. The adaptive variant that learns gamma on the proxy set is ``fedlaw_gamma``.
 
 BatchNorm statistics: the clients' mean statistics describe the unshrunk client models, and used with the
-shrunk one they mis-normalise every layer (the error compounds with depth). With gamma != 1 on a model with
-BatchNorm statistics the server re-estimates them for the shrunk model on the proxy set (one train-mode
-pass, cumulative average: ``torch.optim.swa_utils.update_bn``), so such runs need ``proxy.per_class`` > 0.
-The paper does not say how its fixed-gamma runs (Table 1's ResNet-8) handled them, and the authors'
-fixed-gamma code is not public (ZexiLee/ICML-2023-FedLAW has FedLAW and the baselines only). With
-gamma = 1, or a model without running statistics, the runner averages the clients' statistics as for FedAvg.
+shrunk one they mis-normalise every layer (the error compounds with depth). On a model with BatchNorm
+statistics the server therefore re-estimates them for the aggregate on the proxy set (one train-mode pass,
+cumulative average: ``torch.optim.swa_utils.update_bn``) for every gamma, gamma = 1 included: a table that
+compares gammas then compares shrinking alone, not shrinking plus a change of statistics (re-estimated
+statistics alone move a ResNet-8 round by points). Such runs need ``proxy.per_class`` > 0. The paper does not
+say how its fixed-gamma runs (Table 1's ResNet-8) handled them, and the authors' fixed-gamma code is not
+public (ZexiLee/ICML-2023-FedLAW has FedLAW and the baselines only). On a model without running statistics
+gamma = 1 is FedAvg bit for bit.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ class FedAvgGWS(FedAvg):
 
     def setup(self, env: dict[str, Any]) -> None:
         super().setup(env)
-        # a shrunk model with BatchNorm statistics: the server re-estimates them (module docstring)
-        self.owns_buffers = self.hp.gamma != 1.0 and bool(self.model.buffers)
+        # BatchNorm statistics are re-estimated for every gamma, 1 included (module docstring)
+        self.owns_buffers = bool(self.model.buffers)
         if self.owns_buffers:
-            self.proxy = require_proxy(env, "fedavg_gws with gamma != 1 re-estimates the BatchNorm statistics")
+            self.proxy = require_proxy(env, "fedavg_gws on a BatchNorm model re-estimates its statistics")
 
     def aggregate(
         self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo

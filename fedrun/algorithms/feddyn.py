@@ -13,7 +13,10 @@ point of that objective. (Mixing a size-weighted mean with the uniform h would b
 ``variant=law``: FedLAW's code (client_funct.py ``client_feddyn`` lines 126-149, server_funct.py ``feddyn``
 lines 799-832) uses the unsquared (alpha/2) ||w - w^t||_2 and h <- h - alpha sum_S p_i (w_i - w^t)
 (size-weighted over the cohort, no 1/N), w^{t+1} = sum_S p_i w_i - h/alpha: that corrected model is what it
-broadcasts and is_eval_round (main_baselines.py line 64). The FedDyn authors' own code (alpemreacar/FedDyn
+broadcasts and is_eval_round (main_baselines.py line 64). Its server model is a deep copy of the first selected
+client's model with the parameters overwritten (``central_node.model = copy.deepcopy(uploaded_models[0])``), so
+the global BatchNorm buffers are the first client's of the cohort, not a mean: ``law`` owns the buffers and
+installs ``uploads["buffers"][0]`` (at full participation select_list is range(N): client 0). The FedDyn authors' own code (alpemreacar/FedDyn
 ``utils_methods.train_FedDyn``) differs again: a per-client alpha_i = alpha / (N n_i / n) and it reports the
 plain mean of the cohort's models (``avg_model``) while clients start from the corrected one; it is not
 available as ``variant=official`` (below).
@@ -56,6 +59,11 @@ class FedDyn(FedAvg):
     """Linear term -<g_i, w> plus a prox term; the server corrects the average by -h/alpha."""
 
     hp: FedDynParams
+
+    @property
+    def owns_buffers(self) -> bool:  # type: ignore[override]
+        """``law``: the first selected client's BatchNorm buffers (module docstring); else the cohort's mean."""
+        return self.hp.variant == "law"
 
     def server_init(self, params: Tensors) -> Tree:
         if self.hp.variant == "official":  # the cloud model's correction, and the average it is evaluated as
@@ -117,6 +125,8 @@ class FedDyn(FedAvg):
             return tree_map(lambda m, hh: m - hh, avg, h), {**server_state, "h": h, "avg": avg}, {}
         if self.hp.variant == "law":
             step = tree_map(lambda d: a * d, self.mean_delta(params, uploads, weights))
+            if uploads.get("buffers"):
+                self.model.set_buffers({k: v[0].clone() for k, v in uploads["buffers"].items()})
         else:
             omega = self.global_weights(info).to(weights.device)  # sums to |S|/N (uniform), not to 1
 

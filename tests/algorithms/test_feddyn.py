@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, tiny_batch, tiny_model, train
 
 from fedrun.algorithms.base import ClientContext, RoundInfo
+from fedrun.algorithms.feddyn import FedDyn
 from fedrun.config.schema import FLConfig
 from fedrun.core.tree import stack
 
@@ -170,3 +172,21 @@ def test_the_runner_evaluates_feddyns_official_average(make_spec, tmp_path) -> N
     avg_acc, _ = evaluate(exp.model, ck.server_state["avg"], exp.fed, exp.fed.test, 512)
     cld_acc, _ = evaluate(exp.model, ck.params, exp.fed, exp.fed.test, 512)
     assert summary["test_acc_final"] == avg_acc != cld_acc
+
+
+@pytest.mark.parametrize("variant", ["law", "paper"])
+def test_feddyn_law_takes_the_first_clients_batchnorm_buffers(make_spec, tmp_path, monkeypatch, variant: str) -> None:
+    # FedLAW's server_funct.feddyn: central_node.model = copy.deepcopy(uploaded_models[0]), parameters then
+    # overwritten, so the global BatchNorm buffers are the first selected client's; the paper form (and
+    # every client-side method) averages them like the parameters
+    from test_fedlaw import one_bn_round
+
+    seen, buffers = one_bn_round(make_spec, tmp_path, monkeypatch, FedDyn, "algorithm=feddyn", f"algorithm.variant={variant}")
+    ups = seen["uploads"]["buffers"]
+    first = {k: v[0] for k, v in ups.items()}
+    w = seen["weights"].to(torch.float64)
+    mean = {k: (torch.tensordot(w.to(v.dtype), v, dims=1) if v.is_floating_point() else v.max(0).values) for k, v in ups.items()}
+    want = first if variant == "law" else mean
+    assert not torch.allclose(first["stem.1.running_var"], mean["stem.1.running_var"])
+    for k, v in want.items():
+        torch.testing.assert_close(buffers[k], v)
