@@ -13,10 +13,11 @@ point of that objective. (Mixing a size-weighted mean with the uniform h would b
 ``variant=law``: FedLAW's code (client_funct.py ``client_feddyn`` lines 126-149, server_funct.py ``feddyn``
 lines 799-832) uses the unsquared (alpha/2) ||w - w^t||_2 and h <- h - alpha sum_S p_i (w_i - w^t)
 (size-weighted over the cohort, no 1/N), w^{t+1} = sum_S p_i w_i - h/alpha: that corrected model is what it
-broadcasts and is_eval_round (main_baselines.py line 64). Its server model is a deep copy of the first selected
-client's model with the parameters overwritten (``central_node.model = copy.deepcopy(uploaded_models[0])``), so
-the global BatchNorm buffers are the first client's of the cohort, not a mean: ``law`` owns the buffers and
-installs ``uploads["buffers"][0]`` (at full participation select_list is range(N): client 0). The FedDyn authors' own code (alpemreacar/FedDyn
+broadcasts and is_eval_round (main_baselines.py line 64). Its server model is a deep copy of the first
+selected client's model with the parameters overwritten (``central_node.model =
+copy.deepcopy(uploaded_models[0])``), so the global BatchNorm buffers are the first client's of the cohort,
+not a mean: ``law`` owns the buffers and installs ``uploads["buffers"][0]`` (at full participation
+select_list is range(N): client 0). The FedDyn authors' own code (alpemreacar/FedDyn
 ``utils_methods.train_FedDyn``) differs again: a per-client alpha_i = alpha / (N n_i / n) and it reports the
 plain mean of the cohort's models (``avg_model``) while clients start from the corrected one; it is not
 available as ``variant=official`` (below).

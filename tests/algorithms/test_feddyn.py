@@ -181,11 +181,16 @@ def test_feddyn_law_takes_the_first_clients_batchnorm_buffers(make_spec, tmp_pat
     # every client-side method) averages them like the parameters
     from test_fedlaw import one_bn_round
 
-    seen, buffers = one_bn_round(make_spec, tmp_path, monkeypatch, FedDyn, "algorithm=feddyn", f"algorithm.variant={variant}")
+    seen, buffers = one_bn_round(
+        make_spec, tmp_path, monkeypatch, FedDyn, "algorithm=feddyn", f"algorithm.variant={variant}"
+    )
     ups = seen["uploads"]["buffers"]
     first = {k: v[0] for k, v in ups.items()}
     w = seen["weights"].to(torch.float64)
-    mean = {k: (torch.tensordot(w.to(v.dtype), v, dims=1) if v.is_floating_point() else v.max(0).values) for k, v in ups.items()}
+    mean = {
+        k: (torch.tensordot(w.to(v.dtype), v, dims=1) if v.is_floating_point() else v.max(0).values)
+        for k, v in ups.items()
+    }
     want = first if variant == "law" else mean
     assert not torch.allclose(first["stem.1.running_var"], mean["stem.1.running_var"])
     for k, v in want.items():
