@@ -29,6 +29,8 @@ against the broadcast model), with l_i <- l_i + (w_i - w^t) its accumulated upda
 g_i = -alpha_i l_i and alpha_i in place of alpha. The server averages the cohort's models uniformly (np.mean),
 broadcasts the "cloud" model avg + (1/N) sum_{all i} l_i and is_eval_round the plain average (``avg_model``, the
 reported "sel" accuracy; :meth:`eval_params`). The code also clips gradients to norm 10: ``fl.grad_clip=10``.
+The prox term reaches its SGD as ``weight_decay=alpha_i`` (plus the local wd), so what the code clips is the
+gradient of f_i + alpha_i <w, l_i - w^t> alone, and alpha_i w is added after the clip (:meth:`client_step`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any, Literal
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.registry import ALGORITHMS, positive
 from fedrun.core.tree import Tensors, Tree, dot, sq_norm, sub, tree_map, weighted_mean, zeros_like
@@ -93,6 +95,23 @@ class FedDyn(FedAvg):
         else:
             dist = sq_norm(diff)
         return loss - lin + 0.5 * self.client_alpha(ctx) * dist
+
+    def client_step(
+        self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
+    ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
+        """``official`` with ``fl.grad_clip``: clip grad f_i + alpha_i (l_i - w^t), then add the weight decay
+        alpha_i w, as ``train_feddyn_mdl`` (clip_grad_norm_ before ``SGD(weight_decay=alpha_i + wd).step()``)."""
+        fl = self.fl
+        if self.hp.variant != "official" or fl.grad_clip is None:
+            return super().client_step(params, opt, batch, ctx)
+        grads, loss = self.local_grad(params, batch, ctx)
+        a = self.client_alpha(ctx)
+        clipped = {k: g - a * params[k] for k, g in grads.items()}  # the gradient of the code's loss
+        total = torch.sqrt(sum(g.pow(2).sum() for g in clipped.values()))
+        factor = torch.clamp(fl.grad_clip / (total + 1e-6), max=1.0)
+        grads = {k: g * factor + a * params[k] for k, g in clipped.items()}
+        params, opt = sgd_step(params, grads, opt, ctx.lr, fl.momentum, fl.weight_decay, None)
+        return params, opt, ctx.state, loss
 
     def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
         a = self.client_alpha(ctx)

@@ -195,3 +195,33 @@ def test_feddyn_law_takes_the_first_clients_batchnorm_buffers(make_spec, tmp_pat
     assert not torch.allclose(first["stem.1.running_var"], mean["stem.1.running_var"])
     for k, v in want.items():
         torch.testing.assert_close(buffers[k], v)
+
+
+def test_feddyn_official_clips_the_codes_gradient_and_adds_alpha_w_after() -> None:
+    # utils_general.train_feddyn_mdl: loss = f + alpha_i <w, -w^t + l_i>; clip_grad_norm_(10) on its gradient;
+    # SGD(weight_decay=alpha_i + wd) adds (alpha_i + wd) w after the clip. Plain torch, clip 0.3 binding.
+    alpha, sizes, i, lr, clip = 0.3, [10, 30, 20], 1, 0.1, 0.3
+    algo = _official(alpha, sizes)
+    algo.fl = FLConfig(clients=len(sizes), grad_clip=clip, momentum=0.0, weight_decay=0.0)
+    model = algo.model
+    wt, batch = model.init_params(), tiny_batch()
+    w = {k: v + 0.2 for k, v in wt.items()}
+    alpha_i = alpha / (len(sizes) * sizes[i] / sum(sizes))
+    lpl = {k: torch.full_like(v, -0.7) for k, v in wt.items()}
+    size = torch.tensor(float(sizes[i]), dtype=torch.float64)
+    ctx = ClientContext(wt, {}, {"grad": {k: -alpha_i * v for k, v in lpl.items()}}, lr, size)
+    got, _, _, _ = algo.client_step(w, None, batch, ctx)
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)).double()
+    for p, k in zip(net.parameters(), w, strict=True):
+        p.data.copy_(w[k])
+    flat = torch.cat([p.reshape(-1) for p in net.parameters()])
+    cld = torch.cat([wt[k].reshape(-1) for k in wt])
+    local = torch.cat([lpl[k].reshape(-1) for k in lpl])
+    loss = torch.nn.functional.cross_entropy(net(batch["x"]), batch["y"]) + alpha_i * torch.sum(flat * (-cld + local))
+    loss.backward()
+    assert float(torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm=clip)) > clip  # the clip binds
+    opt = torch.optim.SGD(net.parameters(), lr=lr, weight_decay=alpha_i)
+    opt.step()
+    for p, k in zip(net.parameters(), w, strict=True):
+        torch.testing.assert_close(got[k], p.detach(), atol=1e-12, rtol=0)
