@@ -130,3 +130,16 @@ def test_fedsam_presets_run_long_enough_for_every_published_round(make_spec) -> 
     assert rounds["value"].max() == 893
     for preset, grp in rounds.groupby("preset"):
         assert make_spec(f"experiment={preset}").fl.rounds >= grp["value"].max(), preset
+
+
+def test_cells_and_evidence_are_declared_package_data() -> None:
+    # an installed fedrun reads them with importlib.resources: pyproject.toml must put them in the wheel
+    import tomllib
+
+    from tests.conftest import REPO
+
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert set(data["fedrun.papers"]) == {"cells/*.csv", "evidence/*.json"}
+    papers = REPO / "fedrun" / "papers"
+    assert {p.name for p in (papers / "cells").glob("*.csv")} == {f"{p.lower()}.csv" for p in PAPERS}
+    assert len(list((papers / "evidence").glob("*.json"))) >= 3
