@@ -45,7 +45,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
-from fedrun.cli import compose_checks, sweeps
+from fedrun.cli import compose_checks, hydra_patches, sweeps
 from fedrun.config import location as conf_location
 from fedrun.config.schema import RunSpec, validate
 from fedrun.core.errors import ConfigError, DataError, ResumeError
@@ -338,7 +338,7 @@ def _fail(message: str) -> NoReturn:
 
 def main() -> None:
     tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
-    hydra_utils.run_and_report = _run_and_report
+    hydra_patches.report_with(_run_and_report)
     compose_checks.install()
     # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling
     sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]
