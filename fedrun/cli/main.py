@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
-import hydra._internal.utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
@@ -172,8 +171,7 @@ def print_summary(s: dict[str, Any], console: Console) -> None:
     console.print(f"run directory: {s['run_dir']}")
 
 
-CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or the installed package fedrun.conf
-INSTALLED = conf_location.INSTALLED
+CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf (fedrun/config/location.py)
 
 
 @hydra.main(version_base=None, config_path=conf_location.HYDRA_CONFIG_PATH, config_name="config")
