@@ -36,7 +36,7 @@ Around = Callable[[ConfigLoaderImpl, list[str], RunMode, Callable[[], DictConfig
 
 def report_with(reporter: Callable[[Callable[[], Any]], Any]) -> None:
     """Run every ``@hydra.main`` command of this process under ``reporter(func)`` instead of Hydra's reporter."""
-    hydra_utils.run_and_report = reporter
+    hydra_utils.run_and_report = reporter  # type: ignore[assignment]
 
 
 def around_composition(around: Around) -> None:

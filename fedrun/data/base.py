@@ -116,7 +116,7 @@ class Dataset:
             return self
         if mode == "none":
             return dataclasses.replace(self, mean=None, std=None)
-        return dataclasses.replace(self, mean=(0.5,) * len(self.mean), std=(0.5,) * len(self.std))
+        return dataclasses.replace(self, mean=(0.5,) * len(self.mean), std=(0.5,) * len(self.std))  # type: ignore[arg-type]
 
 
 def pad_images(data: Dataset, size: int | None) -> Dataset:
