@@ -1,4 +1,4 @@
-"""The algorithm contract (DESIGN.md): pure functions over parameter dicts that every engine can run.
+"""The algorithm contract (docs/design.md): pure functions over parameter dicts that every engine can run.
 
 An algorithm never sees the engine. It supplies server/client state, what is broadcast, the local
 objective and step, what a client uploads, and how the server aggregates. Every hook takes and returns

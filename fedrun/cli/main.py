@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
-import hydra._internal.utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
@@ -45,7 +44,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
-from fedrun.cli import compose_checks, sweeps
+from fedrun.cli import compose_checks, hydra_patches, sweeps
 from fedrun.config import location as conf_location
 from fedrun.config.schema import RunSpec, validate
 from fedrun.core.errors import ConfigError, DataError, ResumeError
@@ -172,8 +171,7 @@ def print_summary(s: dict[str, Any], console: Console) -> None:
     console.print(f"run directory: {s['run_dir']}")
 
 
-CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or the installed package fedrun.conf
-INSTALLED = conf_location.INSTALLED
+CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf (fedrun/config/location.py)
 
 
 @hydra.main(version_base=None, config_path=conf_location.HYDRA_CONFIG_PATH, config_name="config")
@@ -338,7 +336,7 @@ def _fail(message: str) -> NoReturn:
 
 def main() -> None:
     tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
-    hydra_utils.run_and_report = _run_and_report
+    hydra_patches.report_with(_run_and_report)
     compose_checks.install()
     # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling
     sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]

@@ -36,7 +36,7 @@ from fedrun.papers.smoke import (
 )
 from fedrun.papers.targets import BY_NAME, TARGETS, Target
 
-CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or of the installed package
+CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf
 # training-set sizes used for the cost estimate (approximate where marked)
 TRAIN_SIZE = {
     "fmnist": 60000,

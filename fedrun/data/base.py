@@ -132,7 +132,7 @@ class Dataset:
                 )
             mean, std = FEDCOS_NORM[self.name]
             return dataclasses.replace(self, mean=mean, std=std)
-        return dataclasses.replace(self, mean=(0.5,) * len(self.mean), std=(0.5,) * len(self.std))
+        return dataclasses.replace(self, mean=(0.5,) * len(self.mean), std=(0.5,) * len(self.std))  # type: ignore[arg-type]
 
 
 def pad_images(data: Dataset, size: int | None) -> Dataset:

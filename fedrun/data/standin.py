@@ -169,12 +169,18 @@ def _shakespeare(p: shakespeare.ShakespeareParams, rng: np.random.Generator) -> 
     for i in range(1, stream.shape[1]):  # one step of every speaker's walk at a time
         u = rng.random(SPEAKERS)[:, None]
         stream[:, i] = np.minimum((cum[stream[:, i - 1]] < u).sum(1), vocab - 1)
-    xs, ys, txs, tys = [], [], [], []
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    txs: list[np.ndarray] = []
+    tys: list[np.ndarray] = []
     for k in range(SPEAKERS):
         s = stream[k, : length[k]]
         win = np.lib.stride_tricks.sliding_window_view(s[:-1], t)
         a, b = per_train[k], per_train[k] + per_test[k]
-        xs.append(win[:a]), ys.append(s[t : t + a]), txs.append(win[a:b]), tys.append(s[t + a : t + b])
+        xs.append(win[:a])
+        ys.append(s[t : t + a])
+        txs.append(win[a:b])
+        tys.append(s[t + a : t + b])
     starts = np.concatenate([[0], np.cumsum(per_train)])
     cat = lambda parts: torch.from_numpy(np.ascontiguousarray(np.concatenate(parts)))  # noqa: E731
     return Dataset(

@@ -62,7 +62,7 @@ class Target:
 def _product(overrides: tuple[str, ...] | object) -> int:
     """Runs a list of overrides expands to: the product of the comma-separated value counts."""
     n = 1
-    for item in overrides:  # type: ignore[attr-defined]
+    for item in overrides:  # type: ignore[union-attr]
         n *= len(item.partition("=")[2].split(","))
     return n
 

@@ -212,7 +212,10 @@ def from_package(roles: Roles, p: ShakespeareParams) -> Dataset:
             kept.append(int(i))
             splits.append((tr, te))
     chosen = pick_roles(len(kept), p, np.random.default_rng([p.seed, 1]))
-    xs, ys, txs, tys = [], [], [], []
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    txs: list[np.ndarray] = []
+    tys: list[np.ndarray] = []
     for j in chosen:
         text, (tr, te) = roles.text(kept[j]), splits[j]
         for (x, y), out_x, out_y in (

@@ -120,7 +120,7 @@ def _write_atomic(path: Path, write: Any) -> None:
 
 def save(roles: Roles, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    arrays = {"lines": roles.lines, "codes": roles.codes, "offsets": roles.offsets}
+    arrays: dict[str, Any] = {"lines": roles.lines, "codes": roles.codes, "offsets": roles.offsets}
 
     def write_npz(tmp: Path) -> None:
         with open(tmp, "wb") as f:
