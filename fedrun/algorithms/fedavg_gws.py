@@ -17,11 +17,10 @@ gamma = 1, or a model without running statistics, the runner averages the client
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, RoundInfo
+from fedrun.algorithms.base import AlgoParams, RoundInfo, SetupEnv
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.server_proxy import proxy_epochs, reestimate_bn, require_proxy
 from fedrun.config.registry import ALGORITHMS, positive
@@ -44,7 +43,7 @@ class FedAvgGWS(FedAvg):
 
     hp: FedAvgGWSParams
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
         # a shrunk model with BatchNorm statistics: the server re-estimates them (module docstring)
         self.owns_buffers = self.hp.gamma != 1.0 and bool(self.model.buffers)
@@ -57,6 +56,6 @@ class FedAvgGWS(FedAvg):
         avg, server_state, diag = super().aggregate(params, server_state, uploads, weights, info)
         new = scale(avg, self.hp.gamma)
         if self.owns_buffers:
-            _, batches = next(proxy_epochs(self.env, self.proxy, info.round, 1))
+            _, batches = next(proxy_epochs(self.setup_env, self.proxy, info.round, 1))
             self.model.set_buffers(reestimate_bn(self.model, new, batches))
         return new, server_state, {**diag, "gamma": self.hp.gamma}

@@ -30,11 +30,11 @@ reported "sel" accuracy; :meth:`eval_params`). The code also clips gradients to 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, SetupEnv
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.registry import ALGORITHMS, positive
 from fedrun.core.tree import Tensors, Tree, dot, sq_norm, sub, tree_map, weighted_mean, zeros_like
@@ -90,10 +90,9 @@ class FedDyn(FedAvg):
         grad = tree_map(lambda g, w, w0: g - a * (w - w0), ctx.state["grad"], end, start)
         return {"params": end}, {**ctx.state, "grad": grad}
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
-        data = env.get("data")
-        self.total_size = float(data.sizes.sum()) if data is not None else None
+        self.total_size = float(env.data.sizes.sum())
 
     def global_weights(self, info: RoundInfo) -> torch.Tensor:
         """The cohort's weights in the global objective: 1/N (uniform) or n_i/n over all clients (size).
