@@ -33,6 +33,9 @@ class Entry(Generic[T]):
     name: str
     obj: T
     params: type | None
+    standin: Callable[..., Any] | None = (
+        None  # data sources: (params, rng) -> a stand-in Dataset (fedrun/data/standin.py)
+    )
 
 
 class Registry(Generic[T]):
@@ -44,11 +47,16 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
 
-    def register(self, name: str, params: type | None = None) -> Callable[[T], T]:
+    def register(
+        self, name: str, params: type | None = None, standin: Callable[..., Any] | None = None
+    ) -> Callable[[T], T]:
+        """Register ``obj`` as ``name`` with its hyperparameter dataclass ``params``; a data source also with
+        the builder of its stand-in (``standin(params, rng) -> Dataset``, fedrun/data/standin.py)."""
+
         def deco(obj: T) -> T:
             if name in self._entries and self._entries[name].obj is not obj:
                 raise RuntimeError(f"{self.kind} '{name}' registered twice")
-            self._entries[name] = Entry(name, obj, params)
+            self._entries[name] = Entry(name, obj, params, standin)
             return obj
 
         return deco
