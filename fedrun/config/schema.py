@@ -112,9 +112,7 @@ class HardwareConfig:
     """Where and how clients are simulated (``hardware.*``)."""
 
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
-    engine: str = (
-        "auto"  # sequential | vectorised | ray | auto (times both on the run's model and cohort, keeps the faster)
-    )
+    engine: str = "auto"  # sequential | vectorised | ray | auto (the faster of the first two, timed on this run)
     threads: int = 0  # torch intra-op threads; 0: one per idle CPU core, measured at start (fedrun/host/threads.py)
     precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
     chunk: int | None = None  # vectorised engine: clients trained at once (None: sized from free memory)
