@@ -19,11 +19,10 @@ gamma = 1 is FedAvg bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, RoundInfo
+from fedrun.algorithms.base import AlgoParams, RoundInfo, SetupEnv
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.server_proxy import proxy_epochs, reestimate_bn, require_proxy
 from fedrun.config.registry import ALGORITHMS, positive
@@ -46,7 +45,7 @@ class FedAvgGWS(FedAvg):
 
     hp: FedAvgGWSParams
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
         # BatchNorm statistics are re-estimated for every gamma, 1 included (module docstring)
         self.owns_buffers = bool(self.model.buffers)
@@ -59,6 +58,6 @@ class FedAvgGWS(FedAvg):
         avg, server_state, diag = super().aggregate(params, server_state, uploads, weights, info)
         new = scale(avg, self.hp.gamma)
         if self.owns_buffers:
-            _, batches = next(proxy_epochs(self.env, self.proxy, info.round, 1))
+            _, batches = next(proxy_epochs(self.setup_env, self.proxy, info.round, 1))
             self.model.set_buffers(reestimate_bn(self.model, new, batches))
         return new, server_state, {**diag, "gamma": self.hp.gamma}

@@ -36,11 +36,11 @@ gradient of f_i + alpha_i <w, l_i - w^t> alone, and alpha_i w is added after the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, SetupEnv, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.registry import ALGORITHMS, positive
 from fedrun.core.tree import Tensors, Tree, dot, sq_norm, sub, tree_map, weighted_mean, zeros_like
@@ -118,10 +118,9 @@ class FedDyn(FedAvg):
         grad = tree_map(lambda g, w, w0: g - a * (w - w0), ctx.state["grad"], end, start)
         return {"params": end}, {**ctx.state, "grad": grad}
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
-        data = env.get("data")
-        self.total_size = float(data.sizes.sum()) if data is not None else None
+        self.total_size = float(env.data.sizes.sum())
 
     def global_weights(self, info: RoundInfo) -> torch.Tensor:
         """The cohort's weights in the global objective: 1/N (uniform) or n_i/n over all clients (size).

@@ -38,13 +38,12 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, StepLR
 from torch.optim.swa_utils import SWALR
 
-from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo
+from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo, SetupEnv
 from fedrun.algorithms.server_proxy import ProxyMethod, adam
 from fedrun.config.registry import ALGORITHMS, in_range, positive
 from fedrun.config.schema import one_of
@@ -105,10 +104,10 @@ class FedLAW(ProxyMethod):
 
     hp: FedLAWParams
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
         lr = self.hp.server_lr
-        self.server_lr = lr if lr is not None else (0.01 if env.get("dataset") == "cifar10" else 0.005)
+        self.server_lr = lr if lr is not None else (0.01 if env.dataset == "cifar10" else 0.005)
 
     # ---- parametrisation -------------------------------------------------------------------------------
     def init_vars(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -46,7 +46,7 @@ from rich.table import Table
 
 from fedrun.cli import compose_checks, hydra_patches, sweeps
 from fedrun.config import location as conf_location
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec, store_schemas, validate
 from fedrun.core.errors import ConfigError, DataError, ResumeError
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.host.interrupts import Interrupted, exit_code, interrupts, signal_name
@@ -57,6 +57,7 @@ EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
 
 sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
+store_schemas()  # each group option composes on its component's schema (conf/<group>/*.yaml defaults)
 
 
 def one_line(message: str) -> str:

@@ -24,8 +24,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import fedrun.config.schema  # noqa: F401 - registers the fedrun_schema structured config
 from fedrun.config import location as conf_location
+from fedrun.config.schema import store_schemas
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.papers.smoke import (
     SMOKE_SEC_PER_SAMPLE,
@@ -71,6 +71,7 @@ def preset_cfg(preset: str) -> dict[str, Any]:
 @functools.cache
 def _preset_cfg(preset: str) -> dict[str, Any]:
     GlobalHydra.instance().clear()
+    store_schemas()
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="config", overrides=[f"experiment={preset}"])
     GlobalHydra.instance().clear()

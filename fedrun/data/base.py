@@ -27,12 +27,12 @@ AUGMENT = ("none", "crop_flip", "flip_crop_half")
 class DataParams:
     """Fields every dataset accepts (``data.*``)."""
 
-    root: str = "data"
-    download: bool = False
+    root: str = "data"  # standard files are looked for under here (conf/data/: ${oc.env:FEDRUN_DATA,data})
+    download: bool = False  # fetch (with checksum) when missing and a network exists
     # files missing (and not downloaded) -> a seeded random stand-in of the same shape (fedrun/data/standin.py);
     # for -smoke runs only: their numbers mean nothing (summary.json data_standin, fedrun-report says so)
     standin: bool = False
-    max_train_samples: int | None = None
+    max_train_samples: int | None = None  # a seeded random subset, for quick runs
     max_test_samples: int | None = None
     verify: bool = True  # check checksums/sizes of known files; false for subsets re-written in the same format
     longtail_rho: float | None = None  # long-tailed training data, imbalance ratio rho >= 1 (FedLAW Table 7)

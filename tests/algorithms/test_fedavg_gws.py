@@ -75,7 +75,7 @@ def test_bn_model_gets_statistics_re_estimated_on_the_proxy_set_for_every_gamma(
     algo = seen["algo"]
     module = copy.deepcopy(algo.model.module)
     module.load_state_dict({**{k: float(gamma) * v for k, v in client_mean(seen).items()}, **seen["buffers"]})
-    proxy = algo.env["data"].batch(torch.arange(len(algo.proxy)), algo.proxy.split)["x"]  # 100 <= one batch
+    proxy = algo.setup_env.data.batch(torch.arange(len(algo.proxy)), algo.proxy.split)["x"]  # 100 <= one batch
     update_bn([proxy], module)  # torch's own re-estimation: one pass, cumulative average
     for k, v in module.state_dict().items():
         if k in buffers:

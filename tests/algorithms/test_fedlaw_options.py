@@ -141,9 +141,9 @@ def test_swa_second_stage_continues_the_first_stages_shuffle(order: str, monkeyp
 
     monkeypatch.setattr(type(law), "proxy_loss", spy)
     law.aggregate(params, {}, uploads, weights, info)
-    proxy = env["proxy"]
-    gen = proxy.generator(env["seed"], info.round)
-    want = [env["data"].batch(idx, proxy.split)["x"] for _ in range(6) for idx in proxy.epoch_batches(gen)]
+    proxy = env.proxy
+    gen = proxy.generator(env.seed, info.round)
+    want = [env.data.batch(idx, proxy.split)["x"] for _ in range(6) for idx in proxy.epoch_batches(gen)]
     assert len(seen) == len(want) == 12
     for got, ref in zip(seen, want, strict=True):
         torch.testing.assert_close(got, ref, rtol=0, atol=0)
