@@ -150,9 +150,8 @@ def algorithm_yaml(name: str) -> dict[str, Any]:
         return {}
     node: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(path))  # type: ignore[assignment]
     node.pop("defaults", None)
-    if name not in ALGORITHMS.names():
-        return node
-    return {**dataclasses.asdict(ALGORITHMS.get(name).params()), **node}
+    params = ALGORITHMS.get(name).params if name in ALGORITHMS.names() else None
+    return {**dataclasses.asdict(params()), **node} if params is not None else node
 
 
 def smoke_run_seconds(cfg: dict[str, Any], settings: dict[str, str], algorithm: str = "fedavg") -> tuple[float, bool]:
