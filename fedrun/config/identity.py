@@ -32,7 +32,7 @@ _VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "
 
 
 # keys added later, per section: left out while at their old behaviour, so older runs keep their identity
-_OFF = {
+_OFF: dict[str, dict[str, Any]] = {
     "data": {"image_size": None, "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
     "fl": {"train_all": False},
     "eval": {"client_weights": False},
