@@ -206,7 +206,11 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
     earlier = (run_dir / "config.yaml").is_file()  # an earlier run's files are never wiped
     name = label or str(run_dir)
     try:
-        with interrupts(name, SWEEP_AFTER if multirun else RUN_AFTER):
+
+        def interrupted(signum: int) -> None:  # the process ends at once (a second signal, or one inside an import)
+            mark_status(run_dir, "interrupted", f"interrupted by {signal.Signals(signum).name}", only_running=True)
+
+        with interrupts(name, SWEEP_AFTER if multirun else RUN_AFTER, on_exit=interrupted):
             spec = validate(cfg)
             spec.data.params.root = to_absolute_path(spec.data.params.root)
             spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None

@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -75,12 +75,17 @@ def _say(line: str) -> None:
 
 
 @contextmanager
-def interrupts(label: str, after: str = "re-run the same command to resume from the last checkpoint") -> Iterator[None]:
+def interrupts(
+    label: str,
+    after: str = "re-run the same command to resume from the last checkpoint",
+    on_exit: Callable[[int], None] | None = None,
+) -> Iterator[None]:
     """Route the :func:`handled_signals` as described in the module docstring for the ``with`` block (in the
     main thread only: elsewhere Python cannot install handlers, and the block runs unchanged).
 
     ``label`` names what is stopped (a run dir, a sweep's job; none: the command); ``after`` says what to do
-    next, in the line printed when a signal ends the process at once (during an import, or a second signal).
+    next, in the line printed when a signal ends the process at once (during an import, or a second signal);
+    ``on_exit(signum)`` is called then, before the process ends, to record the interruption (errors ignored).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -97,6 +102,9 @@ def interrupts(label: str, after: str = "re-run the same command to resume from 
             _say(f"fedrun: {label}: interrupted by {name}; {after}" if label else f"fedrun: stopped by {name}; {after}")
         else:
             _say(f"fedrun: {label or 'fedrun'}: {name} again: stopping now, without finishing up; {after}")
+        if on_exit is not None:
+            with contextlib.suppress(Exception):
+                on_exit(signum)
         if not in_import:
             raise SystemExit(128 + signum)
         with contextlib.suppress(OSError, ValueError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,3 +83,16 @@ def test_nohup_keeps_a_run_going_at_logout(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_the_command_routes_signals_before_its_heavy_imports() -> None:
+    """The ``fedrun`` script's entry (pyproject.toml) is fedrun/cli/__main__.py's ``main``, whose module imports
+    nothing heavy: before, the script imported fedrun.cli.main (Hydra, pandas) before any handler was set."""
+    entry = re.search(r'^fedrun = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    assert entry is not None and entry.group(1) == "fedrun.cli.__main__:main"
+    code = (
+        "import sys, fedrun.cli.__main__; print(sorted({'hydra', 'pandas', 'torch', 'omegaconf'} & set(sys.modules)))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

@@ -131,7 +131,8 @@ CHILD = """
 import pathlib, sys, time
 from fedrun.host.interrupts import exit_code, interrupts, loading, signal_name
 mode = sys.argv[1]
-ctx = loading("run it again") if mode.startswith("loading") else interrupts("job 0", "run it again")
+record = lambda signum: pathlib.Path("recorded").write_text(str(signum))
+ctx = loading("run it again") if mode.startswith("loading") else interrupts("job 0", "run it again", record)
 try:
     with ctx:
         if mode.endswith("import"):
@@ -191,6 +192,8 @@ def test_sweep_signal_table(
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
     assert stderr.strip() == err and stdout.strip() == out
+    recorded = tmp_path / "recorded"  # on_exit: only when the process ends at once, inside an import
+    assert recorded.read_text() == str(int(sent[-1])) if mode == "import" else not recorded.exists()
 
 
 def test_a_signal_ignored_at_start_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
