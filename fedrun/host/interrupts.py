@@ -101,7 +101,8 @@ def interrupts(
         if len(seen) == 1:
             _say(f"fedrun: {label}: interrupted by {name}; {after}" if label else f"fedrun: stopped by {name}; {after}")
         else:
-            _say(f"fedrun: {label or 'fedrun'}: {name} again: stopping now, without finishing up; {after}")
+            where = f"{label}: " if label else ""
+            _say(f"fedrun: {where}{name} again: stopping now, without finishing up; {after}")
         if on_exit is not None:
             with contextlib.suppress(Exception):
                 on_exit(signum)

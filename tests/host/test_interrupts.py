@@ -205,3 +205,17 @@ def test_a_signal_ignored_at_start_is_left_alone(monkeypatch: pytest.MonkeyPatch
     with interrupts("x"):
         assert signal.getsignal(signal.SIGHUP) is before
         assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+
+
+def test_a_second_signal_to_the_command_names_no_job(capsys: pytest.CaptureFixture) -> None:
+    """fedrun.cli.main.main routes signals with no label (composing, between a sweep's jobs)."""
+    with pytest.raises(SystemExit) as e, interrupts("", "the same command resumes a sweep"):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except Interrupted:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    assert e.value.code == 130
+    err = capsys.readouterr().err
+    assert err == "fedrun: SIGINT again: stopping now, without finishing up; the same command resumes a sweep\n"
