@@ -5,15 +5,13 @@ from __future__ import annotations
 
 
 def main() -> None:
-    import sys
-
     from fedrun.host.interrupts import loading
     from fedrun.host.limits import refuse_small_memory_limits
 
     refuse_small_memory_limits()  # before the imports below, which a small limit makes fail
     with loading("nothing was started; run the command again"):
         from fedrun.cli.main import main as fedrun_main
-    sys.exit(fedrun_main())
+    fedrun_main()
 
 
 if __name__ == "__main__":

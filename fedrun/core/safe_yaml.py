@@ -84,7 +84,7 @@ def bounded(loader_class: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
 
     class BoundedLoader(loader_class):  # type: ignore[misc,valid-type]
         def get_single_node(self) -> yaml.Node | None:
-            node = super().get_single_node()
+            node: yaml.Node | None = super().get_single_node()
             if node is not None:
                 check_node(node, str(getattr(self, "name", "<yaml>")))
             return node

@@ -173,3 +173,16 @@ def test_fedrun_refuses_a_bomb_in_one_line_exit_2(tmp_path: Path, where: str) ->
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{bomb}: YAML aliases expand" in lines[0], res.stderr
     assert "torch" not in res.stderr
+
+
+def test_omegaconf_looks_its_loader_up_where_install_replaces_it() -> None:
+    """:func:`safe_yaml.install` replaces a private name of omegaconf: an omegaconf release that moves it fails
+    here, by name (the bomb tests above would fail too, less clearly)."""
+    import inspect
+
+    import omegaconf.basecontainer
+    from omegaconf import _utils
+
+    assert "from ._utils import get_yaml_loader" in inspect.getsource(OmegaConf.load)
+    assert "from ._utils import get_yaml_loader" in inspect.getsource(OmegaConf.create)
+    assert hasattr(_utils, "get_yaml_loader") and hasattr(omegaconf.basecontainer, "get_yaml_loader")
