@@ -6,10 +6,13 @@ writes its summary and exits with 128 + the signal's number (a sweep stops). A s
 is finishing up prints one line and exits at once with that code: atomic writes leave no half file, and
 re-running the command resumes from the last checkpoint.
 
-A signal that arrives while Python is importing a module (fedrun imports torch and the methods' code lazily,
-in the first second of a run) is not raised there: an exception inside ``import torch`` leaves a partially
-initialised module (and has crashed the interpreter). Nothing is being written then, so the process prints
-the same one line and exits with 128 + the signal's number at once.
+No exception is raised while Python imports a module (fedrun imports torch and the methods' code lazily, in
+the first second of a run, and torch imports more of itself in the first rounds): one inside ``import torch``
+left a partially initialised module, blamed on the input, and crashed the interpreter. Inside
+:func:`interrupts` the first signal then waits until the import is done (a watcher thread re-sends it to the
+main thread once no import is under way), so the run ends as above; a second signal during the import prints
+one line and ends the process at once (``os._exit``, 128 + its number). While the command's own modules load
+(:func:`loading`), before anything is written, any signal does the latter.
 
 A signal that was ignored when the process started stays ignored, as POSIX tools expect: ``nohup fedrun ...``
 ignores SIGHUP, so the run goes on after logout; a job started with ``&`` by a non-interactive shell (a script)
@@ -84,25 +87,42 @@ def interrupts(
     main thread only: elsewhere Python cannot install handlers, and the block runs unchanged).
 
     ``label`` names what is stopped (a run dir, a sweep's job; none: the command); ``after`` says what to do
-    next, in the line printed when a signal ends the process at once (during an import, or a second signal);
-    ``on_exit(signum)`` is called then, before the process ends, to record the interruption (errors ignored).
+    next, in the line printed when a second signal ends the process; ``on_exit(signum)`` is called then, before
+    the process ends, to record the interruption (its errors are ignored).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     seen: list[int] = []
+    deferred: list[int] = []  # a first signal that arrived inside an import, until it is re-sent
+    resent = threading.Event()  # set by the watcher just before it re-sends: that delivery is not a new signal
+    done = threading.Event()
+    main_id = threading.main_thread().ident
+
+    def watch(signum: int) -> None:
+        while not done.wait(0.005):
+            frame = sys._current_frames().get(main_id or 0)
+            if frame is None or not importing(frame):
+                if not done.is_set() and main_id is not None:
+                    resent.set()
+                    signal.pthread_kill(main_id, signum)
+                return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        seen.append(signum)
-        name = signal.Signals(signum).name
-        in_import = importing(frame)
-        if len(seen) == 1 and not in_import:
-            raise Interrupted(signum)
-        if len(seen) == 1:
-            _say(f"fedrun: {label}: interrupted by {name}; {after}" if label else f"fedrun: stopped by {name}; {after}")
+        if resent.is_set() and deferred and signum == deferred[-1]:
+            resent.clear()
+            deferred.clear()
         else:
-            where = f"{label}: " if label else ""
-            _say(f"fedrun: {where}{name} again: stopping now, without finishing up; {after}")
+            seen.append(signum)
+        in_import = importing(frame)
+        if len(seen) == 1:
+            if not in_import:
+                raise Interrupted(signum)
+            deferred.append(signum)
+            threading.Thread(target=watch, args=(signum,), name="fedrun-interrupt", daemon=True).start()
+            return
+        where = f"{label}: " if label else ""
+        _say(f"fedrun: {where}{signal.Signals(signum).name} again: stopping now, without finishing up; {after}")
         if on_exit is not None:
             with contextlib.suppress(Exception):
                 on_exit(signum)
@@ -119,8 +139,11 @@ def interrupts(
     try:
         yield
     finally:
+        done.set()
         for s, h in previous.items():
             signal.signal(s, h)
+    if deferred:  # the block ended before the watcher re-sent the signal
+        raise Interrupted(deferred[-1])
 
 
 @contextmanager

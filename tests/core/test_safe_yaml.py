@@ -184,5 +184,5 @@ def test_omegaconf_looks_its_loader_up_where_install_replaces_it() -> None:
     from omegaconf import _utils
 
     assert "from ._utils import get_yaml_loader" in inspect.getsource(OmegaConf.load)
-    assert "from ._utils import get_yaml_loader" in inspect.getsource(OmegaConf.create)
+    assert "from ._utils import get_yaml_loader" in inspect.getsource(OmegaConf._create_impl)  # OmegaConf.create
     assert hasattr(_utils, "get_yaml_loader") and hasattr(omegaconf.basecontainer, "get_yaml_loader")
