@@ -124,4 +124,3 @@ def test_evaluate_builds_no_autograd_state() -> None:
     evaluate(model, params, fed, fed.test, 1000)
     handle.remove()
     assert seen and all(s == (True, False) for s in seen)  # inference tensors: no graph, no version counters
-
