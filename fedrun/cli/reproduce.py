@@ -3,7 +3,9 @@
 scripts/reproduce.py list                       every target: paper, runs, estimated CPU cost
 scripts/reproduce.py fedlaw-table3 [--smoke] [--dry-run] [--out DIR] [--methods FedAvg,FedLAW] [--presets P,...]
 
-A full sweep runs one ``fedrun -m`` process per (preset, method). ``--smoke`` adds the shrink of
+A full sweep runs one ``fedrun -m`` process per (preset, method), then prints the table and the scorecard of its
+runs (``fedrun-report OUT --paper TARGET``: each published cell, ours | paper | difference; a -smoke sweep is
+never compared, and says so in one line). ``--smoke`` adds the shrink of
 fedrun/papers/smoke.py to the same commands and runs their jobs in this process (fedrun/cli/reproduce_sweep.py: same
 jobs, directories and results), so start-up and data loading are paid once, not per command.
 """
@@ -118,6 +120,17 @@ def report_args(target: Target, out: Path) -> list[str]:
     """``fedrun-report`` arguments that print this target's table in its paper's layout."""
     args = [str(out), "--layout", target.layout, "--rows", "tags.method", "--cols", ",".join(target.report_cols)]
     return args + (["--select", target.select] if target.select else [])
+
+
+def scorecard_args(target: Target, out: Path) -> list[str]:
+    """``fedrun-report`` arguments that print the scorecard of this target's runs (fedrun/papers/scorecard.py)."""
+    return [str(out), "--paper", target.name]
+
+
+SMOKE_NOT_COMPARED = (
+    "scorecard: not compared; -smoke runs are shrunk (fedrun/papers/smoke.py), so no cell of them is the paper's"
+    " (make reproduce-{name} runs the full-length cells and ends with the scorecard)"
+)
 
 
 def preset_samples(target: Target, preset: str) -> float:
@@ -235,7 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     rep = report_args(target, out)
     if args.dry_run:
         print("fedrun-report " + shlex.join(rep))
+        if not args.smoke:
+            print("fedrun-report " + shlex.join(scorecard_args(target, out)))
         return 0
     from fedrun.cli.report import main as report_main
 
-    return report_main(rep)
+    code = report_main(rep)
+    if code != 0:
+        return code
+    print()
+    if args.smoke:
+        print(SMOKE_NOT_COMPARED.format(name=name))
+        return 0
+    return report_main(scorecard_args(target, out))

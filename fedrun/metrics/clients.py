@@ -26,6 +26,7 @@ import torch
 from fedrun.core.tree import Tensors
 from fedrun.data.base import Split
 from fedrun.data.federated import FederatedData
+from fedrun.metrics.evaluate import batched_logits
 from fedrun.models.base import FunctionalModel
 
 CLIENT_SPLITS = ("test", "train")
@@ -36,14 +37,13 @@ def correct_mask(
 ) -> np.ndarray:
     """Per-sample correctness [N] (bool) of ``params`` on ``split``, the model in eval mode."""
     model.module.eval()
-    out = []
-    with torch.inference_mode():
-        for i in range(0, len(split), batch_size):
-            idx = torch.arange(i, min(i + batch_size, len(split)), device=split.y.device)
-            b = fed.batch(idx, split)
-            out.append((model.logits(params, b["x"]).argmax(1) == b["y"]).cpu())
-    model.module.train()
-    return torch.cat(out).numpy() if out else np.zeros(0, dtype=bool)
+    try:
+        with torch.inference_mode():
+            out = [logits.argmax(1) == y for logits, y in batched_logits(model, params, fed, split, batch_size)]
+            mask = torch.cat(out).cpu().numpy() if out else np.zeros(0, dtype=bool)
+    finally:
+        model.module.train()
+    return mask
 
 
 def group_ids(split: Split, num_classes: int, by_domain: bool = True) -> np.ndarray:

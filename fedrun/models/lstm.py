@@ -19,6 +19,12 @@ from fedrun.core.errors import ConfigError
 from fedrun.models.base import ModelParams
 from fedrun.models.lstm_cell import lstm_forward
 
+# Rows per fused-kernel call when no gradient is taken on CPU. The recurrence is T small matrix products a step;
+# at eval.batch_size's 2048 rows its [rows, 4H] gate blocks fall out of cache. One evaluation of FedCos Table V's
+# 98,248 test windows, 1 thread, this machine's CPU: 33-38 s in one call per 2048 rows, 25-26 s at 128 or 64 rows,
+# 30-31 s at 256 (accuracy and loss bit-identical).
+INFERENCE_ROWS = 128
+
 
 @dataclass
 class LSTMParams(ModelParams):
@@ -49,8 +55,14 @@ class CharLSTM(nn.Module):
         self.cell = cell
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        e = self.embed(x)
         plain = self.cell == "plain" or (self.cell == "auto" and not eager() and not torch.compiler.is_compiling())
+        if not plain and x.device.type == "cpu" and not torch.is_grad_enabled() and len(x) > INFERENCE_ROWS:
+            # inference (evaluation) on CPU: the same rows in cache-sized chunks; each row's result is unchanged
+            return torch.cat([self._logits(c, plain) for c in x.split(INFERENCE_ROWS)])
+        return self._logits(x, plain)
+
+    def _logits(self, x: torch.Tensor, plain: bool) -> torch.Tensor:
+        e = self.embed(x)
         out = lstm_forward(self.lstm, e) if plain else self.lstm(e)[0]
         return self.fc(out[:, -1])
 
