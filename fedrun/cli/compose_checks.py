@@ -175,6 +175,10 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
         check_subdir("hydra.output_subdir", str(output_subdir))
     if run_mode == RunMode.RUN:
         check_run_dir(Path(os.path.abspath(str(OmegaConf.select(cfg, "hydra.run.dir")))), output_subdir)
+    else:
+        job_dir = _sweep_job_dir(cfg)
+        if job_dir is not None:
+            check_run_dir(job_dir, output_subdir, key="hydra.sweep.dir")
     for o in parsed:
         if o.is_hydra_override() or o.is_delete():
             continue
@@ -218,12 +222,24 @@ def check_subdir(key: str, text: str) -> None:
         )
 
 
-def check_run_dir(run_dir: Path, output_subdir: Any) -> None:
+def _sweep_job_dir(cfg: DictConfig) -> Path | None:
+    """The directory a job composed as ``cfg`` runs in (``hydra.sweep.dir``/``hydra.sweep.subdir``), when it can be
+    told before Hydra numbers the job (fedrun's subdir, a hash of the job's config, can); else None."""
+    try:
+        sweep_dir, subdir = OmegaConf.select(cfg, "hydra.sweep.dir"), OmegaConf.select(cfg, "hydra.sweep.subdir")
+    except Exception:  # noqa: BLE001 - e.g. ${hydra.job.num}, set only when the job runs
+        return None
+    if sweep_dir is None or subdir is None:
+        return None
+    return Path(os.path.abspath(os.path.join(str(sweep_dir), str(subdir))))
+
+
+def check_run_dir(run_dir: Path, output_subdir: Any, key: str = "hydra.run.dir") -> None:
     """Before Hydra writes its record into ``run_dir``: refuse symlinks there that leave it (Hydra's record, the
     log, the lock: :meth:`~fedrun.storage.rundir.RunDir.check_links`), and note what the directory holds, so a
     refused run removes only what this attempt wrote (:func:`~fedrun.storage.rundir.note_before_attempt`)."""
     rd = RunDir(run_dir)
-    rd.check_links("hydra.run.dir")
+    rd.check_links(key)
     if output_subdir is not None:
         record = run_dir / str(output_subdir)
         if record.is_symlink() and not record.resolve().is_relative_to(run_dir.resolve()):

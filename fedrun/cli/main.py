@@ -314,9 +314,17 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
     if not cfg_file.is_file():
         _fail(f"resume: {run_dir} holds no fedrun run (no config.yaml)")
     try:
-        cfg = OmegaConf.merge(OmegaConf.load(cfg_file), OmegaConf.from_dotlist(overrides))
+        saved = OmegaConf.load(cfg_file)
+        cfg = OmegaConf.merge(saved, OmegaConf.from_dotlist(overrides))
     except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
         _fail(f"resume: {one_line(str(e))}")
+    for o in overrides:  # `algorithm=fedprox`: a group option would replace the saved run's whole section
+        key, _, value = o.partition("=")
+        if OmegaConf.is_dict(saved.get(key)) and not OmegaConf.is_dict(cfg.get(key)):
+            _fail(
+                f"resume: {key}: the run's {key} cannot be switched to {compose_checks.shorten(value)!r} (a resumed"
+                f" run keeps its config); valid: settings of it ({key}.<field>=value), or a new run dir"
+            )
     execute(cfg, run_dir, multirun=False)
 
 

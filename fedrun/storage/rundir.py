@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from fedrun.core.errors import ConfigError
-from fedrun.storage.atomic import atomic_write, write_json, write_metrics
+from fedrun.storage.atomic import TEMP_NAME, atomic_write, write_json, write_metrics
 from fedrun.storage.lock import LOCK_FILE, run_dir_lock
 
 CONFIG_FILE = "config.yaml"
@@ -223,7 +223,8 @@ class RunDir:
         """Not empty before this attempt, and holding no fedrun run: not a directory fedrun may write into."""
         if not self.before:
             return False
-        return not (self.before & {*RUN_MARKERS, HYDRA_DIR}) and bool(self.before - {HYDRA_DIR})
+        ours = {n for n in self.before if n in RUN_MARKERS or TEMP_NAME.match(n)}
+        return not ours and bool(self.before - {HYDRA_DIR})
 
     def check_links(self, key: str = "hydra.run.dir") -> None:
         """Refuse (ConfigError naming ``key``) a symlink among what is written in place (``.hydra/``, fedrun.log,
