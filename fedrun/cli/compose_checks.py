@@ -231,6 +231,7 @@ def _sweep_job_dir(cfg: DictConfig) -> Path | None:
         return None
     if sweep_dir is None or subdir is None:
         return None
+    check_subdir("hydra.sweep.subdir", str(subdir))  # as resolved (``${oc.env:X}``): still a folder below
     return Path(os.path.abspath(os.path.join(str(sweep_dir), str(subdir))))
 
 

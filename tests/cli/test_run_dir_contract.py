@@ -98,20 +98,20 @@ def test_the_current_directory_is_refused_as_sweep_dir(tmp_path: Path) -> None:
     ("override", "multirun"),
     [
         ("hydra.sweep.subdir=../x", True),
-        ("hydra.sweep.subdir=/tmp/fedrun-escape-x", True),
+        ("hydra.sweep.subdir=<abs>", True),
         ("hydra.output_subdir=../x", False),
-        ("hydra.output_subdir=/tmp/fedrun-escape-x", False),
+        ("hydra.output_subdir=<abs>", False),
         ("hydra.output_subdir=sub/../../x", False),
     ],
 )
 def test_subdirs_that_leave_their_folder_are_refused(tmp_path: Path, override: str, multirun: bool) -> None:
     key = override.split("=")[0]
+    override = override.replace("<abs>", str(tmp_path / "x"))
     where = [f"hydra.sweep.dir={tmp_path / 'sweep'}"] if multirun else [f"hydra.run.dir={tmp_path / 'run'}"]
     res = _fedrun(tmp_path, *(["-m"] if multirun else []), *ONE_ROUND, *where, f"cache_dir={tmp_path / 'c'}", override)
     _one_line_exit_2(res, f"{key}: ")
     assert "is not a folder below its directory" in res.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere
-    assert not Path("/tmp/fedrun-escape-x").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere, x included
 
 
 @pytest.mark.parametrize("name", [".hydra", "fedrun.log", ".fedrun.lock"])
@@ -174,3 +174,57 @@ def test_only_fedruns_own_temp_files_are_cleaned_up_at_start(tmp_path: Path) -> 
     assert res.returncode == 0, res.stderr
     assert all(f.read_text() == "x" for f in theirs)
     assert not any(f.exists() for f in ours)
+
+
+def test_a_sweep_subdir_that_resolves_outside_the_sweep_dir_is_refused(tmp_path: Path) -> None:
+    env_dir = "FEDRUN_TEST_SUBDIR"
+    res = subprocess.run(
+        [sys.executable, "-m", "fedrun.cli", "-m", *ONE_ROUND, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+         f"hydra.sweep.subdir=${{oc.env:{env_dir}}}", f"cache_dir={tmp_path / 'c'}"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), env_dir: "../escaped"}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    _one_line_exit_2(res, "hydra.sweep.subdir: '../escaped' is not a folder below its directory")
+    assert not (tmp_path / "escaped").exists()
+
+
+@pytest.fixture(scope="module")
+def one_job_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A finished one-job sweep: (the sweep dir, its job dir)."""
+    base = tmp_path_factory.mktemp("sweep")
+    res = _fedrun(base, "-m", *ONE_ROUND, f"hydra.sweep.dir={base / 'sweep'}", f"cache_dir={base / 'cache'}")
+    assert res.returncode == 0, res.stderr
+    (job,) = [p for p in (base / "sweep").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return base / "sweep", job
+
+
+def _rerun_sweep(tmp_path: Path, sweep: Path) -> subprocess.CompletedProcess:
+    return _fedrun(tmp_path, "-m", *ONE_ROUND, f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}")
+
+
+def test_a_sweep_job_dir_of_someone_elses_files_is_left_byte_for_byte(
+    tmp_path: Path, one_job_sweep: tuple[Path, Path]
+) -> None:
+    sweep = tmp_path / "sweep"
+    shutil.copytree(one_job_sweep[0], sweep, symlinks=True)
+    job = sweep / one_job_sweep[1].name
+    shutil.rmtree(job)
+    _folder_of_files(job)
+    before = _tree(job)
+    res = _rerun_sweep(tmp_path, sweep)
+    assert res.returncode == 1 and f"{job} is not empty and holds no fedrun run" in res.stderr, res.stderr
+    assert _tree(job) == before
+
+
+def test_a_sweep_jobs_symlinked_hydra_record_is_refused_before_hydra_writes(
+    tmp_path: Path, one_job_sweep: tuple[Path, Path]
+) -> None:
+    sweep, outside = tmp_path / "sweep", tmp_path / "outside"
+    shutil.copytree(one_job_sweep[0], sweep, symlinks=True)
+    job = sweep / one_job_sweep[1].name
+    outside.mkdir()
+    shutil.rmtree(job / ".hydra")
+    (job / ".hydra").symlink_to(outside)
+    res = _rerun_sweep(tmp_path, sweep)
+    _one_line_exit_2(res, f"hydra.sweep.dir: {job / '.hydra'} is a symlink to")
+    assert list(outside.iterdir()) == []
