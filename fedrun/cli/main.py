@@ -1,10 +1,11 @@
 """``fedrun``: the Hydra entry point.
 
 Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job validates its
-config, runs, and writes its files into its own run directory. Bad input of any kind ends with one line
-on stderr naming the field and the valid choices, exit code 2, and nothing but ``error.txt`` (beside
-Hydra's ``.hydra/`` record of the job) in the run directory. In a multirun a failing job is recorded and
-the sweep goes on.
+config, runs, and writes its files into its own run directory (fedrun/storage/rundir.py owns its layout).
+Bad input of any kind ends with one line on stderr naming the field and the valid choices, exit code 2, and
+nothing but ``error.txt`` (beside Hydra's ``.hydra/`` record of the job) in a new run directory; a directory
+that held anything before keeps it as it was, and one that is not empty and holds no fedrun run is refused.
+In a multirun a failing job is recorded and the sweep goes on.
 
 Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
 run's last checkpoint and skips a run that already finished; a directory holding a run of a different
@@ -195,7 +196,7 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
     for a directory that is not writable. Returns the run's :func:`objective` (also for a completed run that is
     skipped), None for any other outcome.
     """
-    rd = RunDir(run_dir)
+    rd = RunDir.for_attempt(run_dir)
     name = label or str(run_dir)
     try:
         with interrupts(name):

@@ -134,7 +134,17 @@ class RunDir:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.started = False
-        self.before = self._before()
+        self.before = self._listing()  # what the directory held before this attempt (None: it did not exist)
+
+    @classmethod
+    def for_attempt(cls, path: Path | str) -> RunDir:
+        """The run directory of this attempt to run: what it held before is what :func:`note_before_attempt` noted
+        (before Hydra wrote its record into it), else what it holds now."""
+        rd = cls(path)
+        noted = _BEFORE.pop(os.path.abspath(rd.path), ...)
+        if noted is not ...:
+            rd.before = noted
+        return rd
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -142,10 +152,7 @@ class RunDir:
     def __fspath__(self) -> str:
         return str(self.path)
 
-    def _before(self) -> frozenset[str] | None:
-        noted = _BEFORE.get(os.path.abspath(self.path), ...)
-        if noted is not ...:
-            return noted
+    def _listing(self) -> frozenset[str] | None:
         return frozenset(c.name for c in self.path.iterdir()) if self.path.is_dir() else None
 
     # -- paths

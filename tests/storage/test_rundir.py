@@ -117,7 +117,7 @@ def test_refusing_a_foreign_directory_removes_only_what_this_attempt_wrote(tmp_p
     note_before_attempt(run)  # what fedrun.cli does before Hydra writes its record
     (run / HYDRA_DIR).mkdir()  # Hydra's record of this attempt
     (run / HYDRA_DIR / "config.yaml").write_text("seed: 0\n")
-    rd = RunDir(run)
+    rd = RunDir.for_attempt(run)
     assert rd.foreign()
     rd.refuse("hydra.run.dir: not a run")
     assert _tree(run) == before  # byte for byte: no error.txt, no .hydra
@@ -128,7 +128,7 @@ def test_refusing_a_fresh_run_keeps_hydras_record_and_says_why(tmp_path: Path) -
     note_before_attempt(run)  # absent before this attempt
     (run / HYDRA_DIR).mkdir(parents=True)
     (run / LOCK_FILE).write_text("")
-    RunDir(run).refuse("fl.clients: must be >= 1")
+    RunDir.for_attempt(run).refuse("fl.clients: must be >= 1")
     assert sorted(p.name for p in run.iterdir()) == [HYDRA_DIR, "error.txt"]
     assert (run / "error.txt").read_text() == "fl.clients: must be >= 1\n"
 
