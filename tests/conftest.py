@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.global_hydra import GlobalHydra
 
+from fedrun.cli import hydra_patches
 from fedrun.cli.main import CONF_DIR
 from fedrun.config.schema import RunSpec, validate
 
@@ -28,11 +28,11 @@ def compose_cfg(overrides: list[str]):  # noqa: ANN201 - a DictConfig
 @pytest.fixture(autouse=True)
 def _unchecked_composition() -> object:
     """Each test starts with Hydra's own composition: a test that ran ``fedrun`` in-process installed fedrun's
-    compose checks (``compose_checks.install``) for the whole worker, which would make later tests depend on
-    the order xdist happens to run them in."""
-    loader = ConfigLoaderImpl.load_configuration
+    compose checks (``compose_checks.install``) and error reporter for the whole worker, which would make later
+    tests depend on the order xdist happens to run them in (fedrun/cli/hydra_patches.py puts both back)."""
+    restore = hydra_patches.saved()
     yield
-    ConfigLoaderImpl.load_configuration = loader  # type: ignore[method-assign]
+    restore()
 
 
 @pytest.fixture

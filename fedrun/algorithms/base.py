@@ -1,4 +1,4 @@
-"""The algorithm contract (DESIGN.md): pure functions over parameter dicts that every engine can run.
+"""The algorithm contract (docs/design.md): pure functions over parameter dicts that every engine can run.
 
 An algorithm never sees the engine. It supplies server/client state, what is broadcast, the local
 objective and step, what a client uploads, and how the server aggregates. Every hook takes and returns
@@ -9,16 +9,29 @@ same client step over a stacked cohort.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from fedrun.config.schema import FLConfig
 from fedrun.core import autodiff
 from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean
+from fedrun.data.federated import FederatedData
+from fedrun.data.proxy import ProxySet
 from fedrun.models.base import FunctionalModel
 
 Batch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SetupEnv:
+    """The run's resources, handed to :meth:`Algorithm.setup` once before the first round."""
+
+    device: torch.device
+    seed: int
+    data: FederatedData  # the clients' data (sizes, batches) and the test split
+    proxy: ProxySet | None = None  # the server's proxy set (proxy.per_class > 0), for server-side methods
+    dataset: str = ""  # the data source's registry name (FedLAW's lr_s is chosen by it)
 
 
 @dataclass
@@ -104,12 +117,24 @@ class Algorithm:
         self.hp = hp
         self.fl = fl
         self.model = model
-        self.env: dict[str, Any] = {}
+        self.env: SetupEnv | None = None
 
     # ---- set-up ----------------------------------------------------------------------------------------
-    def setup(self, env: dict[str, Any]) -> None:
-        """Receive run resources (device, seed, proxy data for server-side methods, ...)."""
+    def setup(self, env: SetupEnv) -> None:
+        """Receive the run's resources (device, seed, data, the proxy set for server-side methods)."""
         self.env = env
+
+    @property
+    def seed(self) -> int:
+        """The run's seed; 0 before :meth:`setup` (a method exercised on its own, as in its unit tests)."""
+        return self.env.seed if self.env is not None else 0
+
+    @property
+    def setup_env(self) -> SetupEnv:
+        """The environment :meth:`setup` received; a RuntimeError before it."""
+        if self.env is None:
+            raise RuntimeError(f"{type(self).__name__}.setup(env) must run first")
+        return self.env
 
     def server_init(self, params: Tensors) -> Tree:
         """Server state kept across rounds (momentum, control variate...). FedAvg keeps none."""

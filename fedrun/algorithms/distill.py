@@ -178,7 +178,7 @@ class FedBE(FedDF):
     def teachers(
         self, params: Tensors, models: Tensors, buffers: Tensors | None, weights: torch.Tensor, info: RoundInfo
     ) -> list[Teacher]:
-        gen = torch_gen(self.env.get("seed", 0), "fedbe", info.round)
+        gen = torch_gen(self.seed, "fedbe", info.round)
         clients = super().teachers(params, models, buffers, weights, info)
         fedavg = Teacher(weighted_mean(models, weights), batch_stats=True)
         return [fedavg, *clients, Teacher(swag_gaussian(params, models, gen), batch_stats=True)]

@@ -13,7 +13,11 @@ point of that objective. (Mixing a size-weighted mean with the uniform h would b
 ``variant=law``: FedLAW's code (client_funct.py ``client_feddyn`` lines 126-149, server_funct.py ``feddyn``
 lines 799-832) uses the unsquared (alpha/2) ||w - w^t||_2 and h <- h - alpha sum_S p_i (w_i - w^t)
 (size-weighted over the cohort, no 1/N), w^{t+1} = sum_S p_i w_i - h/alpha: that corrected model is what it
-broadcasts and is_eval_round (main_baselines.py line 64). The FedDyn authors' own code (alpemreacar/FedDyn
+broadcasts and is_eval_round (main_baselines.py line 64). Its server model is a deep copy of the first
+selected client's model with the parameters overwritten (``central_node.model =
+copy.deepcopy(uploaded_models[0])``), so the global BatchNorm buffers are the first client's of the cohort,
+not a mean: ``law`` owns the buffers and installs ``uploads["buffers"][0]`` (at full participation
+select_list is range(N): client 0). The FedDyn authors' own code (alpemreacar/FedDyn
 ``utils_methods.train_FedDyn``) differs again: a per-client alpha_i = alpha / (N n_i / n) and it reports the
 plain mean of the cohort's models (``avg_model``) while clients start from the corrected one; it is not
 available as ``variant=official`` (below).
@@ -25,16 +29,18 @@ against the broadcast model), with l_i <- l_i + (w_i - w^t) its accumulated upda
 g_i = -alpha_i l_i and alpha_i in place of alpha. The server averages the cohort's models uniformly (np.mean),
 broadcasts the "cloud" model avg + (1/N) sum_{all i} l_i and is_eval_round the plain average (``avg_model``, the
 reported "sel" accuracy; :meth:`eval_params`). The code also clips gradients to norm 10: ``fl.grad_clip=10``.
+The prox term reaches its SGD as ``weight_decay=alpha_i`` (plus the local wd), so what the code clips is the
+gradient of f_i + alpha_i <w, l_i - w^t> alone, and alpha_i w is added after the clip (:meth:`client_step`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, SetupEnv, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.registry import ALGORITHMS, positive
 from fedrun.core.tree import Tensors, Tree, dot, sq_norm, sub, tree_map, weighted_mean, zeros_like
@@ -56,6 +62,11 @@ class FedDyn(FedAvg):
     """Linear term -<g_i, w> plus a prox term; the server corrects the average by -h/alpha."""
 
     hp: FedDynParams
+
+    @property
+    def owns_buffers(self) -> bool:  # type: ignore[override]
+        """``law``: the first selected client's BatchNorm buffers (module docstring); else the cohort's mean."""
+        return self.hp.variant == "law"
 
     def server_init(self, params: Tensors) -> Tree:
         if self.hp.variant == "official":  # the cloud model's correction, and the average it is evaluated as
@@ -85,15 +96,31 @@ class FedDyn(FedAvg):
             dist = sq_norm(diff)
         return loss - lin + 0.5 * self.client_alpha(ctx) * dist
 
+    def client_step(
+        self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
+    ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
+        """``official`` with ``fl.grad_clip``: clip grad f_i + alpha_i (l_i - w^t), then add the weight decay
+        alpha_i w, as ``train_feddyn_mdl`` (clip_grad_norm_ before ``SGD(weight_decay=alpha_i + wd).step()``)."""
+        fl = self.fl
+        if self.hp.variant != "official" or fl.grad_clip is None:
+            return super().client_step(params, opt, batch, ctx)
+        grads, loss = self.local_grad(params, batch, ctx)
+        a = self.client_alpha(ctx)
+        clipped = {k: g - a * params[k] for k, g in grads.items()}  # the gradient of the code's loss
+        total = torch.sqrt(sum(g.pow(2).sum() for g in clipped.values()))
+        factor = torch.clamp(fl.grad_clip / (total + 1e-6), max=1.0)
+        grads = {k: g * factor + a * params[k] for k, g in clipped.items()}
+        params, opt = sgd_step(params, grads, opt, ctx.lr, fl.momentum, fl.weight_decay, None)
+        return params, opt, ctx.state, loss
+
     def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
         a = self.client_alpha(ctx)
         grad = tree_map(lambda g, w, w0: g - a * (w - w0), ctx.state["grad"], end, start)
         return {"params": end}, {**ctx.state, "grad": grad}
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
-        data = env.get("data")
-        self.total_size = float(data.sizes.sum()) if data is not None else None
+        self.total_size = float(env.data.sizes.sum())
 
     def global_weights(self, info: RoundInfo) -> torch.Tensor:
         """The cohort's weights in the global objective: 1/N (uniform) or n_i/n over all clients (size).
@@ -117,6 +144,8 @@ class FedDyn(FedAvg):
             return tree_map(lambda m, hh: m - hh, avg, h), {**server_state, "h": h, "avg": avg}, {}
         if self.hp.variant == "law":
             step = tree_map(lambda d: a * d, self.mean_delta(params, uploads, weights))
+            if uploads.get("buffers"):
+                self.model.set_buffers({k: v[0].clone() for k, v in uploads["buffers"].items()})
         else:
             omega = self.global_weights(info).to(weights.device)  # sums to |S|/N (uniform), not to 1
 

@@ -20,13 +20,15 @@ The anchors (C x d numbers) travel both ways with the model.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, SetupEnv, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.registry import ALGORITHMS, in_range, positive
 from fedrun.config.schema import FLConfig
@@ -48,6 +50,12 @@ class FedFAParams(AlgoParams):
     anchor_momentum: float = 0.5
     calib_lr: float = 1e-3
     calib_start: float = 0.25
+
+    @classmethod
+    def derived_rounds(cls, node: Mapping[str, Any], rounds: int) -> dict[str, int]:
+        """The round ``fl.rounds`` = ``rounds`` decides (fedrun/config/identity.py round_schedule): the first
+        calibrated one, the first t > calib_start x R (client_step)."""
+        return {"calib_start": math.floor(node.get("calib_start", cls.calib_start) * rounds) + 1}
 
     def __post_init__(self) -> None:
         positive("lam", self.lam, allow_zero=True)
@@ -81,9 +89,9 @@ class FedFA(FedAvg):
         self.features = FeatureModel(model)
         self.num_classes: int | None = None
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
-        self.num_classes = env["data"].data.num_classes
+        self.num_classes = env.data.data.num_classes
 
     def _classes(self) -> int:
         return self.num_classes if self.num_classes is not None else self.features.head.out_features
@@ -91,7 +99,7 @@ class FedFA(FedAvg):
     def server_init(self, params: Tensors) -> Tree:
         c, d = self._classes(), self.features.dim
         ref = next(iter(params.values()))
-        g = torch_gen(self.env.get("seed", 0), "fedfa-anchors")
+        g = torch_gen(self.seed, "fedfa-anchors")
         if c <= d:
             anchors = torch.eye(d, dtype=ref.dtype)[torch.randperm(d, generator=g)[:c]]
         else:

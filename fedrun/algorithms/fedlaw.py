@@ -6,10 +6,14 @@ Adam(betas (0.5, 0.999)) for E_s server epochs, StepLR(20, 0.5) per epoch, batch
 
 Parametrisations (paper Sec. 6 / code ``fedlaw_optimization``):
   exp (default)  lambda = softmax(x), gamma = e^g, from x_i = log p_i, g = 0 (so gamma = 1, lambda = p);
-  quad           lambda_i = x_i^2 / sum x^2, gamma = g^2, from x_i = sqrt(1/m), g = 1.
+  quad           lambda_i = x_i^2 / sum x^2, gamma = g^2, from x_i = sqrt(1/m), g = 1 (the code's start, uniform
+                 lambda); with ``learn=gamma`` from x_i = sqrt(p_i), so that lambda = p as Sec. 4 defines
+                 adaptive GWS (lambda is not learned there, so its start is what it stays).
 ``learn``: both (FedLAW), gamma (adaptive GWS only, lambda = p), lambda (attentive LAW only, gamma = 1).
 ``swa`` (``fedlaw_swa``): two stages of E_s/2 epochs, lambda with cosine lr (T_max 100) and an SWA average
-of x after epoch 5 with SWALR(0.05), gamma with StepLR. ``swa_order``: ``lambda_first`` (the official code's
+of x after epoch 5 with SWALR(0.05), gamma with StepLR. The second stage's proxy batches continue the first
+stage's shuffle (one DataLoader, ``central_node.validate_set``, serves both stages in the code), not replay it.
+``swa_order``: ``lambda_first`` (the official code's
 ``fedlaw_optimization``, the only order it implements, so the one behind the published numbers; gamma = 1
 while lambda learns) or ``gamma_first`` (Sec. 6.1: "we first fix lambda and optimize gamma, then use the
 learned gamma and fix it to optimize lambda with SWA"; the paper adds that the reverse order also works).
@@ -30,15 +34,16 @@ unshrunk client models.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, StepLR
 from torch.optim.swa_utils import SWALR
 
-from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo
+from fedrun.algorithms.base import AlgoParams, Batch, RoundInfo, SetupEnv
 from fedrun.algorithms.server_proxy import ProxyMethod, adam
 from fedrun.config.registry import ALGORITHMS, in_range, positive
 from fedrun.config.schema import one_of
@@ -99,17 +104,19 @@ class FedLAW(ProxyMethod):
 
     hp: FedLAWParams
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
         lr = self.hp.server_lr
-        self.server_lr = lr if lr is not None else (0.01 if env.get("dataset") == "cifar10" else 0.005)
+        self.server_lr = lr if lr is not None else (0.01 if env.dataset == "cifar10" else 0.005)
 
     # ---- parametrisation -------------------------------------------------------------------------------
     def init_vars(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, g) at the start of a round: gamma = 1 and lambda = p (exp) or uniform (quad)."""
+        """(x, g) at the start of a round: gamma = 1 and lambda = p (exp; quad with learn=gamma) or uniform (quad)."""
         m = weights.shape[0]
         if self.hp.parametrization == "exp":
             x, g = weights.log(), torch.zeros(())
+        elif self.hp.learn == "gamma":  # lambda stays at its start: p (Sec. 4, adaptive GWS)
+            x, g = weights.sqrt(), torch.ones(())
         else:
             x, g = torch.full((m,), math.sqrt(1.0 / m), dtype=weights.dtype, device=weights.device), torch.ones(())
         return x.detach().clone().requires_grad_(True), g.to(x).detach().clone().requires_grad_(True)
@@ -140,14 +147,20 @@ class FedLAW(ProxyMethod):
         train: list[torch.Tensor],
         epochs: int,
         schedule: str,
+        source: Iterator[tuple[int, list[Batch]]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """Adam on ``train`` (a subset of [x, g]) for ``epochs`` epochs; schedule: step, or swa (SWA of x)."""
+        """Adam on ``train`` (a subset of [x, g]) for ``epochs`` epochs; schedule: step, or swa (SWA of x).
+
+        ``source``: the epochs' proxy batches, continued from an earlier stage (SWA); None: this round's from the
+        start."""
         hp = self.hp
+        if source is None:
+            source = self.proxy_epochs(rnd, epochs)
         opt = adam(train, self.server_lr, (hp.beta1, hp.beta2))
         sched = StepLR(opt, hp.step_size, hp.step_gamma) if schedule == "step" else CosineAnnealingLR(opt, 100)
         swa_sched, x_avg, n_avg, last = None, None, 0, torch.tensor(float("nan"))
         with torch.enable_grad():
-            for e, batches in self.proxy_epochs(rnd, epochs):
+            for e, (_, batches) in enumerate(itertools.islice(source, epochs)):
                 for batch in batches:
                     opt.zero_grad()
                     out = self.proxy_loss(models, x, g, batch)
@@ -183,13 +196,14 @@ class FedLAW(ProxyMethod):
         loss = float("nan")
         if hp.server_epochs:
             if hp.swa:
-                half = hp.server_epochs // 2
+                half, rest = hp.server_epochs // 2, hp.server_epochs - hp.server_epochs // 2
+                source = self.proxy_epochs(info.round, hp.server_epochs)  # one shuffle stream for both stages
                 if hp.swa_order == "lambda_first":
-                    x, g, _ = self.fit(info.round, models, x, g, [x], half, "swa")
-                    x, g, loss = self.fit(info.round, models, x, g, [g], hp.server_epochs - half, "step")
+                    x, g, _ = self.fit(info.round, models, x, g, [x], half, "swa", source)
+                    x, g, loss = self.fit(info.round, models, x, g, [g], rest, "step", source)
                 else:
-                    x, g, _ = self.fit(info.round, models, x, g, [g], half, "step")
-                    x, g, loss = self.fit(info.round, models, x, g, [x], hp.server_epochs - half, "swa")
+                    x, g, _ = self.fit(info.round, models, x, g, [g], half, "step", source)
+                    x, g, loss = self.fit(info.round, models, x, g, [x], rest, "swa", source)
             else:
                 train = {"both": [x, g], "gamma": [g], "lambda": [x]}[hp.learn]
                 x, g, loss = self.fit(info.round, models, x, g, train, hp.server_epochs, "step")

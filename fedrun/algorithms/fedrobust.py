@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, sgd_step
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, SetupEnv, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.registry import ALGORITHMS, positive
 from fedrun.core import autodiff
@@ -56,9 +56,9 @@ class FedRobust(FedAvg):
         small = self.input_shape is not None and prod(self.input_shape) <= FULL_MAX_DIM
         return self.hp.structure == "full" or (self.hp.structure == "auto" and small)
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
-        self.input_shape = tuple(env["data"].data.input_shape)
+        self.input_shape = tuple(env.data.data.input_shape)
 
     def client_init(self, params: Tensors) -> Tree:
         """Lambda_i = I (or ones), delta_i = 0: no perturbation before the first ascent step."""

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from fedrun.algorithms.base import Algorithm, Batch, ClientContext, RoundInfo
+from fedrun.algorithms.base import Algorithm, Batch, ClientContext, RoundInfo, SetupEnv
 from fedrun.config.schema import FLConfig, IMAConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean
@@ -63,7 +63,7 @@ class IMA(Algorithm):
         return max(self.start_round, self.cfg.window)
 
     # ---- delegated hooks -----------------------------------------------------------------------------
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         self.env = env
         self.inner.setup(env)
 

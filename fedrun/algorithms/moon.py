@@ -6,6 +6,13 @@ L = CE + mu l_con, l_con = -log(e^{sim(z, z_g)/tau} / (e^{sim(z, z_g)/tau} + e^{
 from w^t and z_prev from this client's previous local model, both frozen. Each client keeps its
 previous local model (one parameter row per client; it starts as w^0).
 
+Frozen passes on a model with BatchNorm run in eval mode, as MOON's code runs them (QinbinLi/MOON main.py
+``train_net_fedcon``: ``global_net.eval()``, ``previous_net.eval()``): the running statistics
+normalise, and the batch's statistics neither normalise nor update them. The global model's pass uses the
+global statistics; the previous model's pass uses this client's current running statistics (fedrun keeps
+no per-client statistics across rounds, and a client's copy starts each round from the global ones, as in
+MOON's code where every local net loads the global state dict).
+
 ``variant=ima``: FedIMA's code averages the cosines over the batch *before* the exp, i.e. one l_con per
 batch from mean cos(z, z_g) and mean cos(z, z_prev).
 """
@@ -73,15 +80,25 @@ class Moon(FedAvg):
         ce = F.cross_entropy(logits, batch["y"], reduction="none")
         if self.hp.mu == 0:
             return masked_mean(ce, batch.get("w"))
-        # the frozen models' passes get a throwaway copy of the BatchNorm statistics (None without BatchNorm)
-        frozen = lambda: None if buffers is None else clone(buffers)  # noqa: E731
-        z_glob = self.features.features(ctx.global_params, batch["x"], frozen()).detach()
-        z_prev = self.features.features(ctx.state["prev"], batch["x"], frozen()).detach()
+        z_glob = self.frozen(ctx.global_params, batch["x"], None if buffers is None else self.model.buffers)
+        z_prev = self.frozen(ctx.state["prev"], batch["x"], buffers)
         if self.hp.variant == "ima":
             con = contrastive_loss(z, z_glob, z_prev, self.hp.tau, batch_mean=True)
             return masked_mean(ce, batch.get("w")) + self.hp.mu * con
         con = contrastive_loss(z, z_glob, z_prev, self.hp.tau)
         return masked_mean(ce + self.hp.mu * con, batch.get("w"))
+
+    def frozen(self, params: Tensors, x: torch.Tensor, buffers: Tensors | None) -> torch.Tensor:
+        """z of a frozen model: detached, in eval mode where the model has BatchNorm statistics (module docstring)."""
+        if buffers is None:
+            return self.features.features(params, x).detach()
+        module = self.model.module
+        was = module.training
+        module.eval()
+        try:
+            return self.features.features(params, x, buffers).detach()
+        finally:
+            module.train(was)
 
     def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
         return {"params": end}, {**ctx.state, "prev": end}

@@ -4,12 +4,11 @@ re-estimation of a model's BatchNorm statistics on it (fixed-gamma FedAvg-GWS)."
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from fedrun.algorithms.base import Batch
+from fedrun.algorithms.base import Batch, SetupEnv
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.core.errors import ConfigError
 from fedrun.core.tree import Tensors
@@ -17,23 +16,23 @@ from fedrun.data.proxy import ProxySet
 from fedrun.models.base import FunctionalModel
 
 
-def require_proxy(env: dict[str, Any], what: str) -> ProxySet:
-    """``env["proxy"]``, or a one-line ConfigError saying that ``what`` needs one."""
-    proxy = env.get("proxy")
+def require_proxy(env: SetupEnv, what: str) -> ProxySet:
+    """``env.proxy``, or a one-line ConfigError saying that ``what`` needs one."""
+    proxy = env.proxy
     if proxy is None or len(proxy) == 0:
         raise ConfigError("proxy.per_class", f"{what} on a server proxy set; set it > 0")
     return proxy
 
 
-def proxy_epochs(env: dict[str, Any], proxy: ProxySet, rnd: int, epochs: int) -> Iterator[tuple[int, list[Batch]]]:
+def proxy_epochs(env: SetupEnv, proxy: ProxySet, rnd: int, epochs: int) -> Iterator[tuple[int, list[Batch]]]:
     """(epoch, that epoch's proxy batches ``{x, y}``) for ``epochs`` server epochs of round ``rnd`` (keyed order)."""
-    gen = proxy.generator(env.get("seed", 0), rnd)
+    gen = proxy.generator(env.seed, rnd)
     for e in range(epochs):
-        yield e, [env["data"].batch(idx, proxy.split) for idx in proxy.epoch_batches(gen)]
+        yield e, [env.data.batch(idx, proxy.split) for idx in proxy.epoch_batches(gen)]
 
 
 class ProxyMethod(FedAvg):
-    """A FedAvg-client method whose server trains on ``env["proxy"]`` (refuses to run without one).
+    """A FedAvg-client method whose server trains on ``env.proxy`` (refuses to run without one).
 
     Its server passes run the global model in train mode, so they update the global BatchNorm statistics
     (``self.model.buffers``) as FedLAW's code's central model does: such a method owns the buffers.
@@ -41,19 +40,19 @@ class ProxyMethod(FedAvg):
 
     owns_buffers = True
 
-    def setup(self, env: dict[str, Any]) -> None:
+    def setup(self, env: SetupEnv) -> None:
         super().setup(env)
         self.proxy: ProxySet = require_proxy(env, f"{type(self).__name__} trains")
 
     def proxy_epochs(self, rnd: int, epochs: int) -> Iterator[tuple[int, list[Batch]]]:
         """(epoch, that epoch's proxy batches) for ``epochs`` server epochs of round ``rnd`` (keyed order)."""
-        return proxy_epochs(self.env, self.proxy, rnd, epochs)
+        return proxy_epochs(self.setup_env, self.proxy, rnd, epochs)
 
     def proxy_batch(self, idx: torch.Tensor | None = None) -> Batch:
         """The proxy samples at ``idx`` (all of them when None) as model input ``{x, y}``."""
         if idx is None:
             idx = torch.arange(len(self.proxy), device=self.proxy.split.y.device)
-        return self.env["data"].batch(idx, self.proxy.split)
+        return self.setup_env.data.batch(idx, self.proxy.split)
 
 
 def adam(tensors: list[torch.Tensor], lr: float, betas: tuple[float, float]) -> torch.optim.Adam:

@@ -5,20 +5,19 @@ read the way it was meant (or refused with one line naming it).
 Hydra instantiates ``hydra.callbacks`` (and the ``_target_`` of its plugins' nested settings, and the
 ``()`` / ``class`` factories of its logging configs) right after composing, and reads a group option as a
 path (``experiment=../../x`` loads ``conf/experiment/../../x.yaml``). :func:`install` wraps Hydra's config
-loader so that every composition (a run, a sweep and each of its jobs, ``--cfg``, ``--help``) passes
-:func:`check_overrides` before any file is read and :func:`check_composed` before anything is
-instantiated or written. Each raises :class:`~fedrun.core.errors.ConfigError`, which ``fedrun`` prints as one
-line with exit code 2.
+loader (through fedrun/cli/hydra_patches.py, the one module that patches Hydra) so that every composition (a
+run, a sweep and each of its jobs, ``--cfg``, ``--help``) passes :func:`check_overrides` before any file is
+read and :func:`check_composed` before anything is instantiated or written. Each raises
+:class:`~fedrun.core.errors.ConfigError`, which ``fedrun`` prints as one line with exit code 2.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -28,6 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from omegaconf.nodes import BooleanNode
 
+from fedrun.cli import hydra_patches
+from fedrun.cli.hydra_patches import ConfigLoaderImpl
 from fedrun.config.schema import config_node
 from fedrun.core.errors import ConfigError
 from fedrun.storage.rundir import RunDir, note_before_attempt
@@ -252,25 +253,16 @@ def check_run_dir(run_dir: Path, output_subdir: Any, key: str = "hydra.run.dir")
     note_before_attempt(run_dir)
 
 
+def _checked(
+    loader: ConfigLoaderImpl, overrides: list[str], run_mode: RunMode, compose: Callable[[], DictConfig]
+) -> DictConfig:
+    parsed = parse(overrides)
+    check_overrides(loader, parsed)
+    cfg = compose()
+    check_composed(cfg, parsed, run_mode)
+    return cfg
+
+
 def install() -> None:
     """Route every composition of this process through the checks above (idempotent)."""
-    current = ConfigLoaderImpl.load_configuration
-    if getattr(current, "fedrun_checked", False):
-        return
-
-    def load_configuration(
-        self: ConfigLoaderImpl,
-        config_name: str | None,
-        overrides: list[str],
-        run_mode: RunMode,
-        from_shell: bool = True,
-        validate_sweep_overrides: bool = True,
-    ) -> DictConfig:
-        parsed = parse(list(overrides))
-        check_overrides(self, parsed)
-        cfg = current(self, config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
-        check_composed(cfg, parsed, run_mode)
-        return cfg
-
-    load_configuration.fedrun_checked = True  # type: ignore[attr-defined]
-    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+    hydra_patches.around_composition(_checked)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
-import hydra._internal.utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
@@ -44,9 +43,9 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
-from fedrun.cli import compose_checks, sweeps
+from fedrun.cli import compose_checks, hydra_patches, sweeps
 from fedrun.config import location as conf_location
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec, store_schemas, validate
 from fedrun.core.errors import ConfigError, DataError, ResumeError
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.host.interrupts import Interrupted, exit_code, interrupts, signal_name
@@ -57,6 +56,7 @@ EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
 
 sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
+store_schemas()  # each group option composes on its component's schema (conf/<group>/*.yaml defaults)
 
 
 def one_line(message: str) -> str:
@@ -163,8 +163,7 @@ def print_summary(s: dict[str, Any], console: Console) -> None:
     console.print(f"run directory: {s['run_dir']}")
 
 
-CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or the installed package fedrun.conf
-INSTALLED = conf_location.INSTALLED
+CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf (fedrun/config/location.py)
 
 
 @hydra.main(version_base=None, config_path=conf_location.HYDRA_CONFIG_PATH, config_name="config")
@@ -230,9 +229,11 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
                 with run_log(rd, echo=name if multirun else None):
                     summary = run(spec, rd)
     except (ConfigError, DataError, ResumeError) as e:
-        return _reject(rd, str(e), multirun)
+        _reject(rd, str(e), multirun)
+        return None
     except WriteError as e:
-        return _write_failed(rd, e, multirun)
+        _write_failed(rd, e, multirun)
+        return None
     except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
         rd.set_status("interrupted", f"interrupted by {signal_name(e)}", only_running=True)
         print(f"fedrun: {name}: interrupted by {signal_name(e)}; {_resume_hint(run_dir)}", file=sys.stderr)
@@ -241,7 +242,8 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
         sys.exit(exit_code(e))
     except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
         if not rd.started:  # e.g. a config that validation cannot even read: the directory is not this run's
-            return _reject(rd, f"{type(e).__name__}: {e}", multirun)
+            _reject(rd, f"{type(e).__name__}: {e}", multirun)
+            return None
         with contextlib.suppress(OSError):
             rd.write_error_log(traceback.format_exc())
         rd.set_status("failed", f"{type(e).__name__}: {e}")
@@ -319,6 +321,8 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
         cfg = OmegaConf.merge(saved, OmegaConf.from_dotlist(overrides))
     except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
         _fail(f"resume: {one_line(str(e))}")
+    if not isinstance(saved, DictConfig) or not isinstance(cfg, DictConfig):
+        _fail(f"resume: {cfg_file} is not a fedrun config (a mapping of config keys)")
     for o in overrides:  # `algorithm=fedprox`: a group option would replace the saved run's whole section
         key, _, value = o.partition("=")
         if OmegaConf.is_dict(saved.get(key)) and not OmegaConf.is_dict(cfg.get(key)):
@@ -336,7 +340,7 @@ def _fail(message: str) -> NoReturn:
 
 def main() -> None:
     tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
-    hydra_utils.run_and_report = _run_and_report
+    hydra_patches.report_with(_run_and_report)
     compose_checks.install()
     # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling
     sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]

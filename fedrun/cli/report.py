@@ -10,6 +10,8 @@ fedrun-report line|plane|landscape|coherence ...   (analysis plots: see fedrun/r
 fedrun-report DIR --layout fedlaw --rows tags.method --cols partition.alpha   (a paper's cell format)
 fedrun-report DIR --select algorithm.mu   (per method/setting, keep the mu with the best mean over seeds)
 fedrun-report DIR --layout fedlaw_corr --cols fl.local_epochs   (FedLAW Table 11: r of accumulated lambda)
+fedrun-report DIR --paper fedlaw-table3   (scorecard: each published cell, ours | paper | difference)
+fedrun-report --paper fedcos-table2   (the scorecard of the evidence records shipped with fedrun)
 
 A cell averages over seeds only (``--over`` names more keys); a config key that varies inside a cell is an
 error naming it. Under the table: runs that did not complete or were refused, missing runs (a seed that other
@@ -63,6 +65,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--layout", choices=sorted(LAYOUTS), help="a paper's table format (fedrun.papers.layouts)")
     ap.add_argument("--select", metavar="KEY", help="hyperparameter to pick per row/column by best mean over seeds")
     ap.add_argument("--out", type=Path, default=None, help="prefix for .csv/.tex/.md (default: DIR/report_<metric>)")
+    ap.add_argument("--paper", metavar="TARGET", help="scorecard against a reproduce target's published cells")
     return ap.parse_args(argv)
 
 
@@ -109,6 +112,8 @@ def report(argv: list[str]) -> int:
         except DataError as e:
             return _error(str(e))
         return 0
+    if args.paper is not None:
+        return _scorecard(args)
     if not args.dirs:
         return _error("give run directories, or --partition RUN_DIR")
     for d in args.dirs:
@@ -124,6 +129,34 @@ def report(argv: list[str]) -> int:
         return _table(args, runs, rows, cols, over, unreadable, dups)
     except ValueError as e:
         return _error(str(e))
+
+
+def _scorecard(args: argparse.Namespace) -> int:
+    """``--paper TARGET``: the scorecard of the runs under ``dirs`` (none: the shipped evidence records)."""
+    from fedrun.papers.scorecard import evidence_runs, orders, render_card, scorecard
+    from fedrun.papers.targets import BY_NAME
+
+    target = BY_NAME.get(args.paper)
+    if target is None:
+        return _error(f"--paper: unknown target '{args.paper}'; valid: {', '.join(BY_NAME)}")
+    for d in args.dirs:
+        if not d.is_dir():
+            return _error(f"{d}: no such directory")
+    if args.dirs:
+        runs, unreadable = collect_runs(args.dirs)
+        if runs.empty:
+            return _error(f"no readable runs under {', '.join(map(str, args.dirs))}")
+        runs, _ = drop_duplicates(runs)
+        source = ""
+    else:
+        runs, source = evidence_runs(), "from the evidence records in fedrun/papers/evidence/"
+    card = scorecard(runs, target)
+    print(render_card(card, orders(card), target) + (f"\n\n{source}" if source else ""))
+    if args.dirs:
+        prefix = args.out or args.dirs[0] / f"scorecard_{target.name}"
+        atomic_write(prefix.with_suffix(".csv"), card.to_csv(index=False))
+        print(f"\nwritten: {prefix}.csv")
+    return 0
 
 
 def _table(

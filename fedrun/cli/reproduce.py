@@ -24,8 +24,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import fedrun.config.schema  # noqa: F401 - registers the fedrun_schema structured config
 from fedrun.config import location as conf_location
+from fedrun.config.schema import store_schemas
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.papers.smoke import (
     SMOKE_SEC_PER_SAMPLE,
@@ -36,7 +36,7 @@ from fedrun.papers.smoke import (
 )
 from fedrun.papers.targets import BY_NAME, TARGETS, Target
 
-CONF_DIR = str(conf_location.CONF_DIR)  # conf/ of the checkout, or of the installed package
+CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf
 # training-set sizes used for the cost estimate (approximate where marked)
 TRAIN_SIZE = {
     "fmnist": 60000,
@@ -71,6 +71,7 @@ def preset_cfg(preset: str) -> dict[str, Any]:
 @functools.cache
 def _preset_cfg(preset: str) -> dict[str, Any]:
     GlobalHydra.instance().clear()
+    store_schemas()
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="config", overrides=[f"experiment={preset}"])
     GlobalHydra.instance().clear()

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from fedrun.cli import compose_checks
+from fedrun.cli import compose_checks, hydra_patches
 from fedrun.cli.main import CONF_DIR, error_line, execute, one_line
 from fedrun.cli.sweeps import job_dir_name, record_job
 from fedrun.storage.atomic import atomic_write
@@ -40,7 +39,7 @@ def split_command(args: list[str]) -> tuple[Path, list[str]]:
 def expand(overrides: list[str]) -> list[list[str]]:
     """Each job's overrides, in the order Hydra's BasicSweeper launches them (its job numbers)."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    return BasicSweeper.split_arguments(parsed, None)[0]
+    return hydra_patches.sweep_jobs(parsed)
 
 
 def run_commands(commands: list[list[str]], log: bool = True) -> int:

@@ -52,7 +52,7 @@ def job_dir_name(task: DictConfig, overrides: Iterable[str]) -> str:
 
 def _job_dir(*, _root_: DictConfig) -> str:
     """Resolver of ``hydra.sweep.subdir``: Hydra resolves it in the job's process with the job's whole config."""
-    task = OmegaConf.masked_copy(_root_, [k for k in _root_ if k != "hydra"])
+    task = OmegaConf.masked_copy(_root_, [str(k) for k in _root_ if k != "hydra"])
     return job_dir_name(task, OmegaConf.to_container(_root_.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
 
 
@@ -102,7 +102,7 @@ def report_multirun(returns: Any) -> int:
     bad: dict[str, int] = {}
     sweep_dir = None
     for r in jobs:
-        run_dir = Path(r.hydra_cfg.hydra.runtime.output_dir)
+        run_dir = Path(r.hydra_cfg.hydra.runtime.output_dir)  # type: ignore[union-attr]  # set on every job
         sweep_dir = run_dir.parent
         status = "failed" if r.status == JobStatus.FAILED else job_status(run_dir)
         if status != "completed":

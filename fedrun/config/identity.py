@@ -6,10 +6,14 @@ carries (:func:`fingerprint`, with the legacy forms older checkpoints carry: :fu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
-import math
+import typing
+from collections.abc import Iterator
 from typing import Any
+
+from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig
 
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
@@ -30,26 +34,39 @@ _VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "
 
 
 # keys added later, per section: left out while at their old behaviour, so older runs keep their identity
-_OFF = {
+_OFF: dict[str, dict[str, Any]] = {
     "data": {"image_size": None, "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
     "fl": {"train_all": False},
     "eval": {"client_weights": False},
 }
 
 
+def _schedule_declarers(raw: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(section, its params class) for every part of ``raw`` whose class may declare ``derived_rounds``:
+    the sections of the schema and each group's chosen component (an unknown name declares nothing)."""
+    hints = typing.get_type_hints(FedrunConfig)
+    for section in sorted(hints):
+        if dataclasses.is_dataclass(hints[section]):
+            yield section, hints[section]
+    for group, registry in COMPONENT_GROUPS.items():
+        name = (raw.get(group) or {}).get("name")
+        if isinstance(name, str) and name in registry.names():
+            yield group, registry.get(name).params
+
+
 def round_schedule(raw: dict[str, Any]) -> dict[str, int]:
-    """The rounds a config derives from ``fl.rounds`` as fractions of it: IMA's t_s = int(ima.start x R)
-    (fedrun/algorithms/ima.py) and FedFA's first calibrated round, the first t > calib_start x R
-    (fedrun/algorithms/fedfa.py). Extending a run (a larger ``fl.rounds``) must keep them."""
+    """The rounds a config derives from ``fl.rounds`` as fractions of it, ``{"<section>.<key>": round}``, as
+    each params class declares them in its ``derived_rounds(node, rounds)`` (IMA's t_s = int(ima.start x R),
+    FedFA's first calibrated round floor(calib_start x R) + 1). Extending a run (a larger ``fl.rounds``)
+    must keep them."""
     rounds = (raw.get("fl") or {}).get("rounds")
     if not isinstance(rounds, int):
         return {}
-    out = {}
-    ima, algo = raw.get("ima") or {}, raw.get("algorithm") or {}
-    if ima.get("enabled"):
-        out["ima.start"] = int(ima.get("start", 0.75) * rounds)
-    if algo.get("name") == "fedfa":
-        out["algorithm.calib_start"] = math.floor(algo.get("calib_start", 0.25) * rounds) + 1
+    out: dict[str, int] = {}
+    for section, params in _schedule_declarers(raw):
+        declare = getattr(params, "derived_rounds", None)
+        if declare is not None:
+            out |= {f"{section}.{key}": r for key, r in declare(raw.get(section) or {}, rounds).items()}
     return out
 
 

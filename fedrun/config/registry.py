@@ -1,13 +1,17 @@
 """Name -> implementation registries for algorithms, models, datasets and partitions.
 
 Every component registers itself with a decorator next to its definition, together with the dataclass
-of its hyperparameters. Config nodes are validated against that dataclass (unknown keys, types, ranges)
-before any work starts, and only names found here can be instantiated from a config (no `_target_`).
+of its hyperparameters. That dataclass is the one statement of the component's keys, types and defaults:
+its schema (:func:`schema_of`) is stored in Hydra's ConfigStore as ``schema/<kind>/<name>``, on which
+each YAML option of the group composes (OmegaConf checks types while composing), and :func:`build_params`
+builds it from the composed node (its ``__post_init__`` checks ranges). Only names found here can be
+instantiated from a config (no `_target_`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 import pkgutil
@@ -15,6 +19,9 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.core.errors import ConfigError
 
@@ -26,6 +33,9 @@ class Entry(Generic[T]):
     name: str
     obj: T
     params: type | None
+    standin: Callable[..., Any] | None = (
+        None  # data sources: (params, rng) -> a stand-in Dataset (fedrun/data/standin.py)
+    )
 
 
 class Registry(Generic[T]):
@@ -37,11 +47,16 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
 
-    def register(self, name: str, params: type | None = None) -> Callable[[T], T]:
+    def register(
+        self, name: str, params: type | None = None, standin: Callable[..., Any] | None = None
+    ) -> Callable[[T], T]:
+        """Register ``obj`` as ``name`` with its hyperparameter dataclass ``params``; a data source also with
+        the builder of its stand-in (``standin(params, rng) -> Dataset``, fedrun/data/standin.py)."""
+
         def deco(obj: T) -> T:
             if name in self._entries and self._entries[name].obj is not obj:
                 raise RuntimeError(f"{self.kind} '{name}' registered twice")
-            self._entries[name] = Entry(name, obj, params)
+            self._entries[name] = Entry(name, obj, params, standin)
             return obj
 
         return deco
@@ -66,73 +81,75 @@ class Registry(Generic[T]):
         return self._entries[name]
 
 
-def _check_type(field: str, value: Any, tp: Any) -> Any:
-    """Coerce/check ``value`` against a simple annotation; raise ConfigError naming ``field``."""
+def _schema_type(tp: Any) -> Any:
+    """``tp`` as OmegaConf can check it: a ``Literal`` of strings is a ``str`` (its choices are checked by
+    :func:`build_params`), ``Literal | None`` an optional ``str``."""
     origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return str
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _check_type(field, value, a)
-            except ConfigError as e:
-                errors.append(e.message)
-        raise ConfigError(field, errors[0] if errors else f"invalid value {value!r}")
-    if origin is typing.Literal:
-        choices = typing.get_args(tp)
-        if value not in choices:
-            raise ConfigError(field, f"invalid value {value!r}; valid: {', '.join(map(str, choices))}")
-        return value
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(field, f"expected a list, got {value!r}")
-        (inner,) = typing.get_args(tp)[:1] or (Any,)
-        return [_check_type(f"{field}[{i}]", v, inner) for i, v in enumerate(value)]
-    if tp is Any:
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(field, f"expected true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(field, f"expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(field, f"expected a number, got {value!r}")
-        if not math.isfinite(value):  # nan passes every range comparison, inf most of them
-            raise ConfigError(field, f"must be a finite number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(field, f"expected a string, got {value!r}")
-        return value
-    return value
+        if any(typing.get_origin(a) is typing.Literal for a in args):
+            return str | None if type(None) in args else str
+    return tp
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory)
+    return dataclasses.field(default=f.default)
+
+
+@functools.cache
+def schema_of(cls: type, name: str | None = None) -> type:
+    """The structured-config schema of the hyperparameter dataclass ``cls``: its fields, types and defaults
+    (after ``name``, fixed to ``name``, for a registry choice), for OmegaConf to check while composing.
+
+    A dataclass of its own (``__post_init__`` is not carried over) so that composing never runs a range
+    check: those run once, on the final values, in :func:`build_params`.
+    """
+    hints = typing.get_type_hints(cls)
+    fields: list[tuple[str, Any, Any]] = [("name", str, dataclasses.field(default=name))] if name is not None else []
+    fields += [(f.name, _schema_type(hints[f.name]), _default(f)) for f in dataclasses.fields(cls) if f.init]
+    return dataclasses.make_dataclass(f"{cls.__name__}Schema", fields)
+
+
+def _check_choices_and_finite(cls: type, values: dict[str, Any], prefix: str) -> None:
+    """What OmegaConf's types do not say: a ``Literal``'s choices, and that a float is finite."""
+    hints = typing.get_type_hints(cls)
+    for key, value in values.items():
+        tp = hints[key]
+        literal = next((a for a in (tp, *typing.get_args(tp)) if typing.get_origin(a) is typing.Literal), None)
+        if literal is not None and value is not None and value not in typing.get_args(literal):
+            choices = ", ".join(map(str, typing.get_args(literal)))
+            raise ConfigError(f"{prefix}.{key}", f"invalid value {value!r}; valid: {choices}")
+        if isinstance(value, float) and not math.isfinite(value):  # nan passes every range comparison
+            raise ConfigError(f"{prefix}.{key}", f"must be a finite number, got {value!r}")
 
 
 def build_params(cls: type[T], node: Mapping[str, Any], prefix: str, ignore: tuple[str, ...] = ("name",)) -> T:
     """Build the hyperparameter dataclass ``cls`` from a config mapping, validating every field.
 
-    Unknown keys, wrong types and out-of-range values (checked in the dataclass's ``__post_init__``, which
-    raises ConfigError with the bare field name) become a ConfigError naming ``prefix.field``.
+    Unknown keys and wrong types are refused by OmegaConf against :func:`schema_of` ``cls`` (the schema
+    Hydra checked while composing; a plain mapping, e.g. a saved run's config, is checked here first);
+    out-of-range values by the dataclass's ``__post_init__``, which raises ConfigError with the bare field
+    name. Every error is a ConfigError naming ``prefix.field``.
     """
-    hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in node.items():
-        if key in ignore:
-            continue
+    values = {key: value for key, value in node.items() if key not in ignore}
+    for key in values:
         if key not in fields:
             valid = ", ".join(sorted(fields)) or "(none)"
             raise ConfigError(f"{prefix}.{key}", f"unknown key; valid keys: {valid}")
-        kwargs[key] = _check_type(f"{prefix}.{key}", value, hints[key])
     try:
-        return cls(**kwargs)
+        kwargs = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema_of(cls)), values), resolve=False)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"{prefix}.{key}" if key else prefix, str(e).splitlines()[0]) from None
+    assert isinstance(kwargs, dict)
+    _check_choices_and_finite(cls, kwargs, prefix)
+    try:
+        return cls(**{str(k): v for k, v in kwargs.items()})
     except ConfigError as e:
         raise ConfigError(f"{prefix}.{e.field}", e.message) from None
 

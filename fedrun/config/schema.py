@@ -1,8 +1,9 @@
 """Structured-config schema (registered with Hydra's ConfigStore) and validation into typed objects.
 
-Hydra checks types and unknown keys while composing; :func:`validate` then checks every range and
-cross-field rule and builds each component's hyperparameter dataclass from its registry, so a bad value
-fails before any work with one line naming the field.
+Hydra checks types and unknown keys while composing, against ``fedrun_schema`` (the sections below) and
+each component's schema (:func:`store_schemas`); :func:`validate` then checks every range and cross-field
+rule and builds each component's hyperparameter dataclass from its registry, so a bad value fails before
+any work with one line naming the field.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +20,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun.config.registry import ALGORITHMS, DATASETS, ENGINES, MODELS, PARTITIONS, build_params, in_range, positive
+from fedrun.config.registry import (
+    ALGORITHMS,
+    DATASETS,
+    ENGINES,
+    MODELS,
+    PARTITIONS,
+    build_params,
+    in_range,
+    positive,
+    schema_of,
+)
 from fedrun.core.errors import ConfigError
 
 
@@ -100,7 +112,7 @@ class HardwareConfig:
     """Where and how clients are simulated (``hardware.*``)."""
 
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
-    engine: str = "sequential"  # sequential | vectorised | auto (the faster of the two, measured) | ray
+    engine: str = "auto"  # sequential | vectorised | ray | auto (the faster of the first two, timed on this run)
     threads: int = 0  # torch intra-op threads; 0: one per idle CPU core, measured at start (fedrun/host/threads.py)
     precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
     chunk: int | None = None  # vectorised engine: clients trained at once (None: sized from free memory)
@@ -180,6 +192,11 @@ class IMAConfig:
     min_lr: float = 5e-5  # CLR's constant lr and CD's lower end (FedIMA Table III)
     period: int = 20  # CD's cycle, SD's halving and ED's epoch-drop interval in rounds (FedIMA Table III)
 
+    @classmethod
+    def derived_rounds(cls, node: Mapping[str, Any], rounds: int) -> dict[str, int]:
+        """The round ``fl.rounds`` = ``rounds`` decides (fedrun/config/identity.py round_schedule): t_s."""
+        return {"start": int(node.get("start", cls.start) * rounds)} if node.get("enabled") else {}
+
     def __post_init__(self) -> None:
         in_range("start", self.start, 0.0, 1.0)
         positive("window", self.window)
@@ -250,6 +267,29 @@ class FedrunConfig:
 
 
 ConfigStore.instance().store(name="fedrun_schema", node=FedrunConfig)
+
+COMPONENT_GROUPS = {"algorithm": ALGORITHMS, "data": DATASETS, "partition": PARTITIONS, "model": MODELS}
+
+
+def store_schemas() -> None:
+    """Store every registered component's schema in Hydra's ConfigStore as ``schema/<group>/<name>``: the base
+    each option of the group composes on (``defaults: [/schema/<group>/<name>@_here_, _self_]``), so OmegaConf
+    checks its keys and types while composing, for ``--cfg``, runs and multiruns alike.
+
+    Loads every registry (all of fedrun's components): called by the entry points before Hydra composes,
+    not on import, since the components import this module. Storing again is harmless (a user's module in
+    ``imports`` registers later; its YAML composes without a schema base and is checked by validate()).
+    """
+    store = ConfigStore.instance()
+    for group, registry in COMPONENT_GROUPS.items():
+        for name in registry.names():
+            params = registry.get(name).params
+            store.store(group=f"schema/{group}", name=name, node=schema_of(params or NoParams, name))
+
+
+@dataclass
+class NoParams:
+    """The hyperparameters of a component that has none: only its ``name``."""
 
 
 @dataclass

@@ -42,10 +42,13 @@ def grad_and_value(
             return torch.func.grad_and_value(fn, argnums=argnums, has_aux=has_aux)(*args, **kwargs)
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         args_l = list(args)
-        specs, leaves = [], []
+        specs: list[tuple[tuple[str, ...] | pytree.TreeSpec, int]] = []
+        leaves: list[torch.Tensor] = []
         with torch.enable_grad():
             for i in nums:
                 arg = args_l[i]
+                flat: list[torch.Tensor]
+                spec: tuple[str, ...] | pytree.TreeSpec
                 if type(arg) is dict:  # the common case, a parameter dict: no pytree round trip
                     arg = {k: t.detach().requires_grad_(True) for k, t in arg.items()}
                     flat, spec = list(arg.values()), tuple(arg)
@@ -59,11 +62,12 @@ def grad_and_value(
             out = fn(*args_l, **kwargs)
             value, aux = out if has_aux else (out, None)
             grads = torch.autograd.grad(value, leaves, allow_unused=True)
-        grads = [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads, strict=True)]
-        trees, at = [], 0
-        for spec, n in specs:
-            part = grads[at : at + n]
-            tree = dict(zip(spec, part, strict=True)) if isinstance(spec, tuple) else pytree.tree_unflatten(part, spec)
+        dense = [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads, strict=True)]
+        trees: list[Any] = []
+        at = 0
+        for keys, n in specs:
+            part = dense[at : at + n]
+            tree = dict(zip(keys, part, strict=True)) if isinstance(keys, tuple) else pytree.tree_unflatten(part, keys)
             trees.append(tree)
             at += n
         g_out = trees[0] if isinstance(argnums, int) else tuple(trees)

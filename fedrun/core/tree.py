@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -12,7 +12,7 @@ Tree = dict[str, Any]
 
 
 def tree_map(fn: Callable[..., torch.Tensor], tree: Tree, *rest: Tree) -> Tree:
-    out = {}
+    out: Tree = {}
     for k, v in tree.items():
         if isinstance(v, dict):
             out[k] = tree_map(fn, v, *(r[k] for r in rest))
@@ -22,7 +22,7 @@ def tree_map(fn: Callable[..., torch.Tensor], tree: Tree, *rest: Tree) -> Tree:
 
 
 def leaves(tree: Tree) -> list[torch.Tensor]:
-    out = []
+    out: list[torch.Tensor] = []
     for v in tree.values():
         out.extend(leaves(v) if isinstance(v, dict) else [v])
     return out
@@ -49,12 +49,13 @@ def scale(a: Tree, s: float | torch.Tensor) -> Tree:
     return tree_map(lambda x: x * s, a)
 
 
+# sum() of tensors is a tensor for a tree with at least one leaf (every model's); an empty tree gives 0
 def dot(a: Tree, b: Tree) -> torch.Tensor:
-    return sum((x * y).sum() for x, y in zip(leaves(a), leaves(b), strict=True))
+    return cast(torch.Tensor, sum((x * y).sum() for x, y in zip(leaves(a), leaves(b), strict=True)))
 
 
 def sq_norm(a: Tree) -> torch.Tensor:
-    return sum(x.pow(2).sum() for x in leaves(a))
+    return cast(torch.Tensor, sum(x.pow(2).sum() for x in leaves(a)))
 
 
 def norm(a: Tree) -> torch.Tensor:

@@ -12,7 +12,14 @@ import torch
 from fedrun.config.registry import positive
 from fedrun.core.errors import ConfigError
 
-NORMALIZE = ("dataset", "half", "none")
+NORMALIZE = ("dataset", "half", "none", "fedcos")
+# FedCos's code (benjiachong/FedCos main_fed.py lines 80-112): (mean, std) per channel by dataset; its CIFAR-10
+# std is the widely copied (0.2023, 0.1994, 0.2010), not the training set's (0.2470, 0.2435, 0.2616)
+FEDCOS_NORM = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    "fmnist": ((0.5,), (0.5,)),
+    "mnist": ((0.1307,), (0.3081,)),
+}
 AUGMENT = ("none", "crop_flip", "flip_crop_half")
 
 
@@ -20,12 +27,12 @@ AUGMENT = ("none", "crop_flip", "flip_crop_half")
 class DataParams:
     """Fields every dataset accepts (``data.*``)."""
 
-    root: str = "data"
-    download: bool = False
+    root: str = "data"  # standard files are looked for under here (conf/data/: ${oc.env:FEDRUN_DATA,data})
+    download: bool = False  # fetch (with checksum) when missing and a network exists
     # files missing (and not downloaded) -> a seeded random stand-in of the same shape (fedrun/data/standin.py);
     # for -smoke runs only: their numbers mean nothing (summary.json data_standin, fedrun-report says so)
     standin: bool = False
-    max_train_samples: int | None = None
+    max_train_samples: int | None = None  # a seeded random subset, for quick runs
     max_test_samples: int | None = None
     verify: bool = True  # check checksums/sizes of known files; false for subsets re-written in the same format
     longtail_rho: float | None = None  # long-tailed training data, imbalance ratio rho >= 1 (FedLAW Table 7)
@@ -34,7 +41,8 @@ class DataParams:
     image_size: int | None = None
     # each client holds out this fraction of its data and trains on the rest (FedLAW code: 0.3); see holdout.py
     client_valid_ratio: float = 0.0
-    # input scaling after /255: dataset (its per-channel mean/std) | half (mean = std = 0.5) | none ([0, 1])
+    # input scaling after /255: dataset (its per-channel mean/std) | half (mean = std = 0.5) | none ([0, 1]) |
+    # fedcos (FedCos's code's constants, FEDCOS_NORM)
     normalize: str = "dataset"
     # on-device augmentation of client training batches (see augment.py): none | crop_flip (torchvision
     # RandomCrop(pad 4) + RandomHorizontalFlip) | flip_crop_half (FL-Simulator: flip, then crop w.p. 1/2)
@@ -111,12 +119,20 @@ class Dataset:
     def normalised(self, mode: str) -> Dataset:
         """A copy whose images are scaled as ``mode`` says: ``dataset`` keeps its mean/std, ``half`` uses
         mean = std = 0.5 per channel (to [-1, 1], FedLAW's CIFAR code), ``none`` leaves them in [0, 1]
-        (FedLAW's Fashion-MNIST code: ``ToTensor()`` alone)."""
+        (FedLAW's Fashion-MNIST code: ``ToTensor()`` alone), ``fedcos`` uses FedCos's code's constants
+        (:data:`FEDCOS_NORM`; a ConfigError for a dataset its code does not load)."""
         if mode == "dataset" or self.mean is None:
             return self
         if mode == "none":
             return dataclasses.replace(self, mean=None, std=None)
-        return dataclasses.replace(self, mean=(0.5,) * len(self.mean), std=(0.5,) * len(self.std))
+        if mode == "fedcos":
+            if self.name not in FEDCOS_NORM:
+                raise ConfigError(
+                    "data.normalize", f"fedcos is defined for {', '.join(FEDCOS_NORM)}, not {self.name}; valid: dataset"
+                )
+            mean, std = FEDCOS_NORM[self.name]
+            return dataclasses.replace(self, mean=mean, std=std)
+        return dataclasses.replace(self, mean=(0.5,) * len(self.mean), std=(0.5,) * len(self.std))  # type: ignore[arg-type]
 
 
 def pad_images(data: Dataset, size: int | None) -> Dataset:

@@ -99,7 +99,7 @@ def batch_plan(client_idx: torch.Tensor, fl: FLConfig, seed: int, rnd: int, clie
     g = torch_gen(seed, "batches", rnd, client)
     b = fl.batch_size
     if fl.local_steps is None:
-        out = []
+        out: list[torch.Tensor] = []
         for _ in range(fl.local_epochs):
             perm = client_idx[torch.randperm(n, generator=g).to(client_idx.device)]
             out.extend(perm[i : i + b] for i in range(0, n, b))

@@ -31,7 +31,7 @@ def cache_key(name: str, params: Any) -> tuple[str, str]:
     """The source and the loader parameters that change what it returns (not the per-run subsetting)."""
     if dataclasses.is_dataclass(params):
         defaults = {f.name: f.default for f in dataclasses.fields(params) if f.name in _PER_RUN}
-        params = dataclasses.replace(params, **defaults)
+        params = dataclasses.replace(params, **defaults)  # type: ignore[type-var]  # an instance
     return name, repr(params)
 
 

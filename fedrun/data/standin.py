@@ -13,6 +13,10 @@ every domain, about equally often) and learnable: an image is its class's coarse
 (plus a per-domain tint); a Shakespeare window follows a random Markov chain whose next symbol is the
 target. It is small (a few thousand samples, PACS fewer at 224 px) and the same for every run: seeded by
 the dataset name and the source's own ``seed`` where it has one.
+
+Each source declares its stand-in (classes, shape, size) beside its loader, in fedrun/data/sources/, and
+registers it with the loader (``@DATASETS.register(name, Params, standin=...)``); this module holds what
+they share.
 """
 
 from __future__ import annotations
@@ -25,14 +29,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from fedrun.config.registry import DATASETS
 from fedrun.core.errors import DataMissing
 from fedrun.data.base import DataParams, Dataset, Split, pad_images
-from fedrun.data.sources import cifar, digit5, emnist, fmnist_domains, mnist, pacs, shakespeare
 
 N_TRAIN, N_TEST = 2000, 500
 MAX_BYTES = 80 * 2**20  # images held (train + test): PACS at 224 px gets 445 + 111
-SPEAKERS = 160  # Shakespeare: natural clients (FedCos Table V samples from 143)
-WRITERS = 100  # FEMNIST (emnist source=leaf)
 
 Loader = Callable[[DataParams], Dataset]
 
@@ -45,7 +47,7 @@ def with_standin(name: str, loader: Loader) -> Loader:
         try:
             data = loader(p)
         except DataMissing as e:
-            if not getattr(p, "standin", False) or name not in BUILDERS:
+            if not getattr(p, "standin", False) or DATASETS.get(name).standin is None:
                 raise
             data = dataclasses.replace(standin(name, p), standin=str(e))
         return pad_images(data, getattr(p, "image_size", None))
@@ -56,7 +58,9 @@ def with_standin(name: str, loader: Loader) -> Loader:
 def standin(name: str, p: DataParams) -> Dataset:
     """The stand-in of dataset ``name`` for loader parameters ``p`` (deterministic)."""
     rng = np.random.default_rng([zlib.crc32(name.encode()), getattr(p, "seed", 0)])
-    data = BUILDERS[name](p, rng)
+    build = DATASETS.get(name).standin
+    assert build is not None, f"data source {name!r} registered no stand-in"
+    data = build(p, rng)
     data.notes["standin"] = "seeded random data with this dataset's interface; not the dataset"
     return data
 
@@ -109,93 +113,3 @@ def image_dataset(
     return Dataset(
         name, part(slice(0, n_train)), part(slice(n_train, n)), classes, shape, mean, std, domain_names=domain_names
     )
-
-
-def _mnist_like(name: str) -> Callable[[DataParams, np.random.Generator], Dataset]:
-    def build(p: DataParams, rng: np.random.Generator) -> Dataset:
-        m, s = mnist.NORM[name]
-        return image_dataset(name, 10, (1, 28, 28), (m,), (s,), rng)
-
-    return build
-
-
-def _cifar10(p: DataParams, rng: np.random.Generator) -> Dataset:
-    return image_dataset("cifar10", 10, (3, 32, 32), cifar.MEAN["cifar10"], cifar.STD["cifar10"], rng)
-
-
-def _cifar100(p: DataParams, rng: np.random.Generator) -> Dataset:
-    """Fine labels as ``y`` and superclasses as ``coarse`` (superclass = fine // 5: a tree, as Pachinko needs)."""
-    d = image_dataset("cifar100", 100, (3, 32, 32), cifar.MEAN["cifar100"], cifar.STD["cifar100"], rng)
-    d.train.coarse, d.test.coarse = d.train.y // 5, d.test.y // 5
-    return d
-
-
-def _emnist(p: emnist.EMNISTParams, rng: np.random.Generator) -> Dataset:
-    if p.source == "leaf":
-        d = image_dataset("emnist", 62, (1, 28, 28), None, None, rng)
-        writer = balanced(len(d.train), WRITERS, rng)
-        d.natural_clients = [np.flatnonzero(writer == k) for k in range(WRITERS)]
-        d.notes = {"source": "leaf", "writers": str(WRITERS)}
-        return d
-    d = image_dataset("emnist", emnist.CLASSES[p.split], (1, 28, 28), emnist.MEAN, emnist.STD, rng)
-    d.notes = {"split": p.split, "fraction": str(p.fraction)}
-    return d
-
-
-def _digit5(p: digit5.Digit5Params, rng: np.random.Generator) -> Dataset:
-    return image_dataset("digit5", 10, (3, 28, 28), (0.5,) * 3, (0.5,) * 3, rng, list(p.domains))
-
-
-def _pacs(p: pacs.PACSParams, rng: np.random.Generator) -> Dataset:
-    shape = (3, p.crop, p.crop)
-    return image_dataset("pacs", len(pacs.CLASSES), shape, pacs.IMAGENET_MEAN, pacs.IMAGENET_STD, rng, list(p.domains))
-
-
-def _fmnist_domains(p: fmnist_domains.FMNISTDomainsParams, rng: np.random.Generator) -> Dataset:
-    return image_dataset("fmnist_domains", 10, (3, 28, 28), (0.5,) * 3, (0.5,) * 3, rng, list(p.domains))
-
-
-def _shakespeare(p: shakespeare.ShakespeareParams, rng: np.random.Generator) -> Dataset:
-    """``SPEAKERS`` natural clients; each speaker's text is a walk on one random Markov chain over the
-    vocabulary, cut into ``seq_len`` windows whose target is the next symbol (train first, then test)."""
-    vocab, t = len(shakespeare.ALL_LETTERS), p.seq_len
-    n_train, n_test = SPEAKERS * 40, SPEAKERS * 10
-    per_train = 1 + rng.multinomial(n_train - SPEAKERS, np.full(SPEAKERS, 1 / SPEAKERS))
-    per_test = 1 + rng.multinomial(n_test - SPEAKERS, np.full(SPEAKERS, 1 / SPEAKERS))
-    cum = np.cumsum(rng.dirichlet(np.full(vocab, 0.3), vocab), axis=1)
-    length = per_train + per_test + t
-    stream = np.empty((SPEAKERS, int(length.max())), dtype=np.int64)
-    stream[:, 0] = rng.integers(0, vocab, SPEAKERS)
-    for i in range(1, stream.shape[1]):  # one step of every speaker's walk at a time
-        u = rng.random(SPEAKERS)[:, None]
-        stream[:, i] = np.minimum((cum[stream[:, i - 1]] < u).sum(1), vocab - 1)
-    xs, ys, txs, tys = [], [], [], []
-    for k in range(SPEAKERS):
-        s = stream[k, : length[k]]
-        win = np.lib.stride_tricks.sliding_window_view(s[:-1], t)
-        a, b = per_train[k], per_train[k] + per_test[k]
-        xs.append(win[:a]), ys.append(s[t : t + a]), txs.append(win[a:b]), tys.append(s[t + a : t + b])
-    starts = np.concatenate([[0], np.cumsum(per_train)])
-    cat = lambda parts: torch.from_numpy(np.ascontiguousarray(np.concatenate(parts)))  # noqa: E731
-    return Dataset(
-        "shakespeare",
-        Split(cat(xs).to(shakespeare.TOKENS), cat(ys)),
-        Split(cat(txs).to(shakespeare.TOKENS), cat(tys)),
-        vocab,
-        (t,),
-        natural_clients=[np.arange(starts[k], starts[k + 1]) for k in range(SPEAKERS)],
-        notes={"users": str(SPEAKERS), "unknown_chars": "0"},
-    )
-
-
-BUILDERS: dict[str, Callable[..., Dataset]] = {
-    "mnist": _mnist_like("mnist"),
-    "fmnist": _mnist_like("fmnist"),
-    "emnist": _emnist,
-    "cifar10": _cifar10,
-    "cifar100": _cifar100,
-    "digit5": _digit5,
-    "pacs": _pacs,
-    "fmnist_domains": _fmnist_domains,
-    "shakespeare": _shakespeare,
-}

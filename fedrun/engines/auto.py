@@ -149,7 +149,7 @@ def valid_choice(entry: Any) -> bool:
     times = [entry.get("vectorised_s"), entry.get("sequential_s")]
     if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times):
         return False
-    faster = "vectorised" if times[0] <= times[1] else "sequential"  # min() keeps the first on a tie
+    faster = "vectorised" if times[0] <= times[1] else "sequential"  # type: ignore[operator]  # checked above  # min() keeps the first on a tie
     counts = [entry.get("clients"), entry.get("steps")]
     return entry["engine"] == faster and all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in counts)
 
@@ -187,7 +187,7 @@ def choose(
         choice = _CHOICES[key] = measure(hw, algorithm, data, fl, seed, width)
         if path is not None:
             merged = {**(read_choices(path) if path.exists() else {}), **_CHOICES}
-            write_cache(path, lambda tmp: tmp.write_text(json.dumps(merged, indent=1)))
+            write_cache(path, lambda tmp: tmp.write_text(json.dumps(merged, indent=1)))  # type: ignore[arg-type]
         choice = {"reason": "measured", **choice}
     if choice["reason"].startswith("not vmappable"):
         name = type(algorithm).__name__

@@ -36,7 +36,7 @@ class SequentialEngine(Engine):
             buffers = clone(algo.model.buffers)  # this client's copy of the global BatchNorm statistics
             for t, idx in enumerate(plan):
                 batch = self.data.train_batch(idx, rnd, cid, t)
-                batch = {**batch, "buffers": buffers} if buffers else batch
+                batch = {**batch, "buffers": buffers} if buffers else batch  # type: ignore[dict-item]
                 w, opt, new_state, loss = algo.client_step(w, opt, batch, ctx)
                 ctx = ctx._replace(state=new_state)
                 loss_sum += float(loss)

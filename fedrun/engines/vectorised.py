@@ -186,13 +186,16 @@ class VectorisedEngine(Engine):
                 return algo.client_finish(start, e, ctx._replace(state=state, size=size), n)
 
             try:
-                return vmap(one, randomness="different")(end, ctx.state, ctx.size, steps)
+                return vmap(one, randomness="different")(end, ctx.state, ctx.size, steps)  # type: ignore[arg-type]
             except RuntimeError:
                 # data-dependent Python control flow (e.g. on ``steps``) cannot be vmapped: loop instead
                 self._finish_vmappable = False
         outs = [
             algo.client_finish(
-                start, unstack(end, j), ctx._replace(state=unstack(ctx.state, j), size=ctx.size[j]), steps[j]
+                start,
+                unstack(end, j),
+                ctx._replace(state=unstack(ctx.state, j), size=ctx.size[j]),  # type: ignore[index]
+                steps[j],
             )
             for j in range(int(steps.shape[0]))
         ]
@@ -220,7 +223,7 @@ class VectorisedEngine(Engine):
         elif fl.momentum:
             opt = _expand(tree_map(torch.zeros_like, params), c)
         has_opt = opt is not None
-        opt = opt if has_opt else {}
+        opt = opt if opt is not None else {}
         state = states
         step = self._step_fn(has_opt)
         # compiled: lr as a tensor, or every new lr value (a decay schedule) would trigger a recompile

@@ -88,7 +88,9 @@ def random_plane(params: Tensors, seed: int = 0, ignore_1d: bool = True) -> Plan
     return Plane(params, d1, d2, np.zeros((1, 2)))
 
 
-def grid_scan(plane: Plane, xs: Sequence[float], ys: Sequence[float], evaluate: Evaluate) -> dict[str, np.ndarray]:
+def grid_scan(
+    plane: Plane, xs: Sequence[float] | np.ndarray, ys: Sequence[float] | np.ndarray, evaluate: Evaluate
+) -> dict[str, np.ndarray]:
     """Loss and error on the grid ``xs`` x ``ys`` of ``plane``: arrays [len(ys), len(xs)] (row = y)."""
     loss = np.empty((len(ys), len(xs)))
     err = np.empty_like(loss)

@@ -104,7 +104,7 @@ class FunctionalModel:
         an argument of the differentiated function: ``torch.func`` lets a forward pass update arguments in
         place, but not tensors it captured.
         """
-        logits = self.logits(params, batch["x"], batch.get("buffers"))
+        logits = self.logits(params, batch["x"], batch.get("buffers"))  # type: ignore[arg-type]  # a tensor dict
         weight = batch.get("w")
         if weight is None:  # one fused kernel: the common case, every batch but padded ones
             return F.cross_entropy(logits, batch["y"])

@@ -1,4 +1,4 @@
-"""FedCos's models (benjiachong/FedCos models/Nets.py; ALGORITHMS.md section 3)."""
+"""FedCos's models (benjiachong/FedCos models/Nets.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedIMA's models (Zhou et al., TailinZhou/FedIMA model.py; ALGORITHMS.md section 3).
+"""FedIMA's models (Zhou et al., TailinZhou/FedIMA model.py).
 
 All are normalisation-free or GroupNorm, so they run under the vectorised engine. Each ends in a
 ``feature_dim``-wide feature layer (128; the FedFA/MOON feature) followed by the classifier FC(128, C).

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from fedrun.config.location import CONF_DIR  # conf/ of the checkout, or of the installed package
+from fedrun.config.location import CONF_DIR  # the folder of the package fedrun.conf
 
 SMOKE = {
     "rounds": 2,

@@ -62,7 +62,7 @@ class Target:
 def _product(overrides: tuple[str, ...] | object) -> int:
     """Runs a list of overrides expands to: the product of the comma-separated value counts."""
     n = 1
-    for item in overrides:  # type: ignore[attr-defined]
+    for item in overrides:  # type: ignore[union-attr]
         n *= len(item.partition("=")[2].split(","))
     return n
 
@@ -127,10 +127,17 @@ def cos_methods(mus: tuple[float, ...], prox: float) -> tuple[Method, ...]:
     )
 
 
+# FedLAW's rows as its code ran them (ZexiLee/ICML-2023-FedLAW):
+# - FedProx: utils.py init_optimizer gives FedProx clients PerturbedGradientDescent(lr, mu), plain SGD on
+#   grad f + mu (w - w^t) with no momentum and no weight decay (every other method: SGD(0.9, wd)); the lr still
+#   decays x0.99 a round (utils.py lr_scheduler). mu = 1e-3 (App. C; args.py --mu default).
+# - FedDyn: client_funct.py client_feddyn / server_funct.py feddyn (variant=law: the unsquared penalty, h updated
+#   with the size weights, the first selected client's BatchNorm buffers); alpha = 0.01 as App. C states.
+LAW_PROX = ("algorithm=fedprox", "algorithm.mu=0.001", "fl.momentum=0", "fl.weight_decay=0")
 LAW_METHODS = (
     m("FedAvg", "algorithm=fedavg"),
-    m("FedProx", "algorithm=fedprox", "algorithm.mu=0.001"),
-    m("FedDyn", "algorithm=feddyn", "algorithm.alpha=0.01"),
+    m("FedProx", *LAW_PROX),
+    m("FedDyn", "algorithm=feddyn", "algorithm.alpha=0.01", "algorithm.variant=law"),
     m("FedDF", "algorithm=feddf"),
     m("FedBE", "algorithm=fedbe"),
     m("Server-FT", "algorithm=serverft"),

@@ -76,7 +76,7 @@ def natural_key(path: Path) -> list[str | int]:
 
 def find_runs(paths: list[Path]) -> list[Path]:
     """Every run directory (one holding summary.json or error.txt) below ``paths``, in sweep order."""
-    runs = set()
+    runs: set[Path] = set()
     for p in paths:
         for marker in (SUMMARY_FILE, ERROR_FILE):
             runs.update(f.parent for f in p.rglob(marker))

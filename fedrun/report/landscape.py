@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -142,7 +143,7 @@ def _scan_models(args: argparse.Namespace) -> str:
     title = f"{where}, {len(es.split)} samples"
     out = args.out or args.models[0] / f"landscape_{args.command}.png"
     if args.command == "line":
-        scan = line_scan(params[0], params[1], np.linspace(*args.range, args.points), score)
+        scan = line_scan(params[0], params[1], np.linspace(*args.range, args.points), score)  # type: ignore[call-overload]
         plot_line(scan, out, f"{names[0]} -> {names[1]} ({title})")
         pd.DataFrame(scan).to_csv(out.with_suffix(".csv"), index=False)
         return f"{out}, {out.with_suffix('.csv')}"
@@ -157,7 +158,8 @@ def _scan_models(args: argparse.Namespace) -> str:
     scan = grid_scan(plane, xs, ys, score)
     plot_plane(scan, plane.anchors, names, out, f"{args.command} ({title})")
     sc = np.array(anchor_scores)
-    np.savez(out.with_suffix(".npz"), **scan, anchors=plane.anchors, anchor_loss=sc[:, 0], anchor_error=sc[:, 1])
+    arrays: dict[str, Any] = {**scan, "anchors": plane.anchors, "anchor_loss": sc[:, 0], "anchor_error": sc[:, 1]}
+    np.savez(out.with_suffix(".npz"), **arrays)
     return f"{out}, {out.with_suffix('.npz')}"
 
 

@@ -30,8 +30,8 @@ def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:
 def _partition_of(run_dir: Path) -> str | None:
     """The run's partition and its parameters from its config.yaml (None when unreadable)."""
     try:
-        cfg = RunDir(run_dir).read_config()
-        part = dict(cfg["partition"])  # type: ignore[index]
+        cfg = RunDir(run_dir).read_config() or {}
+        part = dict(cfg["partition"])
         name = part.pop("name")
         return partition_title(name, part, int(cfg["fl"]["clients"]), int(cfg["seed"]))
     except (ValueError, KeyError, TypeError):  # an unreadable config.yaml is a ValueError

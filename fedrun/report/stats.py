@@ -114,7 +114,7 @@ def rounds_saved_vs(
     for _, r in runs.iterrows():
         cand = base[(base[list(match)] == r[list(match)]).all(axis=1)] if match else base
         run_curve = curves.get(r["run_dir"])
-        row = {"round_to_target": np.nan, "baseline_round": np.nan, "rounds_saved": np.nan}
+        row: dict[str, float | None] = {"round_to_target": np.nan, "baseline_round": np.nan, "rounds_saved": np.nan}
         if run_curve is not None:
             row["round_to_target"] = rounds_to_target(run_curve, target, column)
         if len(cand) == 1 and run_curve is not None and cand["run_dir"].iloc[0] in curves:

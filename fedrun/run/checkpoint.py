@@ -149,7 +149,7 @@ def check_run_dir(run_dir: Path | RunDir, raw: dict[str, Any]) -> str | None:
         raise ResumeError(f"{run_dir} holds a run with a different config ({shown}); use a new run dir")
     status = rd.status() or "unfinished"
     done, rounds = (old.get("fl") or {}).get("rounds"), (raw.get("fl") or {}).get("rounds")
-    if status != "completed" or not isinstance(done, int) or rounds == done:
+    if status != "completed" or not isinstance(done, int) or not isinstance(rounds, int) or rounds == done:
         return status
     if rounds < done:
         raise ResumeError(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedrun.algorithms.base import Algorithm
+from fedrun.algorithms.base import Algorithm, SetupEnv
 from fedrun.algorithms.ima import IMA
 from fedrun.config.schema import FLConfig, RunSpec
 from fedrun.core.errors import ConfigError
@@ -128,7 +128,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
-    algorithm.setup({"device": device, "seed": spec.seed, "data": fed, "proxy": proxy, "dataset": spec.data.name})
+    algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads)
 

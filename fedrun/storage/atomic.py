@@ -60,7 +60,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     atomic_write_with(path, write)
 
 
-def atomic_write_with(path: Path, write: Callable[[Path], None], ext: str = "") -> None:
+def atomic_write_with(path: Path, write: Callable[[Path], object], ext: str = "") -> None:
     """The one atomic write of fedrun: ``write(temp)`` fills :func:`temp_path` (``ext`` appended, for writers
     that add an extension of their own, ``np.savez``), which is fsynced and renamed over ``path``.
 

@@ -48,7 +48,7 @@ def warn_unwritable(path: Path, e: OSError) -> None:
     print(f"fedrun: warning: cache_dir: cannot write {path} ({why}); running without caching it", file=sys.stderr)
 
 
-def write_cache(path: Path, write: Callable[[Path], None]) -> bool:
+def write_cache(path: Path, write: Callable[[Path], object]) -> bool:
     """Write a cache file atomically with ``write(temp_path)`` (:func:`~fedrun.storage.atomic.atomic_write_with`;
     the temp file keeps ``path``'s extension); False (warned, temp removed) when it fails."""
     try:

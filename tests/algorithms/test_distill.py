@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.base import RoundInfo
+from fedrun.algorithms.base import RoundInfo, SetupEnv
 from fedrun.algorithms.distill import (
     DistillParams,
     FedBE,
@@ -30,7 +31,7 @@ from fedrun.models.base import FunctionalModel
 C, D = 4, 6
 
 
-def tiny_env() -> tuple[FunctionalModel, dict]:
+def tiny_env() -> tuple[FunctionalModel, SetupEnv]:
     g = torch.Generator().manual_seed(0)
     y = torch.arange(C).repeat(50)
     x = torch.randn(len(y), D, generator=g) + 2.0 * torch.nn.functional.one_hot(y, D).float()
@@ -39,7 +40,7 @@ def tiny_env() -> tuple[FunctionalModel, dict]:
     fed = FederatedData(data, [np.arange(100), np.arange(100, 200)], torch.device("cpu"), test=test)
     torch.manual_seed(0)
     model = FunctionalModel(torch.nn.Sequential(torch.nn.Linear(D, 8), torch.nn.ReLU(), torch.nn.Linear(8, C)))
-    return model, {"device": torch.device("cpu"), "seed": 0, "data": fed, "proxy": ProxySet(proxy_split, C, 32)}
+    return model, SetupEnv(torch.device("cpu"), 0, fed, ProxySet(proxy_split, C, 32))
 
 
 def cohort(model: FunctionalModel, m: int) -> tuple[dict, dict, torch.Tensor, RoundInfo]:
@@ -50,7 +51,7 @@ def cohort(model: FunctionalModel, m: int) -> tuple[dict, dict, torch.Tensor, Ro
     return params, {"params": stack(clients)}, sizes / sizes.sum(), RoundInfo(0, m, torch.arange(m), sizes, sizes, 0.1)
 
 
-def make(cls: type, hp: object, env: dict, model: FunctionalModel):  # noqa: ANN201
+def make(cls: type, hp: object, env: SetupEnv, model: FunctionalModel):  # noqa: ANN201
     algo = cls(hp, FLConfig(), model)
     algo.setup(env)
     return algo
@@ -121,16 +122,17 @@ def test_proxy_methods_refuse_to_run_without_a_proxy_set(make_spec) -> None:  # 
     model, env = tiny_env()
     for cls in (FedDF, FedBE, ServerFT):
         with pytest.raises(ConfigError, match="proxy.per_class"):
-            make(cls, DistillParams(), {**env, "proxy": None}, model)
+            make(cls, DistillParams(), dataclasses.replace(env, proxy=None), model)
     with pytest.raises(ConfigError, match="algorithm.optimizer"):
         make_spec("algorithm=feddf", "algorithm.optimizer=lbfgs")
 
 
 # ---- BatchNorm models (FedLAW code: server_funct.py feddf / fedbe / server_finetune) ---------------------------------
-def bn_env(batch: int = 128) -> tuple[FunctionalModel, dict]:
+def bn_env(batch: int = 128) -> tuple[FunctionalModel, SetupEnv]:
     """tiny_env's data and proxy (80 samples: one batch), a Linear-BatchNorm-ReLU-Linear model."""
     _, env = tiny_env()
-    env["proxy"] = ProxySet(env["proxy"].split, C, batch)
+    assert env.proxy is not None
+    env = dataclasses.replace(env, proxy=ProxySet(env.proxy.split, C, batch))
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(D, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, C))
     return FunctionalModel(module), env

@@ -60,25 +60,29 @@ def test_non_positive_gamma_is_refused(make_spec, gamma: str) -> None:
     assert e.value.field == "algorithm.gamma" and "\n" not in str(e.value)
 
 
-def test_shrunk_bn_model_gets_statistics_re_estimated_on_the_proxy_set(make_spec, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("gamma", ["0.9", "1.0"])
+def test_bn_model_gets_statistics_re_estimated_on_the_proxy_set_for_every_gamma(
+    make_spec, tmp_path, monkeypatch, gamma: str
+) -> None:
     # gamma * sum_i p_i w_i normalised with the clients' statistics (those of the unshrunk models) is
-    # mis-normalised in every layer; the server re-estimates them for the shrunk model on the proxy set
+    # mis-normalised in every layer; the server re-estimates them on the proxy set, and does so for gamma = 1
+    # too, so that a table across gammas compares shrinking alone (issue 24 point 3: gamma = 1 kept the
+    # clients' mean statistics while gamma < 1 re-estimated them)
     from test_fedlaw import BN_RUN, client_mean, one_bn_round
 
-    gws = ("algorithm=fedavg_gws", "algorithm.gamma=0.9")
+    gws = ("algorithm=fedavg_gws", f"algorithm.gamma={gamma}")
     seen, buffers = one_bn_round(make_spec, tmp_path, monkeypatch, FedAvgGWS, *gws)
     algo = seen["algo"]
     module = copy.deepcopy(algo.model.module)
-    module.load_state_dict({**{k: 0.9 * v for k, v in client_mean(seen).items()}, **seen["buffers"]})
-    proxy = algo.env["data"].batch(torch.arange(len(algo.proxy)), algo.proxy.split)["x"]  # 100 <= one batch
+    module.load_state_dict({**{k: float(gamma) * v for k, v in client_mean(seen).items()}, **seen["buffers"]})
+    proxy = algo.setup_env.data.batch(torch.arange(len(algo.proxy)), algo.proxy.split)["x"]  # 100 <= one batch
     update_bn([proxy], module)  # torch's own re-estimation: one pass, cumulative average
     for k, v in module.state_dict().items():
         if k in buffers:
             torch.testing.assert_close(buffers[k], v)
     mean = average_buffers(seen["uploads"]["buffers"], seen["weights"])
     assert not torch.allclose(buffers["stem.1.running_var"], mean["stem.1.running_var"])
-    # gamma = 1 is FedAvg: the clients' mean statistics; a shrunk BN model without a proxy set is refused
+    # a BN model without a proxy set is refused, whatever gamma
     with pytest.raises(ConfigError, match="proxy.per_class") as e:
         build_experiment(make_spec(*BN_RUN, *gws, "proxy.per_class=0"))
     assert "\n" not in str(e.value)
-    assert not build_experiment(make_spec(*BN_RUN, "algorithm=fedavg_gws", "proxy.per_class=0")).algorithm.owns_buffers

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from client_methods_util import SMALL, ctx_for, make_algo, plain_grad, tiny_batch, tiny_model, train
 
 from fedrun.algorithms.base import ClientContext, RoundInfo
+from fedrun.algorithms.feddyn import FedDyn
 from fedrun.config.schema import FLConfig
 from fedrun.core.tree import stack
 
@@ -170,3 +172,56 @@ def test_the_runner_evaluates_feddyns_official_average(make_spec, tmp_path) -> N
     avg_acc, _ = evaluate(exp.model, ck.server_state["avg"], exp.fed, exp.fed.test, 512)
     cld_acc, _ = evaluate(exp.model, ck.params, exp.fed, exp.fed.test, 512)
     assert summary["test_acc_final"] == avg_acc != cld_acc
+
+
+@pytest.mark.parametrize("variant", ["law", "paper"])
+def test_feddyn_law_takes_the_first_clients_batchnorm_buffers(make_spec, tmp_path, monkeypatch, variant: str) -> None:
+    # FedLAW's server_funct.feddyn: central_node.model = copy.deepcopy(uploaded_models[0]), parameters then
+    # overwritten, so the global BatchNorm buffers are the first selected client's; the paper form (and
+    # every client-side method) averages them like the parameters
+    from test_fedlaw import one_bn_round
+
+    seen, buffers = one_bn_round(
+        make_spec, tmp_path, monkeypatch, FedDyn, "algorithm=feddyn", f"algorithm.variant={variant}"
+    )
+    ups = seen["uploads"]["buffers"]
+    first = {k: v[0] for k, v in ups.items()}
+    w = seen["weights"].to(torch.float64)
+    mean = {
+        k: (torch.tensordot(w.to(v.dtype), v, dims=1) if v.is_floating_point() else v.max(0).values)
+        for k, v in ups.items()
+    }
+    want = first if variant == "law" else mean
+    assert not torch.allclose(first["stem.1.running_var"], mean["stem.1.running_var"])
+    for k, v in want.items():
+        torch.testing.assert_close(buffers[k], v)
+
+
+def test_feddyn_official_clips_the_codes_gradient_and_adds_alpha_w_after() -> None:
+    # utils_general.train_feddyn_mdl: loss = f + alpha_i <w, -w^t + l_i>; clip_grad_norm_(10) on its gradient;
+    # SGD(weight_decay=alpha_i + wd) adds (alpha_i + wd) w after the clip. Plain torch, clip 0.3 binding.
+    alpha, sizes, i, lr, clip = 0.3, [10, 30, 20], 1, 0.1, 0.3
+    algo = _official(alpha, sizes)
+    algo.fl = FLConfig(clients=len(sizes), grad_clip=clip, momentum=0.0, weight_decay=0.0)
+    model = algo.model
+    wt, batch = model.init_params(), tiny_batch()
+    w = {k: v + 0.2 for k, v in wt.items()}
+    alpha_i = alpha / (len(sizes) * sizes[i] / sum(sizes))
+    lpl = {k: torch.full_like(v, -0.7) for k, v in wt.items()}
+    size = torch.tensor(float(sizes[i]), dtype=torch.float64)
+    ctx = ClientContext(wt, {}, {"grad": {k: -alpha_i * v for k, v in lpl.items()}}, lr, size)
+    got, _, _, _ = algo.client_step(w, None, batch, ctx)
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)).double()
+    for p, k in zip(net.parameters(), w, strict=True):
+        p.data.copy_(w[k])
+    flat = torch.cat([p.reshape(-1) for p in net.parameters()])
+    cld = torch.cat([wt[k].reshape(-1) for k in wt])
+    local = torch.cat([lpl[k].reshape(-1) for k in lpl])
+    loss = torch.nn.functional.cross_entropy(net(batch["x"]), batch["y"]) + alpha_i * torch.sum(flat * (-cld + local))
+    loss.backward()
+    assert float(torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm=clip)) > clip  # the clip binds
+    opt = torch.optim.SGD(net.parameters(), lr=lr, weight_decay=alpha_i)
+    opt.step()
+    for p, k in zip(net.parameters(), w, strict=True):
+        torch.testing.assert_close(got[k], p.detach(), atol=1e-12, rtol=0)

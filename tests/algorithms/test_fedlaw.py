@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.base import RoundInfo, average_buffers
+from fedrun.algorithms.base import RoundInfo, SetupEnv, average_buffers
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.algorithms.fedlaw import FedLAW, FedLAWGammaParams, FedLAWParams, FedLAWSWAParams
 from fedrun.config.schema import FLConfig, ProxyConfig
@@ -24,7 +25,7 @@ from fedrun.run.loop import run
 C, D = 4, 6
 
 
-def tiny_env(random_labels: bool = False, per_class: int = 20) -> tuple[FunctionalModel, dict]:
+def tiny_env(random_labels: bool = False, per_class: int = 20) -> tuple[FunctionalModel, SetupEnv]:
     """A linear model on Gaussian features; the proxy has ``per_class`` samples per class."""
     g = torch.Generator().manual_seed(0)
     y = torch.arange(C).repeat(50)
@@ -35,7 +36,7 @@ def tiny_env(random_labels: bool = False, per_class: int = 20) -> tuple[Function
     fed = FederatedData(data, [np.arange(100), np.arange(100, 200)], torch.device("cpu"), test=test)
     torch.manual_seed(0)
     model = FunctionalModel(torch.nn.Linear(D, C))
-    return model, {"device": torch.device("cpu"), "seed": 0, "data": fed, "proxy": ProxySet(proxy_split, C, 128)}
+    return model, SetupEnv(torch.device("cpu"), 0, fed, ProxySet(proxy_split, C, 128))
 
 
 def cohort(model: FunctionalModel, m: int = 3, scale: float = 1.0) -> tuple[dict, dict, torch.Tensor, RoundInfo]:
@@ -47,7 +48,7 @@ def cohort(model: FunctionalModel, m: int = 3, scale: float = 1.0) -> tuple[dict
     return params, {"params": stack(clients)}, sizes / sizes.sum(), info
 
 
-def make(params_cls: type, model: FunctionalModel, env: dict, **kw: object) -> FedLAW:
+def make(params_cls: type, model: FunctionalModel, env: SetupEnv, **kw: object) -> FedLAW:
     algo = FedLAW(params_cls(**kw), FLConfig(), model)
     algo.setup(env)
     return algo
@@ -98,7 +99,7 @@ def test_full_fedlaw_and_swa_lower_the_proxy_loss_and_log_weights() -> None:
 def test_fedlaw_needs_a_proxy_set_and_valid_values() -> None:
     model, env = tiny_env()
     with pytest.raises(ConfigError, match="proxy.per_class"):
-        make(FedLAWParams, model, {**env, "proxy": None})
+        make(FedLAWParams, model, dataclasses.replace(env, proxy=None))
     with pytest.raises(ConfigError, match="parametrization"):
         FedLAWParams(parametrization="cubic")
     with pytest.raises(ConfigError, match="swa"):
@@ -123,7 +124,7 @@ def test_server_lr_defaults_to_the_papers_value_for_the_dataset(
 ) -> None:
     """App. C: lr_s = 0.01 on CIFAR-10 and 0.005 otherwise; an explicit algorithm.server_lr wins."""
     model, env = tiny_env()
-    law = make(FedLAWParams, model, {**env, "dataset": dataset}, server_lr=given)
+    law = make(FedLAWParams, model, dataclasses.replace(env, dataset=dataset), server_lr=given)
     assert law.server_lr == expected
 
 

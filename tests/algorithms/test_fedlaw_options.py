@@ -123,3 +123,41 @@ def test_joint_rule_matches_the_codes_single_optimizee() -> None:
     torch.testing.assert_close(new["weight"], w, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(new["bias"], b, rtol=1e-5, atol=1e-6)
     assert diag["gamma"] == pytest.approx(float(opt_vars[-1].detach().exp()), rel=1e-5)
+
+
+@pytest.mark.parametrize("order", ["lambda_first", "gamma_first"])
+def test_swa_second_stage_continues_the_first_stages_shuffle(order: str, monkeypatch) -> None:  # noqa: ANN001
+    # the code's two stages read one DataLoader (central_node.validate_set): stage 2's epochs are epochs
+    # E_s/2 .. E_s - 1 of one shuffle stream, not a replay of stage 1's; 160 proxy samples = 2 batches an epoch
+    model, env = tiny_env(per_class=40)
+    params, uploads, weights, info = cohort(model)
+    law = make(FedLAWSWAParams, model, env, server_epochs=6, server_lr=LR, swa_order=order)
+    seen: list[torch.Tensor] = []
+    original = type(law).proxy_loss
+
+    def spy(self, models, x, g, batch):  # noqa: ANN001, ANN202
+        seen.append(batch["x"].clone())
+        return original(self, models, x, g, batch)
+
+    monkeypatch.setattr(type(law), "proxy_loss", spy)
+    law.aggregate(params, {}, uploads, weights, info)
+    proxy = env.proxy
+    gen = proxy.generator(env.seed, info.round)
+    want = [env.data.batch(idx, proxy.split)["x"] for _ in range(6) for idx in proxy.epoch_batches(gen)]
+    assert len(seen) == len(want) == 12
+    for got, ref in zip(seen, want, strict=True):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    assert not torch.equal(seen[6], seen[0])  # stage 2 does not replay stage 1
+
+
+def test_quad_adaptive_gws_keeps_lambda_at_the_size_weights() -> None:
+    # adaptive GWS (learn=gamma) defines lambda = p (FedLAW Sec. 4); in the quad form lambda_i = x_i^2 / sum x^2
+    # it stays at its start, which must therefore be x_i = sqrt(p_i) (not the code's uniform sqrt(1/m))
+    model, env = tiny_env()
+    params, uploads, weights, info = cohort(model)
+    law = make(FedLAWParams, model, env, server_epochs=0, learn="gamma", parametrization="quad")
+    new, _, diag = law.aggregate(params, {}, uploads, weights, info)
+    want = {k: torch.einsum("i,i...->...", weights.float(), v) for k, v in uploads["params"].items()}
+    for k in want:
+        torch.testing.assert_close(new[k], want[k], rtol=1e-6, atol=1e-6)
+    assert (diag["lambda_min"], diag["lambda_max"], diag["gamma"]) == pytest.approx((0.1, 0.6, 1.0))

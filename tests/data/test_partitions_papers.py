@@ -1,4 +1,5 @@
-"""Defining properties of the papers' partitions (ALGORITHMS.md section 2), on small synthetic label arrays."""
+"""Defining properties of the papers' partitions (each construction's docstring in fedrun/data/partitions/ names its
+source), on small synthetic label arrays."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_runner_evaluates_every_method_without_the_proxy_images(make_spec) -> No
     fedlaw = build_experiment(make_spec("algorithm=fedlaw", *common))
     assert len(fedavg.fed.test) == len(fedlaw.fed.test) == 500 - 100
     assert torch.equal(fedavg.fed.test.y, fedlaw.fed.test.y)
-    proxy = fedlaw.algorithm.env["proxy"]
+    proxy = fedlaw.algorithm.setup_env.proxy
     assert torch.bincount(proxy.split.y, minlength=10).tolist() == [10] * 10
     imgs = {x.numpy().tobytes() for x in fedlaw.fed.test.x}
     assert not any(x.numpy().tobytes() in imgs for x in proxy.split.x)

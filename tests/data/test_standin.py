@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 from collections.abc import Callable
 from pathlib import Path
@@ -11,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.config.registry import DATASETS, build_params
+from fedrun.config.registry import DATASETS, Entry, build_params
 from fedrun.core.errors import DataError, DataMissing
-from fedrun.data.base import Dataset
+from fedrun.data.base import DataParams, Dataset
 from fedrun.data.partitions.pachinko import hierarchy
 from fedrun.data.sources import mnist
-from fedrun.data.standin import BUILDERS, with_standin
+from fedrun.data.standin import image_dataset, with_standin
+from tests.conftest import REPO
 from tests.data.sources.test_digit5_reader import fedbn_domain
 from tests.data.sources.test_emnist_reader import make_emnist
 from tests.data.sources.test_shakespeare_reader import write_leaf
@@ -148,4 +150,24 @@ def test_standin_labels_are_learnable(tmp_path: Path) -> None:
 
 
 def test_every_registered_file_source_has_a_standin() -> None:
-    assert set(DATASETS.names()) - set(BUILDERS) == {"synthetic"}  # generated, never missing
+    without = {name for name in DATASETS.names() if DATASETS.get(name).standin is None}
+    assert without == {"synthetic"}  # generated, never missing
+
+
+def test_a_source_registers_its_standin_beside_its_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source outside fedrun gets a stand-in by registering one: fedrun/data/standin.py names no source."""
+
+    @dataclasses.dataclass
+    class ToyParams(DataParams):
+        standin: bool = True
+
+    def load_toy(p: ToyParams) -> Dataset:
+        raise DataMissing("toy: no files")
+
+    def standin_toy(p: ToyParams, rng: np.random.Generator) -> Dataset:
+        return image_dataset("toy", 3, (1, 8, 8), None, None, rng)
+
+    monkeypatch.setitem(DATASETS._entries, "toy", Entry("toy", load_toy, ToyParams, standin_toy))
+    d = with_standin("toy", load_toy)(ToyParams())
+    assert d.num_classes == 3 and d.input_shape == (1, 8, 8) and d.standin == "toy: no files"
+    assert "fedrun.data.sources" not in (REPO / "fedrun" / "data" / "standin.py").read_text()

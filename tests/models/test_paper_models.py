@@ -1,5 +1,6 @@
-"""Output shapes and parameter counts of the papers' models, against counts computed by hand from the
-layer sizes in ALGORITHMS.md section 3 (conv: cin*cout*k*k + bias; GN/BN: 2 per channel; FC: a*b + b)."""
+"""Output shapes and parameter counts of the papers' models, against counts computed by hand from the layer sizes
+of the papers' code, which each model's docstring in fedrun/models/ names (conv: cin*cout*k*k + bias; GN/BN: 2 per
+channel; FC: a*b + b)."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ COS_SILO = "FedCos sec. VI-A2 (epochs per client, batch, steps per round); main_
 COS_DEVICE = "FedCos sec. VI-A2/VI-B3: 100 clients, 10%/20% sampled, B=64, 100 steps, 250 rounds"
 IMA = "FedIMA Table VII (K, C, E, B, rounds)"
 GAM = "FedGAM sec. 5.1 (N=100, E=15, C=1.0), Fig. 4 caption (100 rounds); batch lost, fedrun's 50"
-SAM = "FedSAM: E, B, rounds lost; FL-Simulator defaults E=5, B=50, fedrun's 300 rounds; 20% active"
+SAM = "FedSAM: E, B, rounds lost; FL-Simulator defaults E=5, B=50, FL-Simulator's 1000 rounds; 20% active"
 NONIID4 = (("partition.iid_fraction", "0.0,0.1,0.3,1.0"),)
 COLS = (("fl.participation", "0.1,0.2"),)
 
@@ -192,7 +192,7 @@ BUDGETS: tuple[Budget, ...] = (
         Budget(
             f"fedsam_{t}",
             SAM,
-            dict(rounds=300, clients=100, participation=0.2, epochs=5, batch=50),
+            dict(rounds=1000, clients=100, participation=0.2, epochs=5, batch=50),
             epochs_rounds,
             (("partition.alpha", "1e6,0.6,0.3"),) if t.startswith(("table2", "appf")) else (),
         )

@@ -74,7 +74,7 @@ def domains(inp: PartitionInput, n_clients: int, p: DomainsParams, rng: np.rando
             f"{n_clients} clients cannot be grouped as {p.clients_per_domain or 'an equal number'} per domain over "
             f"{len(names)} domains; set fl.clients={max(cpd, 1) * len(names)}",
         )
-    parts = []
+    parts: list[np.ndarray] = []
     for d in names:
         where = np.flatnonzero(inp.domains == d)
         if len(where) < cpd:

@@ -6,7 +6,7 @@
 - ``hybrid``: FedLAW's balanced/imbalanced Dirichlet (alpha1 for the first half, alpha2 for the rest).
 - ``label_k``: "#label = k" quantity-based label skew (Li et al. 2022, NIID-Bench; FedIMA's ``_2`` split).
 
-See ALGORITHMS.md section 2 for the sources each construction was recovered from.
+Each construction's docstring names the paper and code it was recovered from.
 """
 
 from __future__ import annotations

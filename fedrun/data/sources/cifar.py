@@ -20,6 +20,7 @@ from fedrun.data.sources.files import (
     read_bytes,
     safe_unpickle,
 )
+from fedrun.data.standin import image_dataset
 
 _URLS = {
     "cifar10": ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),
@@ -89,7 +90,18 @@ def _split(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> Spl
     return Split(x, y, coarse=coarse)
 
 
-@DATASETS.register("cifar10", CIFARParams)
+def standin_cifar10(p: CIFARParams, rng: np.random.Generator) -> Dataset:
+    return image_dataset("cifar10", 10, (3, 32, 32), MEAN["cifar10"], STD["cifar10"], rng)
+
+
+def standin_cifar100(p: CIFARParams, rng: np.random.Generator) -> Dataset:
+    """Fine labels as ``y`` and superclasses as ``coarse`` (superclass = fine // 5: a tree, as Pachinko needs)."""
+    d = image_dataset("cifar100", 100, (3, 32, 32), MEAN["cifar100"], STD["cifar100"], rng)
+    d.train.coarse, d.test.coarse = d.train.y // 5, d.test.y // 5
+    return d
+
+
+@DATASETS.register("cifar10", CIFARParams, standin=standin_cifar10)
 def load_cifar10(p: CIFARParams) -> Dataset:
     d = _locate("cifar10", p)
     train = _split([_batch(d / f"data_batch_{i}", "labels", p.verify, 10) for i in range(1, 6)])
@@ -97,7 +109,7 @@ def load_cifar10(p: CIFARParams) -> Dataset:
     return Dataset("cifar10", train, test, 10, (3, 32, 32), MEAN["cifar10"], STD["cifar10"])
 
 
-@DATASETS.register("cifar100", CIFARParams)
+@DATASETS.register("cifar100", CIFARParams, standin=standin_cifar100)
 def load_cifar100(p: CIFARParams) -> Dataset:
     """CIFAR-100 with fine labels as ``y`` and the 20 superclasses kept as ``coarse``."""
     d = _locate("cifar100", p)

@@ -25,6 +25,7 @@ from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, load_pickled_pair, read_image_folder, to_chw_uint8
+from fedrun.data.standin import image_dataset
 
 FEDBN_FOLDERS = {"mnist": "MNIST", "svhn": "SVHN", "usps": "USPS", "synth": "SynthDigits", "mnistm": "MNIST_M"}
 HINT = (
@@ -115,7 +116,11 @@ def _stack(parts: list[Arrays]) -> Split:
     return Split(x, y, domain=dom)
 
 
-@DATASETS.register("digit5", Digit5Params)
+def standin_digit5(p: Digit5Params, rng: np.random.Generator) -> Dataset:
+    return image_dataset("digit5", 10, (3, 28, 28), (0.5,) * 3, (0.5,) * 3, rng, list(p.domains))
+
+
+@DATASETS.register("digit5", Digit5Params, standin=standin_digit5)
 def load_digit5(p: Digit5Params) -> Dataset:
     """All requested domains concatenated, with a domain id per sample (train and test)."""
     if p.download:

@@ -24,6 +24,7 @@ from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels, load_idx_split
 from fedrun.data.sources.leaf import read_leaf_files
+from fedrun.data.standin import balanced, image_dataset
 
 MEAN, STD = (0.1736,), (0.3317,)
 CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
@@ -60,7 +61,22 @@ def _subset(x: np.ndarray, y: np.ndarray, fraction: float, rng: np.random.Genera
     return Split(torch.from_numpy(np.ascontiguousarray(x)).unsqueeze(1), torch.from_numpy(y))
 
 
-@DATASETS.register("emnist", EMNISTParams)
+STANDIN_WRITERS = 100  # the stand-in's natural clients with source=leaf (FEMNIST writers)
+
+
+def standin_emnist(p: EMNISTParams, rng: np.random.Generator) -> Dataset:
+    if p.source == "leaf":
+        d = image_dataset("emnist", 62, (1, 28, 28), None, None, rng)
+        writer = balanced(len(d.train), STANDIN_WRITERS, rng)
+        d.natural_clients = [np.flatnonzero(writer == k) for k in range(STANDIN_WRITERS)]
+        d.notes = {"source": "leaf", "writers": str(STANDIN_WRITERS)}
+        return d
+    d = image_dataset("emnist", CLASSES[p.split], (1, 28, 28), MEAN, STD, rng)
+    d.notes = {"split": p.split, "fraction": str(p.fraction)}
+    return d
+
+
+@DATASETS.register("emnist", EMNISTParams, standin=standin_emnist)
 def load_emnist(p: EMNISTParams) -> Dataset:
     """EMNIST ``split`` (28x28 grey), optionally a random ``fraction`` of it; writers with ``source=leaf``."""
     if p.source == "leaf":

@@ -14,13 +14,22 @@ import pickle
 import tarfile
 import urllib.request
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from fedrun.core.errors import DataError, DataMissing
 
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, npt.DTypeLike] = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 
 # Shapes and label counts of the standard MNIST-layout files (MNIST, Fashion-MNIST, KMNIST share them):
 # a file of the right name but another shape is a wrong or damaged download, caught before training.
@@ -198,7 +207,7 @@ def download(url: str, dest: Path, md5_expected: str | None) -> None:
 def load_idx_split(
     name: str,
     dirs: list[Path],
-    files: dict[str, tuple[str, str | None]],
+    files: Mapping[str, tuple[str, str | None]],
     mirror: str | None,
     download_dir: Path,
     allow_download: bool,

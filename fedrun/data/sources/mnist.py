@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from fedrun.config.registry import DATASETS
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import load_idx_split
+from fedrun.data.standin import image_dataset
 
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -43,7 +45,15 @@ def _dataset(name: str, arrays: dict, mean: float, std: float) -> Dataset:
     )
 
 
-@DATASETS.register("fmnist", MNISTParams)
+def standin_fmnist(p: MNISTParams, rng: np.random.Generator) -> Dataset:
+    return image_dataset("fmnist", 10, (1, 28, 28), (NORM["fmnist"][0],), (NORM["fmnist"][1],), rng)
+
+
+def standin_mnist(p: MNISTParams, rng: np.random.Generator) -> Dataset:
+    return image_dataset("mnist", 10, (1, 28, 28), (NORM["mnist"][0],), (NORM["mnist"][1],), rng)
+
+
+@DATASETS.register("fmnist", MNISTParams, standin=standin_fmnist)
 def load_fmnist(p: MNISTParams) -> Dataset:
     root = Path(p.root)
     dirs = [root / "fashion-mnist", root / "FashionMNIST" / "raw", root / "fmnist", root, DEBIAN_FMNIST]
@@ -61,7 +71,7 @@ def load_fmnist(p: MNISTParams) -> Dataset:
     return _dataset("fmnist", arrays, *NORM["fmnist"])
 
 
-@DATASETS.register("mnist", MNISTParams)
+@DATASETS.register("mnist", MNISTParams, standin=standin_mnist)
 def load_mnist(p: MNISTParams) -> Dataset:
     root = Path(p.root)
     dirs = [root / "mnist", root / "MNIST" / "raw", root]

@@ -25,6 +25,7 @@ from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, read_image_folder, to_chw_uint8
+from fedrun.data.standin import image_dataset
 
 DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
 CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
@@ -78,7 +79,12 @@ def _split(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Split:
     return Split(x, y, domain=d)
 
 
-@DATASETS.register("pacs", PACSParams)
+def standin_pacs(p: PACSParams, rng: np.random.Generator) -> Dataset:
+    shape = (3, p.crop, p.crop)
+    return image_dataset("pacs", len(CLASSES), shape, IMAGENET_MEAN, IMAGENET_STD, rng, list(p.domains))
+
+
+@DATASETS.register("pacs", PACSParams, standin=standin_pacs)
 def load_pacs(p: PACSParams) -> Dataset:
     """PACS with a random ``test_fraction`` of each domain held out and a domain id per sample."""
     if p.download:

@@ -212,7 +212,10 @@ def from_package(roles: Roles, p: ShakespeareParams) -> Dataset:
             kept.append(int(i))
             splits.append((tr, te))
     chosen = pick_roles(len(kept), p, np.random.default_rng([p.seed, 1]))
-    xs, ys, txs, tys = [], [], [], []
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    txs: list[np.ndarray] = []
+    tys: list[np.ndarray] = []
     for j in chosen:
         text, (tr, te) = roles.text(kept[j]), splits[j]
         for (x, y), out_x, out_y in (
@@ -243,7 +246,49 @@ def from_package(roles: Roles, p: ShakespeareParams) -> Dataset:
     return _dataset(xs, ys, txs, tys, p, stats)
 
 
-@DATASETS.register("shakespeare", ShakespeareParams)
+STANDIN_SPEAKERS = 160  # the stand-in's natural clients (FedCos Table V samples from 143)
+
+
+def standin_shakespeare(p: ShakespeareParams, rng: np.random.Generator) -> Dataset:
+    """``STANDIN_SPEAKERS`` natural clients; each speaker's text is a walk on one random Markov chain over the
+    vocabulary, cut into ``seq_len`` windows whose target is the next symbol (train first, then test)."""
+    speakers, vocab, t = STANDIN_SPEAKERS, len(ALL_LETTERS), p.seq_len
+    n_train, n_test = speakers * 40, speakers * 10
+    per_train = 1 + rng.multinomial(n_train - speakers, np.full(speakers, 1 / speakers))
+    per_test = 1 + rng.multinomial(n_test - speakers, np.full(speakers, 1 / speakers))
+    cum = np.cumsum(rng.dirichlet(np.full(vocab, 0.3), vocab), axis=1)
+    length = per_train + per_test + t
+    stream = np.empty((speakers, int(length.max())), dtype=np.int64)
+    stream[:, 0] = rng.integers(0, vocab, speakers)
+    for i in range(1, stream.shape[1]):  # one step of every speaker's walk at a time
+        u = rng.random(speakers)[:, None]
+        stream[:, i] = np.minimum((cum[stream[:, i - 1]] < u).sum(1), vocab - 1)
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    txs: list[np.ndarray] = []
+    tys: list[np.ndarray] = []
+    for k in range(speakers):
+        s = stream[k, : length[k]]
+        win = np.lib.stride_tricks.sliding_window_view(s[:-1], t)
+        a, b = per_train[k], per_train[k] + per_test[k]
+        xs.append(win[:a])
+        ys.append(s[t : t + a])
+        txs.append(win[a:b])
+        tys.append(s[t + a : t + b])
+    starts = np.concatenate([[0], np.cumsum(per_train)])
+    cat = lambda parts: torch.from_numpy(np.ascontiguousarray(np.concatenate(parts)))  # noqa: E731
+    return Dataset(
+        "shakespeare",
+        Split(cat(xs).to(TOKENS), cat(ys)),
+        Split(cat(txs).to(TOKENS), cat(tys)),
+        vocab,
+        (t,),
+        natural_clients=[np.arange(starts[k], starts[k + 1]) for k in range(speakers)],
+        notes={"users": str(speakers), "unknown_chars": "0"},
+    )
+
+
+@DATASETS.register("shakespeare", ShakespeareParams, standin=standin_shakespeare)
 def load_shakespeare(p: ShakespeareParams) -> Dataset:
     """LEAF's json under ``data.root`` if there (``source=auto|leaf``), else the ``shakespeare`` package's plays."""
     if p.download:

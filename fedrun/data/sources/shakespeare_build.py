@@ -112,7 +112,7 @@ def build_roles(folder: Path, key: str | None = None) -> Roles:
 
 def save(roles: Roles, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    arrays = {"lines": roles.lines, "codes": roles.codes, "offsets": roles.offsets}
+    arrays: dict[str, Any] = {"lines": roles.lines, "codes": roles.codes, "offsets": roles.offsets}
 
     def write_npz(tmp: Path) -> None:
         with open(tmp, "wb") as f:

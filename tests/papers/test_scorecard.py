@@ -1,0 +1,116 @@
+"""The scorecard: ours | paper | difference, reproduced within 1.5 points or our seed spread, the paper's
+column order, stand-in runs never compared; evidence records; ``fedrun-report --paper``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedrun.cli.report import main as report_main
+from fedrun.papers.scorecard import evidence_runs, load_cells, load_evidence, orders, scorecard
+from fedrun.papers.targets import BY_NAME
+
+LAW3 = BY_NAME["fedlaw-table3"]
+PRESET = "fedlaw_table3_fmnist_mlp"
+COLUMN = "FashionMNIST α=0.1 MLP"  # paper: FedAvg 85.11, FedProx 84.33, FedLAW 86.30
+
+
+def runs_of(method: str, accs: list[float], standin: bool = False, **config: object) -> list[dict]:
+    return [
+        {
+            "tags.preset": PRESET,
+            "tags.method": method,
+            "partition.alpha": 0.1,
+            "seed": 8 + i,
+            "status": "completed",
+            "summary.test_acc_last_k": a / 100,
+            "summary.data_standin": standin,
+            **config,
+        }
+        for i, a in enumerate(accs)
+    ]
+
+
+def card_line(card: pd.DataFrame, row: str) -> pd.Series:
+    return card[(card["row"] == row) & (card["column"] == COLUMN)].iloc[0]
+
+
+def test_cells_are_compared_within_tolerance_or_seed_spread() -> None:
+    runs = pd.DataFrame(
+        runs_of("FedAvg", [86.5, 86.5, 86.5])  # +1.39 from 85.11, no spread: reproduced
+        + runs_of("FedProx", [80.0, 83.0, 86.0])  # -1.33 ... mean 83.0: -1.33, reproduced
+        + runs_of("FedLAW", [83.9, 84.0, 84.1])  # -2.30 with std 0.10: not reproduced
+    )
+    card = scorecard(runs, LAW3)
+    assert set(card["column"]) == {COLUMN}  # only the cells our runs cover
+    avg, law = card_line(card, "FedAvg"), card_line(card, "FedLAW")
+    assert avg["ours"] == pytest.approx(86.5) and avg["paper"] == 85.11 and avg["difference"] == pytest.approx(1.39)
+    assert avg["reproduced"] and avg["n"] == 3
+    assert law["difference"] == pytest.approx(-2.30) and law["ours_std"] == pytest.approx(0.1)
+    assert not law["reproduced"]
+    wide = scorecard(pd.DataFrame(runs_of("FedLAW", [80.0, 84.0, 88.0])), LAW3)  # -2.30, std 4: within spread
+    assert card_line(wide, "FedLAW")["reproduced"]
+
+
+def test_the_papers_column_order_is_checked() -> None:
+    runs = pd.DataFrame(runs_of("FedAvg", [85.0]) + runs_of("FedLAW", [86.0]) + runs_of("FedProx", [84.0]))
+    order = orders(scorecard(runs, LAW3))
+    line = order[order["column"] == COLUMN].iloc[0]
+    assert line["paper order"] == "FedLAW > FedAvg > FedProx" and line["holds"]
+    swapped = pd.DataFrame(runs_of("FedAvg", [87.0]) + runs_of("FedLAW", [86.0]))
+    assert not orders(scorecard(swapped, LAW3))["holds"].iloc[0]
+
+
+def test_stand_in_runs_are_never_compared() -> None:
+    runs = pd.DataFrame(runs_of("FedAvg", [85.0, 85.2], standin=True) + runs_of("FedLAW", [86.0]))
+    card = scorecard(runs, LAW3)
+    avg = card_line(card, "FedAvg")
+    assert avg["n"] == 0 and np.isnan(avg["ours"]) and not avg["reproduced"] and "stand-in" in avg["note"]
+    assert orders(card).empty  # one real method left: no order to check
+    mixed = pd.DataFrame(runs_of("FedAvg", [10.0], standin=True) + runs_of("FedAvg", [85.0]))
+    assert card_line(scorecard(mixed, LAW3), "FedAvg")["ours"] == pytest.approx(85.0)
+
+
+def test_runs_without_tags_match_a_row_by_its_overrides() -> None:
+    # a plain `fedrun experiment=... algorithm=fedprox algorithm.mu=0.001 fl.momentum=0 fl.weight_decay=0` run
+    base = {"experiment": PRESET, "partition.alpha": 0.1, "status": "completed", "summary.test_acc_last_k": 0.84}
+    prox = {**base, "algorithm.name": "fedprox", "algorithm.mu": 0.001, "fl.momentum": 0.0, "fl.weight_decay": 0.0}
+    old = {**prox, "fl.momentum": 0.9, "fl.weight_decay": 5e-4}  # the old row's optimiser: not the paper's row
+    card = scorecard(pd.DataFrame([prox]), LAW3)
+    assert list(card["row"]) == ["FedProx"] and card["ours"].iloc[0] == pytest.approx(84.0)
+    assert scorecard(pd.DataFrame([old]), LAW3).empty
+
+
+def test_evidence_records_name_shipped_cells_and_give_the_readme_numbers() -> None:
+    cells = load_cells()
+    keys = set(zip(cells["paper"], cells["table"], cells["row"], cells["column"], strict=True))
+    records = load_evidence()
+    assert {r["id"] for r in records} >= {
+        "fedlaw_table3_fmnist_mlp_alpha0.1",
+        "fedcos_table2_fmnist_mlp_totally_noniid",
+        "fedcos_table4_fmnist_mlp_20pct",
+    }
+    for rec in records:
+        assert {"command", "commit", "seeds", "wall_time_s", "load", "cells"} <= rec.keys()
+        assert rec["preset"] in BY_NAME[rec["target"]].presets
+        for cell in rec["cells"]:
+            assert (rec["paper"], rec["table"], cell["row"], cell["column"]) in keys
+            assert {int(s) for s in cell["values"]} <= set(rec["seeds"])
+    card = scorecard(evidence_runs(), LAW3)
+    avg = card_line(card, "FedAvg")
+    assert avg["ours"] == pytest.approx((85.23 + 85.48 + 86.76) / 3) and avg["n"] == 3
+
+
+def test_report_paper_flag_prints_the_evidence_scorecard(capsys) -> None:  # noqa: ANN001
+    assert report_main(["--paper", "fedcos-table2"]) == 0
+    out = capsys.readouterr().out
+    assert "| II      | FedAvg       | Totally non-IID | 74.28  | 74.91   | -0.63" in out
+    assert "reproduced: 2 of 2 compared cells" in out
+
+
+def test_report_paper_flag_refuses_an_unknown_target(capsys, tmp_path) -> None:  # noqa: ANN001
+    assert report_main(["--paper", "fedlaw-table99"]) == 2
+    err = capsys.readouterr().err
+    assert "--paper: unknown target 'fedlaw-table99'; valid: fedima-table1" in err and err.count("\n") == 1
+    assert report_main([str(tmp_path / "missing"), "--paper", "fedlaw-table3"]) == 2

@@ -1,0 +1,40 @@
+"""The quality gates are one set of commands: `make lint` runs ruff, `ruff format --check` and mypy, CI runs
+`make lint`, and .pre-commit-config.yaml runs the same three; mypy checks core/ and host/ with every flag of
+``--strict``."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+GATES = ("ruff check fedrun tests scripts", "ruff format --check fedrun tests scripts", "mypy")
+STRICT = (  # `mypy --strict`'s flags that a per-module section can set
+    "disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls", "disallow_untyped_defs",
+    "disallow_incomplete_defs", "check_untyped_defs", "disallow_untyped_decorators", "warn_unused_ignores",
+    "warn_return_any", "no_implicit_reexport", "strict_equality", "extra_checks",
+)  # fmt: skip
+
+
+def test_make_lint_ci_and_pre_commit_run_the_same_gates() -> None:
+    recipe = re.search(r"^lint:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M)
+    assert recipe is not None
+    assert [line.strip().removeprefix("$(BIN)/") for line in recipe.group(1).splitlines()] == list(GATES)
+    assert "make lint" in (REPO / ".ci/run").read_text().splitlines()
+    hooks = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())["repos"]
+    assert [h["entry"].removeprefix(".venv/bin/") for repo in hooks for h in repo["hooks"]] == list(GATES)
+    assert all(repo["repo"] == "local" for repo in hooks)  # nothing fetched
+
+
+def test_mypy_is_declared_and_strict_on_the_bottom_layers() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert any(dep.startswith("mypy") for dep in cfg["project"]["optional-dependencies"]["dev"])
+    mypy = cfg["tool"]["mypy"]
+    assert mypy["packages"] == ["fedrun"] and "strict" not in mypy  # the whole package, non-strict baseline
+    strict = [o for o in mypy["overrides"] if {"fedrun.core.*", "fedrun.host.*"} <= set(o["module"])]
+    assert len(strict) == 1 and all(strict[0].get(flag) is True for flag in STRICT)
+    assert "strict" not in strict[0]  # mypy applies an override's `strict` to every module
