@@ -85,7 +85,7 @@ def sgd_step(
     ``optimizer.step()``); a zero-initialised buffer reproduces SGD's first-step ``b = g``.
     """
     if grad_clip is not None:
-        total = torch.sqrt(sum(g.pow(2).sum() for g in grads.values()))
+        total = torch.sqrt(torch.stack([g.pow(2).sum() for g in grads.values()]).sum())
         factor = torch.clamp(grad_clip / (total + 1e-6), max=1.0)
         grads = {k: g * factor for k, g in grads.items()}
     if weight_decay:

@@ -1,5 +1,18 @@
-"""``python -m fedrun.cli``: the ``fedrun`` command."""
+"""``python -m fedrun.cli`` (and the ``fedrun`` command): refuse memory limits too small for a run, and route
+signals from the first instruction, before Hydra, pandas and torch are imported (fedrun/host/interrupts.py)."""
 
-from fedrun.cli.main import main
+from __future__ import annotations
 
-main()
+
+def main() -> None:
+    from fedrun.host.interrupts import loading
+    from fedrun.host.limits import refuse_small_memory_limits
+
+    refuse_small_memory_limits()  # before the imports below, which a small limit makes fail
+    with loading("nothing was started; run the command again"):
+        from fedrun.cli.main import main as fedrun_main
+    fedrun_main()
+
+
+if __name__ == "__main__":
+    main()

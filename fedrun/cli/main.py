@@ -46,17 +46,23 @@ from rich.table import Table
 from fedrun.cli import compose_checks, hydra_patches, sweeps
 from fedrun.config import location as conf_location
 from fedrun.config.schema import RunSpec, store_schemas, validate
+from fedrun.core import safe_yaml
 from fedrun.core.errors import ConfigError, DataError, ResumeError
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.host.interrupts import Interrupted, exit_code, interrupts, signal_name
+from fedrun.host.limits import refuse_small_memory_limits
 from fedrun.storage.atomic import WriteError, remove_stale_temps
 from fedrun.storage.rundir import ERROR_LOG, SUMMARY_FORMAT, RunDir, Summary
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
+# what to do after a signal ended the command (fedrun/host/interrupts.py)
+SWEEP_AFTER = "the same command (same hydra.sweep.dir) resumes a sweep"
+RUN_AFTER = "re-running the same command starts the run, or resumes it from its last checkpoint"
 
 sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
 store_schemas()  # each group option composes on its component's schema (conf/<group>/*.yaml defaults)
+safe_yaml.install()  # before Hydra or OmegaConf reads any YAML: aliases bounded (YAML bombs), in every process
 
 
 def one_line(message: str) -> str:
@@ -198,7 +204,11 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
     rd = RunDir.for_attempt(run_dir)
     name = label or str(run_dir)
     try:
-        with interrupts(name):
+
+        def interrupted(signum: int) -> None:  # the process ends at once (a second signal, or one inside an import)
+            rd.set_status("interrupted", f"interrupted by {signal.Signals(signum).name}", only_running=True)
+
+        with interrupts(name, SWEEP_AFTER if multirun else RUN_AFTER, on_exit=interrupted):
             rd.check_links("hydra.sweep.dir" if multirun else "hydra.run.dir")
             if rd.foreign():
                 raise ConfigError(
@@ -236,9 +246,9 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
         return None
     except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
         rd.set_status("interrupted", f"interrupted by {signal_name(e)}", only_running=True)
+        if multirun:  # the sweep's one line names the job (main)
+            raise _in_job(e, name) from None
         print(f"fedrun: {name}: interrupted by {signal_name(e)}; {_resume_hint(run_dir)}", file=sys.stderr)
-        if multirun:
-            raise
         sys.exit(exit_code(e))
     except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
         if not rd.started:  # e.g. a config that validation cannot even read: the directory is not this run's
@@ -259,16 +269,23 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
     elif not spec.output.quiet:
         print_summary(summary, out)
     if summary["status"] == "interrupted":
-        print(f"fedrun: {name}: {summary['error']}; {_resume_hint(run_dir)}", file=sys.stderr)
         interrupt = Interrupted(signal.Signals[summary.get("signal", "SIGINT")])
         if multirun:
-            raise interrupt  # the sweep stops: summary.json is written
+            raise _in_job(interrupt, name)  # the sweep stops: summary.json is written
+        print(f"fedrun: {name}: {summary['error']}; {_resume_hint(run_dir)}", file=sys.stderr)
         sys.exit(exit_code(interrupt))
     if summary["status"] != "completed":
         print(f"fedrun: {name}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
         if not multirun:
             sys.exit(1)
     return objective(summary, spec)
+
+
+def _in_job(e: KeyboardInterrupt, job: str) -> Interrupted:
+    """The interrupt that stops a sweep, naming the job it stopped in (for :func:`main`'s one line)."""
+    interrupt = e if isinstance(e, Interrupted) else Interrupted()
+    interrupt.job = job  # type: ignore[attr-defined]
+    return interrupt
 
 
 def _resume_hint(run_dir: Path) -> str:
@@ -338,7 +355,16 @@ def _fail(message: str) -> NoReturn:
     sys.exit(EXIT_BAD_INPUT)
 
 
+def is_sweep(args: list[str]) -> bool:
+    """Whether the command line asks Hydra for a multirun (a sweep)."""
+    return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN" for a in args)
+
+
 def main() -> None:
+    """The ``fedrun`` command. A signal at any moment ends it with 128 + the signal's number and one line
+    (fedrun/host/interrupts.py), from the first instruction when started as ``fedrun`` or ``python -m fedrun.cli``
+    (fedrun/cli/__main__.py), whose imports are routed too."""
+    refuse_small_memory_limits()
     tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
     hydra_patches.report_with(_run_and_report)
     compose_checks.install()
@@ -346,14 +372,17 @@ def main() -> None:
     sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]
     args = sys.argv[1:]
     dirs = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
+    after = SWEEP_AFTER if is_sweep(args) else RUN_AFTER
     try:
-        if dirs:
-            resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
-            return
-        _job()
-    except KeyboardInterrupt as e:  # Ctrl-C while composing, or a sweep stopped by an interrupted job
-        why = "the same command (same hydra.sweep.dir) resumes a sweep"
-        print(f"fedrun: stopped by {signal_name(e)}; {why}", file=sys.stderr)
+        with interrupts("", after):  # composing, and a sweep between its jobs; each job routes its own
+            if dirs:
+                resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
+                return
+            _job()
+    except KeyboardInterrupt as e:  # a signal while composing, or a sweep stopped by an interrupted job
+        job = getattr(e, "job", None)
+        where = f" (stopped in {job})" if job else ""
+        print(f"fedrun: stopped by {signal_name(e)}; {after}{where}", file=sys.stderr)
         sys.exit(exit_code(e))
 
 

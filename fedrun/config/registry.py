@@ -94,7 +94,7 @@ def _schema_type(tp: Any) -> Any:
     return tp
 
 
-def _default(f: dataclasses.Field) -> Any:
+def _default(f: dataclasses.Field[Any]) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=f.default_factory)
     return dataclasses.field(default=f.default)
@@ -135,21 +135,23 @@ def build_params(cls: type[T], node: Mapping[str, Any], prefix: str, ignore: tup
     out-of-range values by the dataclass's ``__post_init__``, which raises ConfigError with the bare field
     name. Every error is a ConfigError naming ``prefix.field``.
     """
-    fields = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # a params dataclass
     values = {key: value for key, value in node.items() if key not in ignore}
     for key in values:
         if key not in fields:
             valid = ", ".join(sorted(fields)) or "(none)"
             raise ConfigError(f"{prefix}.{key}", f"unknown key; valid keys: {valid}")
     try:
-        kwargs = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema_of(cls)), values), resolve=False)
+        schema = OmegaConf.structured(schema_of(cls))  # type: ignore[arg-type]  # a dataclass type
+        kwargs = OmegaConf.to_container(OmegaConf.merge(schema, values), resolve=False)
     except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None)
-        raise ConfigError(f"{prefix}.{key}" if key else prefix, str(e).splitlines()[0]) from None
+        full_key = getattr(e, "full_key", None)
+        raise ConfigError(f"{prefix}.{full_key}" if full_key else prefix, str(e).splitlines()[0]) from None
     assert isinstance(kwargs, dict)
-    _check_choices_and_finite(cls, kwargs, prefix)
+    checked = {str(k): v for k, v in kwargs.items()}
+    _check_choices_and_finite(cls, checked, prefix)
     try:
-        return cls(**{str(k): v for k, v in kwargs.items()})
+        return cls(**checked)
     except ConfigError as e:
         raise ConfigError(f"{prefix}.{e.field}", e.message) from None
 

@@ -5,18 +5,36 @@ Inside :func:`interrupts` (a run's whole life, start-up included) the first of t
 writes its summary and exits with 128 + the signal's number (a sweep stops). A second signal while the run
 is finishing up prints one line and exits at once with that code: atomic writes leave no half file, and
 re-running the command resumes from the last checkpoint.
+
+No exception is raised while Python imports a module (fedrun imports torch and the methods' code lazily, in
+the first second of a run, and torch imports more of itself in the first rounds): one inside ``import torch``
+left a partially initialised module, blamed on the input, and crashed the interpreter. Inside
+:func:`interrupts` the first signal then waits until the import is done (a watcher thread re-sends it to the
+main thread once no import is under way), so the run ends as above; a second signal during the import prints
+one line and ends the process at once (``os._exit``, 128 + its number). While the command's own modules load
+(:func:`loading`), before anything is written, any signal does the latter.
+
+A signal that was ignored when the process started stays ignored, as POSIX tools expect: ``nohup fedrun ...``
+ignores SIGHUP, so the run goes on after logout; a job started with ``&`` by a non-interactive shell (a script)
+ignores SIGINT (and SIGQUIT), so a Ctrl-C meant for the script's foreground leaves it running. SIGTERM, which
+neither ignores, still interrupts such a run as above.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+# Read when this module is first imported, before fedrun installs any handler: what the process inherited.
+IGNORED_AT_START = frozenset(int(s) for s in SIGNALS if signal.getsignal(s) == signal.SIG_IGN)
+_IMPORTING = "<frozen importlib._bootstrap"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -30,6 +48,11 @@ class Interrupted(KeyboardInterrupt):
         return type(self), (self.signum,)
 
 
+def handled_signals() -> tuple[int, ...]:
+    """The signals fedrun routes: SIGINT, SIGTERM and SIGHUP, less those the process inherited as ignored."""
+    return tuple(int(s) for s in SIGNALS if int(s) not in IGNORED_AT_START)
+
+
 def signal_name(e: BaseException) -> str:
     """``SIGTERM``... for an :class:`Interrupted`; ``SIGINT`` (Ctrl-C) for a plain KeyboardInterrupt."""
     return signal.Signals(e.signum).name if isinstance(e, Interrupted) else "SIGINT"
@@ -40,31 +63,102 @@ def exit_code(e: BaseException) -> int:
     return 128 + (e.signum if isinstance(e, Interrupted) else int(signal.SIGINT))
 
 
+def importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (a signal handler's) is inside Python's import machinery."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_IMPORTING):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr may be gone with the terminal (SIGHUP)
+        print(line, file=sys.stderr, flush=True)
+
+
 @contextmanager
-def interrupts(label: str) -> Iterator[None]:
-    """Route SIGINT, SIGTERM and SIGHUP as described in the module docstring for the ``with`` block (in the main
-    thread only: elsewhere Python cannot install handlers, and the block runs unchanged)."""
+def interrupts(
+    label: str,
+    after: str = "re-run the same command to resume from the last checkpoint",
+    on_exit: Callable[[int], None] | None = None,
+) -> Iterator[None]:
+    """Route the :func:`handled_signals` as described in the module docstring for the ``with`` block (in the
+    main thread only: elsewhere Python cannot install handlers, and the block runs unchanged).
+
+    ``label`` names what is stopped (a run dir, a sweep's job; none: the command); ``after`` says what to do
+    next, in the line printed when a second signal ends the process; ``on_exit(signum)`` is called then, before
+    the process ends, to record the interruption (its errors are ignored).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     seen: list[int] = []
+    deferred: list[int] = []  # a first signal that arrived inside an import, until it is re-sent
+    resent = threading.Event()  # set by the watcher just before it re-sends: that delivery is not a new signal
+    done = threading.Event()
+    main_id = threading.main_thread().ident
 
-    def handler(signum: int, frame: object) -> None:
-        seen.append(signum)
+    def watch(signum: int) -> None:
+        while not done.wait(0.005):
+            frame = sys._current_frames().get(main_id or 0)
+            if frame is None or not importing(frame):
+                if not done.is_set() and main_id is not None:
+                    resent.set()
+                    signal.pthread_kill(main_id, signum)
+                return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if resent.is_set() and deferred and signum == deferred[-1]:
+            resent.clear()
+            deferred.clear()
+        else:
+            seen.append(signum)
+        in_import = importing(frame)
         if len(seen) == 1:
-            raise Interrupted(signum)
-        with contextlib.suppress(OSError, ValueError):  # stderr may be gone with the terminal (SIGHUP)
-            name = signal.Signals(signum).name
-            print(
-                f"fedrun: {label}: {name} again: stopping now, without finishing up; re-run the command to resume"
-                " from the last checkpoint",
-                file=sys.stderr,
-                flush=True,
-            )
-        raise SystemExit(128 + signum)
+            if not in_import:
+                raise Interrupted(signum)
+            deferred.append(signum)
+            threading.Thread(target=watch, args=(signum,), name="fedrun-interrupt", daemon=True).start()
+            return
+        where = f"{label}: " if label else ""
+        _say(f"fedrun: {where}{signal.Signals(signum).name} again: stopping now, without finishing up; {after}")
+        if on_exit is not None:
+            with contextlib.suppress(Exception):
+                on_exit(signum)
+        if not in_import:
+            raise SystemExit(128 + signum)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os._exit(128 + signum)  # no exception may surface inside an import: it would leave the module half made
 
-    previous = {s: signal.getsignal(s) for s in SIGNALS}
-    for s in SIGNALS:
+    signums = handled_signals()
+    previous = {s: signal.getsignal(s) for s in signums}
+    for s in signums:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        done.set()
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if deferred:  # the block ended before the watcher re-sent the signal
+        raise Interrupted(deferred[-1])
+
+
+@contextmanager
+def loading(after: str) -> Iterator[None]:
+    """While the command's modules load (before :func:`interrupts` can help): any of the :func:`handled_signals`
+    prints ``fedrun: stopped by SIG...; <after>`` and ends the process with 128 + its number at once. Nothing
+    has been written yet, and no exception may surface inside an import (see the module docstring)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        _say(f"fedrun: stopped by {signal.Signals(signum).name}; {after}")
+        os._exit(128 + signum)
+
+    signums = handled_signals() if threading.current_thread() is threading.main_thread() else ()
+    previous = {s: signal.getsignal(s) for s in signums}
+    for s in signums:
         signal.signal(s, handler)
     try:
         yield

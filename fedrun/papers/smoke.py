@@ -11,6 +11,7 @@ has (:data:`REAL_DATA`) get no stand-in: their smoke runs train on the real data
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from fedrun.config.location import CONF_DIR  # the folder of the package fedrun.conf
+from fedrun.config.registry import ALGORITHMS
 
 SMOKE = {
     "rounds": 2,
@@ -141,9 +143,15 @@ def server_epochs(node: dict[str, Any]) -> int:
 
 @functools.cache
 def algorithm_yaml(name: str) -> dict[str, Any]:
-    """conf/algorithm/<name>.yaml as a dict (empty when there is none)."""
+    """The algorithm option ``name`` as a dict: its params dataclass's defaults under conf/algorithm/<name>.yaml's
+    values (the YAML states only the paper's values; empty when there is no such option)."""
     path = CONF_DIR / "algorithm" / f"{name}.yaml"
-    return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}  # type: ignore[return-value]
+    if not path.is_file():
+        return {}
+    node: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(path))  # type: ignore[assignment]
+    node.pop("defaults", None)
+    params = ALGORITHMS.get(name).params if name in ALGORITHMS.names() else None
+    return {**dataclasses.asdict(params()), **node} if params is not None else node
 
 
 def smoke_run_seconds(cfg: dict[str, Any], settings: dict[str, str], algorithm: str = "fedavg") -> tuple[float, bool]:

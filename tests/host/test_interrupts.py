@@ -113,11 +113,112 @@ def test_an_interrupt_writes_the_summary_then_exits_or_stops_the_sweep(
     cfg = compose_cfg([*SMALL, "hardware.engine=sequential", f"cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(KeyboardInterrupt if multirun else SystemExit) as e:
         cli.execute(cfg, run_dir, multirun=multirun, label="job 0 [x=1]" if multirun else "")
-    if multirun:
-        assert isinstance(e.value, Interrupted) and e.value.signum == signal.SIGTERM  # for fedrun.cli.main.main
+    err = capsys.readouterr().err
+    if multirun:  # for fedrun.cli.main.main, which prints the sweep's one line naming the job
+        assert isinstance(e.value, Interrupted) and e.value.signum == signal.SIGTERM
+        assert e.value.job == "job 0 [x=1]" and "re-run the same command" not in err  # its run log only
     else:
         assert e.value.code == 128 + signal.SIGTERM
+        assert "interrupted by SIGTERM; re-run the same command to resume" in err
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "interrupted" and s["error"] == "interrupted by SIGTERM" and s["rounds_completed"] == 2
     assert load_checkpoint(run_dir / CHECKPOINT_FILE).round == 2
-    assert "interrupted by SIGTERM; re-run the same command to resume" in capsys.readouterr().err
+
+
+# A child that routes signals as fedrun does, then imports a slow module or works for a while; it tells the test
+# (file ``ready``) when the moment has come.
+CHILD = """
+import pathlib, sys, time
+from fedrun.host.interrupts import exit_code, interrupts, loading, signal_name
+mode = sys.argv[1]
+record = lambda signum: pathlib.Path("recorded").write_text(str(signum))
+ctx = loading("run it again") if mode.startswith("loading") else interrupts("job 0", "run it again", record)
+try:
+    with ctx:
+        if mode.endswith("import"):
+            import slowmod
+        else:
+            pathlib.Path("ready").touch()
+            for _ in range(150):
+                time.sleep(0.01)
+except KeyboardInterrupt as e:
+    print("caught", signal_name(e), "slowmod" in sys.modules)  # True: the import was let finish
+    sys.exit(exit_code(e))
+print("finished")
+"""
+SLOWMOD = "import pathlib, time\npathlib.Path('ready').touch()\nfor _ in range(100):\n    time.sleep(0.01)\n"
+HUP, INT, TERM = signal.SIGHUP, signal.SIGINT, signal.SIGTERM
+AGAIN = "fedrun: job 0: {} again: stopping now, without finishing up; run it again"
+# The sweep-signal table, moments and inheritances: (case, mode, ignored at start, sent, exit code, stderr, stdout).
+# Before: a signal inside an import raised there (a 33-line traceback, a half-imported torch, crashes); SIGHUP
+# under nohup and SIGINT in a job started with & by a script ended the run.
+SWEEP_SIGNAL = [
+    ("sigint-inside-an-import", "import", (), (INT,), 130, "", "caught SIGINT True"),
+    ("sigterm-inside-an-import", "import", (), (TERM,), 143, "", "caught SIGTERM True"),
+    ("sigint-twice-inside-an-import", "import", (), (INT, INT), 130, AGAIN.format("SIGINT"), ""),
+    ("sigterm-then-sighup-inside-an-import", "import", (), (TERM, HUP), 129, AGAIN.format("SIGHUP"), ""),
+    ("sighup-while-loading", "loading-import", (), (HUP,), 129, "fedrun: stopped by SIGHUP; run it again", ""),
+    ("sigint-while-loading", "loading-import", (), (INT,), 130, "fedrun: stopped by SIGINT; run it again", ""),
+    ("sigterm-mid-work", "work", (), (TERM,), 143, "", "caught SIGTERM False"),
+    ("sighup-under-nohup", "work", (HUP,), (HUP,), 0, "", "finished"),
+    ("sigint-under-&-from-a-script", "work", (INT,), (INT,), 0, "", "finished"),
+    ("sighup-under-nohup-while-loading", "loading-import", (HUP,), (HUP,), 0, "", "finished"),
+    ("sigterm-under-nohup", "work", (HUP, INT), (HUP, INT, TERM), 143, "", "caught SIGTERM False"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "mode", "ignored", "sent", "code", "err", "out"), SWEEP_SIGNAL, ids=[c[0] for c in SWEEP_SIGNAL]
+)
+def test_sweep_signal_table(
+    tmp_path: Path, case: str, mode: str, ignored: tuple, sent: tuple, code: int, err: str, out: str
+) -> None:
+    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "slowmod.py").write_text(SLOWMOD)
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+
+    def inherit() -> None:  # what nohup (SIGHUP) and a script's `&` (SIGINT) do before exec
+        for s in ignored:
+            signal.signal(s, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "child.py"), mode], cwd=tmp_path, env=env, preexec_fn=inherit,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
+    for s in sent:
+        proc.send_signal(s)
+        time.sleep(0.05)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    assert stderr.strip() == err and stdout.strip() == out
+    recorded = tmp_path / "recorded"  # on_exit: only when a second signal ends the process at once
+    assert recorded.read_text() == str(int(sent[-1])) if len(sent) == 2 and not ignored else not recorded.exists()
+
+
+def test_a_signal_ignored_at_start_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fedrun.host.interrupts as mod
+
+    monkeypatch.setattr(mod, "IGNORED_AT_START", frozenset({int(signal.SIGHUP)}))
+    assert mod.handled_signals() == (signal.SIGINT, signal.SIGTERM)
+    before = signal.getsignal(signal.SIGHUP)
+    with interrupts("x"):
+        assert signal.getsignal(signal.SIGHUP) is before
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+
+
+def test_a_second_signal_to_the_command_names_no_job(capsys: pytest.CaptureFixture) -> None:
+    """fedrun.cli.main.main routes signals with no label (composing, between a sweep's jobs)."""
+    with pytest.raises(SystemExit) as e, interrupts("", "the same command resumes a sweep"):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except Interrupted:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    assert e.value.code == 130
+    err = capsys.readouterr().err
+    assert err == "fedrun: SIGINT again: stopping now, without finishing up; the same command resumes a sweep\n"
