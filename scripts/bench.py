@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from bench_ray import RAY_DESC, RAY_WORKLOAD, measure_ray, print_ray  # noqa: E402
 
 from fedrun.host.allocator import tune_glibc_malloc  # noqa: E402
+from fedrun.storage.rundir import RunDir  # noqa: E402
 
 COMMON = ["algorithm=fedavg", "fl.batch_size=50", "fl.local_epochs=1", "fl.lr=0.05", "fl.momentum=0.0", "seed=0"]
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -588,7 +589,8 @@ def end_to_end(device: str, threads: int, timeout: float) -> dict[str, Any]:
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
         wall = time.perf_counter() - t0
-        summary = json.loads((Path(tmp) / "run" / "summary.json").read_text()) if p.returncode == 0 else {}
+        done = RunDir(Path(tmp) / "run").read_summary() if p.returncode == 0 else None
+        summary = done.fields if done else {}
     return {
         "threads": threads,
         "wall_s": wall,

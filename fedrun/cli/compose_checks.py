@@ -13,7 +13,9 @@ read and :func:`check_composed` before anything is instantiated or written. Each
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from hydra.core.object_type import ObjectType
@@ -29,6 +31,7 @@ from fedrun.cli import hydra_patches
 from fedrun.cli.hydra_patches import ConfigLoaderImpl
 from fedrun.config.schema import config_node
 from fedrun.core.errors import ConfigError
+from fedrun.storage.rundir import RunDir, note_before_attempt
 
 # The only code a composed config may name: Hydra's own launchers and sweepers (Hydra itself allows no
 # other plugin module), Optuna's samplers, and the SQLite helper of conf/hydra/sweeper/optuna_tpe.yaml.
@@ -164,6 +167,19 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
             raise ConfigError(key, str(e).splitlines()[0]) from None
         if not text.strip():
             raise ConfigError(key, "is empty: the run would write into the current directory; give a directory")
+        if key == "hydra.sweep.subdir":
+            check_subdir(key, text)
+        else:
+            check_not_cwd(key, text)
+    output_subdir = OmegaConf.select(cfg, "hydra.output_subdir")
+    if output_subdir is not None:
+        check_subdir("hydra.output_subdir", str(output_subdir))
+    if run_mode == RunMode.RUN:
+        check_run_dir(Path(os.path.abspath(str(OmegaConf.select(cfg, "hydra.run.dir")))), output_subdir)
+    else:
+        job_dir = _sweep_job_dir(cfg)
+        if job_dir is not None:
+            check_run_dir(job_dir, output_subdir, key="hydra.sweep.dir")
     for o in parsed:
         if o.is_hydra_override() or o.is_delete():
             continue
@@ -181,6 +197,60 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
             for value in _values(o):
                 if value is not None and not isinstance(value, bool):
                     raise ConfigError(key, f"expected true or false, got {shorten(repr(value))}")
+
+
+def check_not_cwd(key: str, text: str) -> None:
+    """Refuse a run or sweep directory that is the current directory or one above it: fedrun would write its
+    files (and Hydra its record) among the user's."""
+    where, cwd = Path(text).resolve(), Path.cwd().resolve()
+    if where == cwd or where in cwd.parents:
+        raise ConfigError(
+            key,
+            f"{shorten(text)!r} is the current directory or one above it, where the run's files would mix with"
+            " yours; valid: a directory of its own (e.g. outputs/<name>)",
+        )
+
+
+def check_subdir(key: str, text: str) -> None:
+    """Refuse a sub-folder (``hydra.sweep.subdir``, ``hydra.output_subdir``) that is not a folder below its
+    parent: an absolute path, or one that ``..`` takes out of it (or to the parent itself)."""
+    norm = os.path.normpath(text)
+    if Path(text).is_absolute() or norm == "." or norm == ".." or norm.startswith(("../", "..\\")):
+        raise ConfigError(
+            key,
+            f"{shorten(text)!r} is not a folder below its directory, so Hydra or fedrun would write outside it;"
+            " valid: a relative name without '..' (e.g. .hydra)",
+        )
+
+
+def _sweep_job_dir(cfg: DictConfig) -> Path | None:
+    """The directory a job composed as ``cfg`` runs in (``hydra.sweep.dir``/``hydra.sweep.subdir``), when it can be
+    told before Hydra numbers the job (fedrun's subdir, a hash of the job's config, can); else None."""
+    try:
+        sweep_dir, subdir = OmegaConf.select(cfg, "hydra.sweep.dir"), OmegaConf.select(cfg, "hydra.sweep.subdir")
+    except Exception:  # noqa: BLE001 - e.g. ${hydra.job.num}, set only when the job runs
+        return None
+    if sweep_dir is None or subdir is None:
+        return None
+    check_subdir("hydra.sweep.subdir", str(subdir))  # as resolved (``${oc.env:X}``): still a folder below
+    return Path(os.path.abspath(os.path.join(str(sweep_dir), str(subdir))))
+
+
+def check_run_dir(run_dir: Path, output_subdir: Any, key: str = "hydra.run.dir") -> None:
+    """Before Hydra writes its record into ``run_dir``: refuse symlinks there that leave it (Hydra's record, the
+    log, the lock: :meth:`~fedrun.storage.rundir.RunDir.check_links`), and note what the directory holds, so a
+    refused run removes only what this attempt wrote (:func:`~fedrun.storage.rundir.note_before_attempt`)."""
+    rd = RunDir(run_dir)
+    rd.check_links(key)
+    if output_subdir is not None:
+        record = run_dir / str(output_subdir)
+        if record.is_symlink() and not record.resolve().is_relative_to(run_dir.resolve()):
+            raise ConfigError(
+                "hydra.output_subdir",
+                f"{record} is a symlink to {os.readlink(record)}, outside the run dir, and Hydra would write its"
+                " record through it; valid: a run dir without it",
+            )
+    note_before_attempt(run_dir)
 
 
 def _checked(

@@ -1,10 +1,11 @@
 """``fedrun``: the Hydra entry point.
 
 Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job validates its
-config, runs, and writes its files into its own run directory. Bad input of any kind ends with one line
-on stderr naming the field and the valid choices, exit code 2, and nothing but ``error.txt`` (beside
-Hydra's ``.hydra/`` record of the job) in the run directory. In a multirun a failing job is recorded and
-the sweep goes on.
+config, runs, and writes its files into its own run directory (fedrun/storage/rundir.py owns its layout).
+Bad input of any kind ends with one line on stderr naming the field and the valid choices, exit code 2, and
+nothing but ``error.txt`` (beside Hydra's ``.hydra/`` record of the job) in a new run directory; a directory
+that held anything before keeps it as it was, and one that is not empty and holds no fedrun run is refused.
+In a multirun a failing job is recorded and the sweep goes on.
 
 Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
 run's last checkpoint and skips a run that already finished; a directory holding a run of a different
@@ -26,9 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import re
-import shutil
 import signal
 import sys
 import traceback
@@ -52,8 +51,8 @@ from fedrun.core.errors import ConfigError, DataError, ResumeError
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.host.interrupts import Interrupted, exit_code, interrupts, signal_name
 from fedrun.host.limits import refuse_small_memory_limits
-from fedrun.storage.atomic import WriteError, atomic_write, remove_stale_temps, write_json
-from fedrun.storage.lock import run_dir_lock
+from fedrun.storage.atomic import WriteError, remove_stale_temps
+from fedrun.storage.rundir import ERROR_LOG, SUMMARY_FORMAT, RunDir, Summary
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -136,23 +135,15 @@ def sqlite_storage(path: str) -> str:
 
 def objective(summary: dict[str, Any], spec: RunSpec) -> float | None:
     """The value a completed run returns to a sweeper: summary.json's ``test_acc_<output.objective>``."""
-    value = summary.get(f"test_acc_{spec.output.objective}") if summary.get("status") == "completed" else None
-    return None if value is None else float(value)
+    return Summary(SUMMARY_FORMAT, summary).test_acc(spec.output.objective)
 
 
-def _reject(run_dir: Path, message: str, multirun: bool, wipe: bool = True) -> None:
-    """Bad input: leave only error.txt (and Hydra's own record of the job, ``.hydra/``, from which fedrun-report
-    labels the failed run) in the run directory, print one line, exit 2 (a sweep goes on).
-
-    With ``wipe=False`` (the directory holds an earlier run: its checkpoint, metrics...) nothing is touched.
-    """
-    if wipe:
-        for child in run_dir.iterdir() if run_dir.is_dir() else []:
-            if child.name == ".hydra":
-                continue
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(run_dir / "error.txt", message + "\n")
+def _reject(rd: RunDir, message: str, multirun: bool) -> None:
+    """Bad input: remove only what this attempt wrote (:meth:`RunDir.refuse`: a fresh run directory keeps
+    error.txt and Hydra's record of the job, ``.hydra/``, from which fedrun-report labels the refused run; one
+    that held anything before is left as it was), print one line, exit 2 (a sweep goes on)."""
+    with contextlib.suppress(OSError):
+        rd.refuse(message)
     print(f"fedrun: error: {message}", file=sys.stderr)
     if not multirun:
         sys.exit(EXIT_BAD_INPUT)
@@ -189,6 +180,11 @@ def _job(cfg: DictConfig) -> float | None:
     if not multirun:
         return execute(cfg, run_dir, multirun)
     label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]"
+    sweep_dir = Path(hc.sweep.dir).resolve()
+    if sweep_dir not in run_dir.resolve().parents:  # hydra.sweep.subdir resolved to a path outside the sweep dir
+        why = f"{label} would run in {run_dir}, outside {sweep_dir}; valid: a folder below hydra.sweep.dir"
+        print(f"fedrun: error: hydra.sweep.subdir: {why}", file=sys.stderr)
+        return None
     sweeps.record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
     return execute(cfg, run_dir, multirun, label)  # an interrupted job re-raises: the sweep stops
 
@@ -196,21 +192,30 @@ def _job(cfg: DictConfig) -> float | None:
 def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> float | None:
     """Validate, then start, continue, extend or skip the run in ``run_dir``; report the outcome (exit codes).
 
-    The run holds ``run_dir``'s lock for its whole life (fedrun/storage/lock.py). Ctrl-C, SIGTERM and SIGHUP end it
+    The run holds ``run_dir``'s lock for its whole life (fedrun/storage/lock.py). Anything that fails before the run
+    starts (:meth:`RunDir.start`) is bad input: one line, exit 2, and the directory keeps what it held (a directory
+    that is not empty and holds no fedrun run is refused first). Once started, Ctrl-C, SIGTERM and SIGHUP end it
     as ``interrupted`` (fedrun/host/interrupts.py): in a single run the process exits with 128 + the signal's number;
     in a multirun the KeyboardInterrupt is re-raised once summary.json is written, so the sweep stops. A file
     that cannot be written (full disk, read-only directory) ends the run in one line naming it: exit 1, or 2
     for a directory that is not writable. Returns the run's :func:`objective` (also for a completed run that is
     skipped), None for any other outcome.
     """
-    earlier = (run_dir / "config.yaml").is_file()  # an earlier run's files are never wiped
+    rd = RunDir.for_attempt(run_dir)
     name = label or str(run_dir)
     try:
 
         def interrupted(signum: int) -> None:  # the process ends at once (a second signal, or one inside an import)
-            mark_status(run_dir, "interrupted", f"interrupted by {signal.Signals(signum).name}", only_running=True)
+            rd.set_status("interrupted", f"interrupted by {signal.Signals(signum).name}", only_running=True)
 
         with interrupts(name, SWEEP_AFTER if multirun else RUN_AFTER, on_exit=interrupted):
+            rd.check_links("hydra.sweep.dir" if multirun else "hydra.run.dir")
+            if rd.foreign():
+                raise ConfigError(
+                    "hydra.sweep.dir" if multirun else "hydra.run.dir",
+                    f"{run_dir} is not empty and holds no fedrun run, so fedrun leaves it as it is;"
+                    " valid: a new or empty directory, or one of a fedrun run",
+                )
             spec = validate(cfg)
             spec.data.params.root = to_absolute_path(spec.data.params.root)
             spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None
@@ -220,36 +225,39 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
             from fedrun.run.loop import run
             from fedrun.run.recorder import run_log
 
-            with run_dir_lock(run_dir):
+            with rd.lock():
                 if spec.cache_dir:
                     remove_stale_temps(Path(spec.cache_dir))
-                prior = check_run_dir(run_dir, spec.raw)
+                prior = check_run_dir(rd, spec.raw)
                 if prior in FINISHED:
                     print(f"fedrun: {name}: already {prior}; skipped (a new run needs a new run dir)", file=sys.stderr)
                     if prior != "completed" and not multirun:
                         sys.exit(1)
                     redraw_curves(run_dir, spec)
-                    return objective(json.loads((run_dir / "summary.json").read_text()), spec)
-                atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(spec.raw))
-                with run_log(run_dir, echo=name if multirun else None):
-                    summary = run(spec, run_dir)
-    except ResumeError as e:
-        return _reject(run_dir, str(e), multirun, wipe=False)
-    except (ConfigError, DataError) as e:
-        return _reject(run_dir, str(e), multirun, wipe=not earlier)
+                    done = rd.summary()
+                    return done.test_acc(spec.output.objective) if done else None
+                with run_log(rd, echo=name if multirun else None):
+                    summary = run(spec, rd)
+    except (ConfigError, DataError, ResumeError) as e:
+        _reject(rd, str(e), multirun)
+        return None
     except WriteError as e:
-        return _write_failed(run_dir, e, multirun)
+        _write_failed(rd, e, multirun)
+        return None
     except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
-        mark_status(run_dir, "interrupted", f"interrupted by {signal_name(e)}", only_running=True)
+        rd.set_status("interrupted", f"interrupted by {signal_name(e)}", only_running=True)
         if multirun:  # the sweep's one line names the job (main)
             raise _in_job(e, name) from None
         print(f"fedrun: {name}: interrupted by {signal_name(e)}; {_resume_hint(run_dir)}", file=sys.stderr)
         sys.exit(exit_code(e))
     except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
+        if not rd.started:  # e.g. a config that validation cannot even read: the directory is not this run's
+            _reject(rd, f"{type(e).__name__}: {e}", multirun)
+            return None
         with contextlib.suppress(OSError):
-            atomic_write(run_dir / "error.log", traceback.format_exc())
-        mark_status(run_dir, "failed", f"{type(e).__name__}: {e}")
-        print(f"fedrun: job failed: {type(e).__name__}: {e} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
+            rd.write_error_log(traceback.format_exc())
+        rd.set_status("failed", f"{type(e).__name__}: {e}")
+        print(f"fedrun: job failed: {type(e).__name__}: {e} (traceback in {run_dir / ERROR_LOG})", file=sys.stderr)
         if not multirun:
             sys.exit(1)
         return None
@@ -281,46 +289,31 @@ def _in_job(e: KeyboardInterrupt, job: str) -> Interrupted:
 
 
 def _resume_hint(run_dir: Path) -> str:
-    from fedrun.run.checkpoint import CHECKPOINT_FILE
-
-    if (run_dir / CHECKPOINT_FILE).is_file():
+    if RunDir(run_dir).checkpoint_file.is_file():
         return "re-run the same command to resume from the last checkpoint"
     return "no checkpoint was written yet, so re-running the command starts the run over"
 
 
-def _write_failed(run_dir: Path, e: WriteError, multirun: bool) -> None:
+def _write_failed(rd: RunDir, e: WriteError, multirun: bool) -> None:
     """A run file could not be written: one line naming it and its folder. A folder that is not writable is bad
     input (exit 2); a full disk (or another I/O error) fails the run (exit 1), marked in summary.json where that
-    can still be written; re-running after freeing space resumes from the last checkpoint."""
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    can still be written (by the process that started the run only); re-running after freeing space resumes from
+    the last checkpoint."""
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP):
         print(f"fedrun: error: {e}; valid: a run directory you can write to", file=sys.stderr)
         code = EXIT_BAD_INPUT
     else:
-        mark_status(run_dir, "failed", str(e))
-        print(f"fedrun: error: {e}; free some space, then {_resume_hint(run_dir)}", file=sys.stderr)
+        rd.set_status("failed", str(e))
+        print(f"fedrun: error: {e}; free some space, then {_resume_hint(rd.path)}", file=sys.stderr)
         code = EXIT_RUN_FAILED
     if not multirun:
         sys.exit(code)
 
 
-def mark_status(run_dir: Path, status: str, error: str, only_running: bool = False) -> None:
-    """Set ``status`` and ``error`` in ``run_dir``'s summary.json, keeping what it says of the run (with
-    ``only_running``: only when it says ``running``); silently nothing when it cannot be read or written."""
-    f = run_dir / "summary.json"
-    try:
-        old = json.loads(f.read_text()) if f.is_file() else {}
-    except (OSError, ValueError):
-        old = {}
-    if not isinstance(old, dict) or (only_running and old.get("status") != "running"):
-        return
-    with contextlib.suppress(OSError):
-        write_json(f, {**old, "status": status, "error": error})
-
-
 def redraw_curves(run_dir: Path, spec: RunSpec) -> None:
     """Draw accuracy.png of a finished run that lacks it (a run made with ``output.plots=false``, or killed
     between its plot and its summary by an older fedrun)."""
-    png, csv = run_dir / "accuracy.png", run_dir / "metrics.csv"
+    png, csv = run_dir / "accuracy.png", RunDir(run_dir).metrics_file
     if spec.output.plots and not png.is_file() and csv.is_file():
         import pandas as pd
 
@@ -337,13 +330,23 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
     """
     if any(o.startswith("-") for o in overrides):
         _fail("resume: resumes one run; to resume a sweep re-run its command with the same hydra.sweep.dir")
-    cfg_file = run_dir / "config.yaml"
+    cfg_file = RunDir(run_dir).config_file
     if not cfg_file.is_file():
         _fail(f"resume: {run_dir} holds no fedrun run (no config.yaml)")
     try:
-        cfg = OmegaConf.merge(OmegaConf.load(cfg_file), OmegaConf.from_dotlist(overrides))
+        saved = OmegaConf.load(cfg_file)
+        cfg = OmegaConf.merge(saved, OmegaConf.from_dotlist(overrides))
     except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
         _fail(f"resume: {one_line(str(e))}")
+    if not isinstance(saved, DictConfig) or not isinstance(cfg, DictConfig):
+        _fail(f"resume: {cfg_file} is not a fedrun config (a mapping of config keys)")
+    for o in overrides:  # `algorithm=fedprox`: a group option would replace the saved run's whole section
+        key, _, value = o.partition("=")
+        if OmegaConf.is_dict(saved.get(key)) and not OmegaConf.is_dict(cfg.get(key)):
+            _fail(
+                f"resume: {key}: the run's {key} cannot be switched to {compose_checks.shorten(value)!r} (a resumed"
+                f" run keeps its config); valid: settings of it ({key}.<field>=value), or a new run dir"
+            )
     execute(cfg, run_dir, multirun=False)
 
 

@@ -9,11 +9,10 @@ it. ``index.yaml`` in the sweep dir maps each job directory to the overrides tha
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,11 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from fedrun.storage.atomic import atomic_write
+from fedrun.storage.lock import exclusive_lock
+from fedrun.storage.rundir import RunDir
 
 INDEX_FILE = "index.yaml"
+INDEX_LOCK = ".index.lock"  # parallel jobs of a joblib or SLURM sweep update the index
 KEY_CHARS = 12  # 48 bits of the config's SHA-256: a collision needs ~16M jobs in one sweep dir
 RESOLVER = "fedrun.job_dir"  # conf/config.yaml: hydra.sweep.subdir: ${fedrun.job_dir:}
 
@@ -64,22 +66,6 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("fedrun.join", _join, replace=True)
 
 
-@contextlib.contextmanager
-def _locked(sweep_dir: Path) -> Iterator[None]:
-    """An exclusive lock on the sweep's index (parallel jobs of a joblib or SLURM sweep update it)."""
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): jobs of one process only
-        yield
-        return
-    with open(sweep_dir / ".index.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def read_index(sweep_dir: Path) -> dict[str, str]:
     """``index.yaml``: job directory -> the overrides that last ran it (empty when missing or unreadable)."""
     try:
@@ -92,7 +78,7 @@ def read_index(sweep_dir: Path) -> dict[str, str]:
 def record_job(sweep_dir: Path, job_dir: str, overrides: list[str]) -> None:
     """Add or update ``job_dir``'s line in the sweep's ``index.yaml``."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(sweep_dir):
+    with exclusive_lock(sweep_dir / INDEX_LOCK):
         index = read_index(sweep_dir)
         index[job_dir] = " ".join(overrides)
         head = "# fedrun sweep: job directory (a hash of the job's config) -> the overrides that ran it\n"
@@ -101,10 +87,7 @@ def record_job(sweep_dir: Path, job_dir: str, overrides: list[str]) -> None:
 
 def job_status(run_dir: Path) -> str:
     """How a job ended, from its run dir: summary.json's status, or ``failed`` (error.txt, no summary)."""
-    try:
-        return str(json.loads((run_dir / "summary.json").read_text()).get("status", "failed"))
-    except (OSError, ValueError, AttributeError):
-        return "failed"
+    return RunDir(run_dir).status() or "failed"
 
 
 def report_multirun(returns: Any) -> int:

@@ -1,5 +1,7 @@
-"""A run's identity: the config keys that decide its results (:func:`comparable`), a sweep job's key
-(:func:`config_key`) and the resume fingerprint (:func:`fingerprint`, with the legacy forms a checkpoint may carry)."""
+"""A run's identity, in one place: the config keys that decide its results (:func:`comparable`), their hash
+(:func:`config_key`: a sweep job's directory, fedrun-report's duplicates) and the resume fingerprint a checkpoint
+carries (:func:`fingerprint`, with the legacy forms older checkpoints carry: :func:`legacy_fingerprint`,
+:func:`legacy_extension_fingerprint`)."""
 
 from __future__ import annotations
 
@@ -117,8 +119,17 @@ def _hash(part: dict[str, Any]) -> str:
 
 
 def config_key(raw: dict[str, Any]) -> str:
-    """A stable hash of :func:`comparable`: the identity of a run's results."""
+    """A stable hash of :func:`comparable`: the identity of a run's results (a sweep job's directory)."""
     return _hash(comparable(raw))
+
+
+def saved_config_key(cfg: dict[str, Any]) -> str:
+    """:func:`config_key` of a config read back from a run directory (fedrun-report's duplicates); one that does
+    not serialise (keys of mixed types, hand-edited) is keyed by its sorted flat items instead."""
+    try:
+        return config_key(cfg)
+    except (TypeError, ValueError):
+        return hashlib.sha256(repr(sorted(_flat(cfg).items(), key=str)).encode()).hexdigest()
 
 
 def fingerprint(raw: dict[str, Any]) -> str:
@@ -127,17 +138,31 @@ def fingerprint(raw: dict[str, Any]) -> str:
     return _hash(resumable(raw))
 
 
-def fingerprints(raw: dict[str, Any], done: int) -> tuple[str, ...]:
-    """The fingerprints a checkpoint after ``done`` rounds may carry to continue this config: today's, and a
-    checkpoint's from before runs could be extended or move device (the whole config, ``hardware.device``
-    included), of this config (a resume) or of this config cut to ``done`` rounds (a finished run being
-    extended; only when that keeps :func:`round_schedule`)."""
-    out = [fingerprint(raw), _hash(comparable(raw, legacy=True))]
+def legacy_fingerprint(raw: dict[str, Any]) -> str:
+    """The fingerprint of checkpoints of before runs could be extended or move device: the hash of the whole
+    :func:`comparable` config, ``hardware.device`` and ``fl.rounds`` included."""
+    return _hash(comparable(raw, legacy=True))
+
+
+def legacy_extension_fingerprint(raw: dict[str, Any], done: int) -> str | None:
+    """The :func:`legacy_fingerprint` of ``raw`` cut to ``done`` rounds: what a finished run's final checkpoint of
+    that time carries when ``raw`` extends it; None when ``raw`` is not an extension of it, or when cutting moves a
+    round of :func:`round_schedule` (the rounds already run would differ)."""
     fl = raw.get("fl")
-    if isinstance(fl, dict) and fl.get("rounds") != done:
-        cut = {**raw, "fl": {**fl, "rounds": done}}
-        if round_schedule(cut) == round_schedule(raw):
-            out.append(_hash(comparable(cut, legacy=True)))
+    if not isinstance(fl, dict) or fl.get("rounds") == done:
+        return None
+    cut = {**raw, "fl": {**fl, "rounds": done}}
+    return legacy_fingerprint(cut) if round_schedule(cut) == round_schedule(raw) else None
+
+
+def fingerprints(raw: dict[str, Any], done: int) -> tuple[str, ...]:
+    """The fingerprints a checkpoint after ``done`` rounds may carry to continue this config: today's
+    (:func:`fingerprint`), and the legacy forms of this config (a resume, :func:`legacy_fingerprint`) and of this
+    config cut to ``done`` rounds (a finished run being extended, :func:`legacy_extension_fingerprint`)."""
+    out = [fingerprint(raw), legacy_fingerprint(raw)]
+    extension = legacy_extension_fingerprint(raw, done)
+    if extension is not None:
+        out.append(extension)
     return tuple(out)
 
 

@@ -8,8 +8,6 @@ table of the others. A run refused on bad input (``error.txt`` beside Hydra's re
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +16,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from fedrun.config.identity import comparable
+from fedrun.config.identity import saved_config_key
+from fedrun.storage.rundir import ERROR_FILE, SUMMARY_FILE, RunDir, Summary
 
 # columns of load_runs' frame that are not config keys
 META = ("status", "error", "run_dir", "fingerprint")
-# top-level config sections and data keys that do not change results (as fedrun.config.identity.comparable)
+# top-level config sections and data keys that do not change results (as fedrun.config.identity.comparable;
+# these name the columns of the report's frame, the identity itself is config_key's)
 VOLATILE_PREFIXES = ("output.", "checkpoint.", "tracking.", "data.root", "data.download", "hydra.")
 VOLATILE_KEYS = ("output", "checkpoint", "tracking", "cache_dir")
 
@@ -78,7 +78,7 @@ def find_runs(paths: list[Path]) -> list[Path]:
     """Every run directory (one holding summary.json or error.txt) below ``paths``, in sweep order."""
     runs: set[Path] = set()
     for p in paths:
-        for marker in ("summary.json", "error.txt"):
+        for marker in (SUMMARY_FILE, ERROR_FILE):
             runs.update(f.parent for f in p.rglob(marker))
     return sorted(runs, key=natural_key)
 
@@ -98,43 +98,18 @@ def _hydra_overrides(run: Path) -> dict[str, Any]:
 
 
 def _read_config(run: Path) -> dict[str, Any]:
-    """config.yaml (or, for a refused job, Hydra's .hydra/config.yaml); {} when neither exists."""
-    for f in (run / "config.yaml", run / ".hydra" / "config.yaml"):
-        if f.is_file():
-            try:
-                cfg = yaml.safe_load(f.read_text())
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-                raise ValueError(f"{f.name}: {_short(e)}") from None
-            if not isinstance(cfg, dict):
-                raise ValueError(f"{f.name}: not a mapping of config keys")
-            return cfg
-    return {}
+    """config.yaml (or, for a refused job, Hydra's .hydra/config.yaml); {} when neither exists. Raises ValueError
+    (:class:`~fedrun.storage.rundir.UnreadableRunFile`, naming the file) when it cannot be read."""
+    return RunDir(run).read_config(hydra_record=True) or {}
 
 
-def _read_summary(run: Path) -> dict[str, Any] | None:
-    f = run / "summary.json"
-    if not f.is_file():
-        return None
-    try:
-        s = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ValueError(f"summary.json: {_short(e)}") from None
-    if not isinstance(s, dict) or not isinstance(s.get("status", ""), str):
-        raise ValueError("summary.json: not a fedrun summary (a JSON object with a status)")
-    return s
+def _read_summary(run: Path) -> Summary | None:
+    """summary.json (any format this fedrun reads); raises ValueError naming it when it cannot be read."""
+    return RunDir(run).read_summary()
 
 
 def _short(e: BaseException) -> str:
     return " ".join(str(e).split())[:200] or type(e).__name__
-
-
-def fingerprint(cfg: dict[str, Any]) -> str:
-    """A hash of the result-deciding part of a config: two runs with the same one are the same run twice."""
-    try:
-        blob = json.dumps(comparable(cfg), sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        blob = repr(sorted(flatten(cfg).items(), key=str))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def read_run(run: Path) -> dict[str, Any]:
@@ -147,19 +122,19 @@ def read_run(run: Path) -> dict[str, Any]:
     row.update({k: v for k, v in _hydra_overrides(run).items() if k not in row})
     s = _read_summary(run)
     if s is not None:
-        row.update({f"summary.{k}": _hashable(v) for k, v in s.items() if not isinstance(v, dict)})
-        row["status"] = s.get("status", "unknown")
-        row["error"] = s.get("error")
+        row.update({f"summary.{k}": _hashable(v) for k, v in s.fields.items() if not isinstance(v, dict)})
+        row["status"] = s.status or "unknown"
+        row["error"] = s.fields.get("error")
     else:
         row["status"] = "refused"  # bad input: error.txt (exit 2), the run never started
         try:
-            row["error"] = (run / "error.txt").read_text(errors="replace").strip()
+            row["error"] = RunDir(run).error_file.read_text(errors="replace").strip()
         except OSError as e:
-            row["error"] = f"error.txt: {_short(e)}"
+            row["error"] = f"{ERROR_FILE}: {_short(e)}"
     if row["status"] == "running":
         row["status"] = "unfinished"
     row["run_dir"] = str(run)
-    row["fingerprint"] = fingerprint(cfg) if cfg else f"dir:{run}"
+    row["fingerprint"] = saved_config_key(cfg)[:16] if cfg else f"dir:{run}"
     return row
 
 

@@ -19,6 +19,7 @@ from fedrun.report.pooling import DEFAULT_OVER, check_pooling, drop_duplicates, 
 from fedrun.report.tables import value_key as norm
 from fedrun.storage.atomic import atomic_write
 from fedrun.storage.figures import save_figure
+from fedrun.storage.rundir import METRICS_FILE
 
 PERCENT_COLUMNS = {"test_acc", "train_acc"}
 
@@ -42,7 +43,7 @@ def group_curves(runs: pd.DataFrame, keys: list[str], metric: str) -> dict[tuple
         vals = vals if isinstance(vals, tuple) else (vals,)
         frames = []
         for i, d in enumerate(grp["run_dir"]):
-            m = pd.read_csv(Path(d) / "metrics.csv")
+            m = pd.read_csv(Path(d) / METRICS_FILE)
             if metric not in m or "round" not in m:
                 raise ValueError(f"{d}/metrics.csv: no '{metric}' column; columns: {', '.join(m.columns)}")
             frames.append(m[["round", metric]].assign(run=i))
@@ -97,7 +98,7 @@ def main(argv: list[str]) -> int:
             if key not in runs:
                 raise ValueError(f"no config key '{key}' in these runs")
         check_pooling(runs, rows + cols, over)
-        has_metrics = runs["run_dir"].map(lambda d: (Path(d) / "metrics.csv").is_file())
+        has_metrics = runs["run_dir"].map(lambda d: (Path(d) / METRICS_FILE).is_file())
         done = runs[(runs["status"] == "completed") & has_metrics]
         if done.empty:
             raise ValueError("no completed run with a metrics.csv to draw")

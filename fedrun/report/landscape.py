@@ -25,6 +25,7 @@ from fedrun.core.errors import ConfigError, DataError
 from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
 from fedrun.report.collect import run_labels
 from fedrun.storage.figures import save_figure
+from fedrun.storage.rundir import METRICS_FILE
 
 COMMANDS = ("line", "plane", "landscape", "coherence")
 
@@ -168,9 +169,9 @@ def main(argv: list[str]) -> int:
         if args.command in ("coherence", "diagnostics"):
             runs = {}
             for r, name in zip(args.runs, run_labels(args.runs), strict=True):
-                if not (r / "metrics.csv").is_file():
+                if not (r / METRICS_FILE).is_file():
                     raise DataError(f"{r}: no metrics.csv")
-                runs[name] = pd.read_csv(r / "metrics.csv")
+                runs[name] = pd.read_csv(r / METRICS_FILE)
             out = args.out or args.runs[0] / "diagnostics.png"
             if not plot_diagnostics(runs, out):
                 raise DataError("no diagnostic columns in these runs: run them with eval.diagnostics=true")

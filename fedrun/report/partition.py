@@ -15,6 +15,7 @@ import pandas as pd
 from fedrun.core.errors import DataError
 from fedrun.data.partition import partition_stats
 from fedrun.storage.figures import partition_title, plot_domains, plot_partition
+from fedrun.storage.rundir import RunDir
 
 
 def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:
@@ -28,14 +29,12 @@ def _read_counts(path: Path) -> tuple[np.ndarray, list[str]]:
 
 def _partition_of(run_dir: Path) -> str | None:
     """The run's partition and its parameters from its config.yaml (None when unreadable)."""
-    import yaml
-
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        cfg = RunDir(run_dir).read_config() or {}
         part = dict(cfg["partition"])
         name = part.pop("name")
         return partition_title(name, part, int(cfg["fl"]["clients"]), int(cfg["seed"]))
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+    except (ValueError, KeyError, TypeError):  # an unreadable config.yaml is a ValueError
         return None
 
 

@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedrun.storage.rundir import METRICS_FILE
+
 
 def load_metrics(run_dir: Path) -> pd.DataFrame:
     """A run's metrics.csv (one row per evaluated round)."""
-    return pd.read_csv(Path(run_dir) / "metrics.csv")
+    return pd.read_csv(Path(run_dir) / METRICS_FILE)
 
 
 def rounds_to_target(metrics: pd.DataFrame, target: float, column: str = "test_acc") -> int | None:
@@ -106,7 +108,7 @@ def rounds_saved_vs(
     for col in [key, *match]:
         if col not in runs:
             raise ValueError(f"rounds_saved_vs: no column '{col}' in these runs")
-    curves = {d: load_metrics(Path(d)) for d in runs["run_dir"] if (Path(d) / "metrics.csv").is_file()}
+    curves = {d: load_metrics(Path(d)) for d in runs["run_dir"] if (Path(d) / METRICS_FILE).is_file()}
     base = runs[runs[key] == baseline]
     out = []
     for _, r in runs.iterrows():

@@ -9,22 +9,21 @@ fingerprint of the config. It is a plain tensor/container tree saved with ``torc
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from fedrun.config.identity import config_diff, schedule_moved
 from fedrun.core.errors import ResumeError
 from fedrun.core.tree import Tree, tree_map
 from fedrun.storage.atomic import atomic_write
+from fedrun.storage.rundir import CHECKPOINT_FILE as CHECKPOINT_FILE
+from fedrun.storage.rundir import CONFIG_FILE as CONFIG_FILE
+from fedrun.storage.rundir import RunDir, UnreadableRunFile
 
-CHECKPOINT_FILE = "checkpoint.pt"
-CONFIG_FILE = "config.yaml"
 FORMAT_VERSION = 1
 FINISHED = ("completed", "diverged")  # statuses a re-run skips: both are deterministic outcomes
 
@@ -112,28 +111,23 @@ def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | No
     return Checkpoint(**state)
 
 
-def saved_config(run_dir: Path) -> dict[str, Any] | None:
+def saved_config(run_dir: Path | RunDir) -> dict[str, Any] | None:
     """The composed config an earlier run wrote into ``run_dir`` (None when there is none)."""
-    f = run_dir / CONFIG_FILE
-    if not f.is_file():
-        return None
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     try:
-        cfg = yaml.safe_load(f.read_text())
-    except yaml.YAMLError:
-        raise ResumeError(f"{f}: unreadable config of an earlier run; use a new run dir") from None
-    return cfg if isinstance(cfg, dict) else None
+        return rd.read_config()
+    except UnreadableRunFile as e:
+        if str(e).endswith("not a mapping of config keys"):
+            return None
+        raise ResumeError(f"{rd.config_file}: unreadable config of an earlier run; use a new run dir") from None
 
 
-def prior_status(run_dir: Path) -> str | None:
+def prior_status(run_dir: Path | RunDir) -> str | None:
     """``status`` from an earlier run's summary.json in ``run_dir`` (None when there is none)."""
-    f = run_dir / "summary.json"
-    try:
-        return json.loads(f.read_text()).get("status") if f.is_file() else None
-    except (OSError, ValueError):
-        return None
+    return (run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)).status()
 
 
-def check_run_dir(run_dir: Path, raw: dict[str, Any]) -> str | None:
+def check_run_dir(run_dir: Path | RunDir, raw: dict[str, Any]) -> str | None:
     """Before a run starts in ``run_dir``: the status of an earlier run of the *same* config there, or None.
 
     ``extending`` when that run completed with fewer rounds than ``raw``'s ``fl.rounds``: it continues from its
@@ -141,7 +135,9 @@ def check_run_dir(run_dir: Path, raw: dict[str, Any]) -> str | None:
     run of a different config (it is never overwritten), a completed run with more rounds than asked, or one
     that cannot be extended.
     """
-    old = saved_config(run_dir)
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    run_dir = rd.path
+    old = saved_config(rd)
     if old is None:
         return None
     moved = schedule_moved(old, raw)
@@ -151,15 +147,15 @@ def check_run_dir(run_dir: Path, raw: dict[str, Any]) -> str | None:
     if diff:
         shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
         raise ResumeError(f"{run_dir} holds a run with a different config ({shown}); use a new run dir")
-    status = prior_status(run_dir) or "unfinished"
+    status = rd.status() or "unfinished"
     done, rounds = (old.get("fl") or {}).get("rounds"), (raw.get("fl") or {}).get("rounds")
-    if status != "completed" or not isinstance(done, int) or rounds == done:
+    if status != "completed" or not isinstance(done, int) or not isinstance(rounds, int) or rounds == done:
         return status
     if rounds < done:
         raise ResumeError(
             f"fl.rounds: {run_dir} holds a completed run of {done} rounds; valid: fl.rounds >= {done} (more extends it)"
         )
-    if not (run_dir / CHECKPOINT_FILE).is_file():
+    if not rd.checkpoint_file.is_file():
         raise ResumeError(
             f"fl.rounds: the completed {done}-round run in {run_dir} kept no final checkpoint"
             f" (checkpoint.keep_final=false), so it cannot be extended to {rounds} rounds; run them in a new run dir"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from fedrun.engines.base import Engine
 from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
-from fedrun.run.checkpoint import CHECKPOINT_FILE
+from fedrun.storage.rundir import RunDir
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -154,14 +153,6 @@ def check_test_split(spec: RunSpec, loaded: int, left: int) -> None:
 def earlier_engine_and_threads(run_dir: Path) -> tuple[str | None, int | None]:
     """The engine and thread count an interrupted (or extended) run in ``run_dir`` used; (None, None) when there is
     nothing to resume."""
-    if not (run_dir / CHECKPOINT_FILE).is_file() or not (run_dir / "summary.json").is_file():
-        return None, None
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None, None
-    engine, threads = summary.get("engine"), summary.get("threads")
-    return (
-        engine if isinstance(engine, str) else None,
-        threads if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0 else None,
-    )
+    rd = RunDir(run_dir)
+    summary = rd.summary() if rd.checkpoint_file.is_file() else None
+    return (summary.engine, summary.threads) if summary else (None, None)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
 from rich.console import Console
 
 from fedrun.config.identity import fingerprint
@@ -13,40 +14,45 @@ from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.host.interrupts import signal_name
 from fedrun.metrics.clients import ClientAccuracy
-from fedrun.run.checkpoint import CHECKPOINT_FILE
 from fedrun.run.experiment import Experiment, build_experiment, earlier_engine_and_threads
 from fedrun.run.recorder import RoundMonitor, log
 from fedrun.run.rounds import evaluation_row, is_eval_round, lr_at, train_round
 from fedrun.run.state import open_state, save_state
 from fedrun.run.summary import Outcome, describe_run, final_summary, summary_line
-from fedrun.storage.atomic import write_json
 from fedrun.storage.figures import plot_curves
+from fedrun.storage.rundir import RunDir
 
 __all__ = ["lr_at", "run"]
 
 
-def run(spec: RunSpec, run_dir: Path, console: Console | None = None) -> dict[str, Any]:
+def run(spec: RunSpec, run_dir: Path | RunDir, console: Console | None = None) -> dict[str, Any]:
     """Run one experiment, writing metrics.csv, summary.json, partition and curve files to ``run_dir``.
 
     When ``run_dir`` holds a checkpoint of this config the run continues from it; the metrics it then
-    writes are identical (timings aside) to those of an uninterrupted run.
+    writes are identical (timings aside) to those of an uninterrupted run. Given a :class:`RunDir` (the CLI's),
+    the run starts (:meth:`RunDir.start`: config.yaml, and the status is this process's to write) once the
+    experiment is built, so that nothing that fails before touches the directory.
     """
     t0 = time.perf_counter()
-    experiment = build_experiment(spec, *earlier_engine_and_threads(run_dir))
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    experiment = build_experiment(spec, *earlier_engine_and_threads(rd.path))
     try:
-        return _run(spec, run_dir, experiment, t0, console or Console(stderr=True))
+        if isinstance(run_dir, RunDir):
+            rd.start(OmegaConf.to_yaml(spec.raw))
+        return _run(spec, rd, experiment, t0, console or Console(stderr=True))
     finally:
         experiment.engine.close()  # Ray actors (and a cluster the engine started) end with the run, however it ends
 
 
-def _run(spec: RunSpec, run_dir: Path, experiment: Experiment, t0: float, console: Console) -> dict[str, Any]:
+def _run(spec: RunSpec, rd: RunDir, experiment: Experiment, t0: float, console: Console) -> dict[str, Any]:
     """The round loop of :func:`run` on a built experiment: restore, train and aggregate each round, evaluate,
     checkpoint, summarise."""
+    run_dir = rd.path
     info = describe_run(experiment, run_dir)
     fp = fingerprint(spec.raw)
     state = open_state(experiment, run_dir)
     t0 -= state.elapsed  # timings continue from where a killed run stopped
-    write_json(run_dir / "summary.json", {**info, "status": "running"})
+    rd.write_summary({**info, "status": "running"})
     log.info(start_line(spec, info, state.start))
     outcome, client_acc = Outcome(), client_accuracy(experiment)
     t_loop = time.perf_counter()
@@ -61,7 +67,7 @@ def _run(spec: RunSpec, run_dir: Path, experiment: Experiment, t0: float, consol
                     save_state(state, experiment, run_dir, rnd + 1, fp, t0)
                 monitor.advance()
         if not spec.checkpoint.keep_final:
-            (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+            rd.checkpoint_file.unlink(missing_ok=True)
     except DivergenceError as e:
         # rounds are 1-based in metrics.csv and summary.json; the last good checkpoint stays in place
         where = f"round {e.round_idx + 1}" + (f", client {e.client}" if e.client is not None else "")
@@ -72,7 +78,7 @@ def _run(spec: RunSpec, run_dir: Path, experiment: Experiment, t0: float, consol
     if state.rows and spec.output.plots:  # before summary.json says how the run ended
         plot_curves(state.rows, run_dir / "accuracy.png", f"{spec.algorithm.name} on {spec.data.name}")
     summary = final_summary(info, state, spec, outcome, t0, t_loop, run_dir)
-    write_json(run_dir / "summary.json", summary)
+    rd.write_summary(summary)
     log.info(summary_line(summary))
     return summary
 

@@ -9,6 +9,7 @@ round and the summary. An interactive single run shows the Rich progress bar on 
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from collections.abc import Iterator
@@ -24,9 +25,10 @@ from fedrun.core.errors import ConfigError, DataError, ResumeError
 from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE
 from fedrun.run.state import RunState
 from fedrun.storage.atomic import WriteError, write_metrics
+from fedrun.storage.rundir import LOG_FILE as LOG_FILE
+from fedrun.storage.rundir import METRICS_FILE, RunDir
 from fedrun.storage.tracking import Trackers
 
-LOG_FILE = "fedrun.log"
 log = logging.getLogger("fedrun")
 
 
@@ -39,11 +41,16 @@ class _QuietFileHandler(logging.FileHandler):
 
 
 @contextmanager
-def run_log(run_dir: Path, echo: str | None = None) -> Iterator[logging.Logger]:
+def run_log(run_dir: Path | RunDir, echo: str | None = None) -> Iterator[logging.Logger]:
     """For the ``with`` block: the ``fedrun`` logger writes to ``<run_dir>/fedrun.log`` and, with ``echo`` (a job
     label), to stderr as ``<label>: <message>``. An exception leaving the block is logged as the run's end, unless it
-    is bad input (refused in one line, with the run directory left as it was) or an interrupt (the run logs it)."""
+    is bad input (refused in one line, with the run directory left as it was), an interrupt (the run logs it), or it
+    came before a :class:`RunDir` given here started the run (nothing of the run is this process's to write)."""
+    rd = run_dir if isinstance(run_dir, RunDir) else None
+    run_dir = rd.path if rd else Path(run_dir)
     try:
+        if (run_dir / LOG_FILE).is_symlink():  # RunDir.check_links refuses one leaving the run dir; follow none
+            raise OSError(errno.ELOOP, "it is a symlink; fedrun never appends through one")
         file = _QuietFileHandler(run_dir / LOG_FILE, mode="a", encoding="utf-8")
     except OSError as e:
         raise WriteError(run_dir / LOG_FILE, e) from None
@@ -61,7 +68,8 @@ def run_log(run_dir: Path, echo: str | None = None) -> Iterator[logging.Logger]:
     try:
         yield log
     except BaseException as e:
-        if not isinstance(e, KeyboardInterrupt | SystemExit | ConfigError | DataError | ResumeError):
+        bad_input = isinstance(e, KeyboardInterrupt | SystemExit | ConfigError | DataError | ResumeError)
+        if not bad_input and (rd is None or rd.started):
             log.error("failed: %s: %s", type(e).__name__, e)
         raise
     finally:
@@ -125,7 +133,7 @@ class RoundMonitor:
     def record(self, row: dict[str, Any]) -> None:
         """An evaluated round: into metrics.csv, then the run's rows (so the summary never counts a row the file
         lacks), the trackers, the log and the bar."""
-        write_metrics(self.run_dir / "metrics.csv", [*self.st.rows, row])
+        write_metrics(self.run_dir / METRICS_FILE, [*self.st.rows, row])
         self.st.rows.append(row)
         self.trackers.log(row)
         log.info(round_line(row, self.spec.fl.rounds))

@@ -22,6 +22,7 @@ from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE, resumed_rows
 from fedrun.run.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, save_checkpoint, to_device
 from fedrun.run.client_states import ClientStates
 from fedrun.storage.atomic import write_metrics
+from fedrun.storage.rundir import METRICS_FILE
 
 if TYPE_CHECKING:
     from fedrun.run.experiment import Experiment
@@ -93,7 +94,7 @@ def open_state(experiment: Experiment, run_dir: Path) -> RunState:
             and state.start % experiment.spec.eval.every
         ):
             state.rows.pop()
-    _rewrite(run_dir / "metrics.csv", state.rows)
+    _rewrite(run_dir / METRICS_FILE, state.rows)
     if experiment.spec.eval.client_weights:
         state.weight_log = resumed_rows(run_dir / CLIENT_WEIGHTS_FILE, state.start)
     _rewrite(run_dir / CLIENT_WEIGHTS_FILE, state.weight_log)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,9 @@ class WriteError(OSError):
         return f"cannot write {self.path.name} in {self.path.parent}: {self.strerror}"
 
 
-TEMP_SUFFIX = re.compile(r"\.(\d+)\.tmp(\.\w+)?$")  # <name>.<pid>.tmp[.ext]: fedrun's temp files of atomic writes
+# .<name>.<pid>.tmp[.ext]: fedrun's temp files of atomic writes, and the only files its clean-ups ever delete
+TEMP_SUFFIX = re.compile(r"\.(\d+)\.tmp(\.\w+)?$")  # the ending of such a name
+TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp(\.\w+)?$")
 
 
 def temp_path(path: Path, ext: str = "") -> Path:
@@ -38,20 +41,38 @@ def temp_path(path: Path, ext: str = "") -> Path:
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over ``path``.
+    """Write ``data`` to a temp file in the same folder, fsync, then rename over ``path``.
 
     Any failure (a full disk, an interrupt) removes the temp file and leaves ``path`` as it was; an OSError
-    is raised as :class:`WriteError`.
+    is raised as :class:`WriteError`. The rename replaces a symlink at ``path``, never writing through it.
     """
-    path = Path(path)
     raw = data.encode() if isinstance(data, str) else data
-    tmp = temp_path(path)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    def write(tmp: Path) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             view = memoryview(raw)
             while view:
                 view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+    atomic_write_with(path, write)
+
+
+def atomic_write_with(path: Path, write: Callable[[Path], object], ext: str = "") -> None:
+    """The one atomic write of fedrun: ``write(temp)`` fills :func:`temp_path` (``ext`` appended, for writers
+    that add an extension of their own, ``np.savez``), which is fsynced and renamed over ``path``.
+
+    Any failure removes the temp file and leaves ``path`` as it was; an OSError is raised as :class:`WriteError`.
+    """
+    path = Path(path)
+    tmp = temp_path(path, ext)
+    try:
+        tmp.unlink(missing_ok=True)  # a dead process of the same pid left it (never a link to follow)
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -65,12 +86,13 @@ def atomic_write(path: Path, data: str | bytes) -> None:
 
 
 def remove_stale_temps(folder: Path, any_pid: bool = False) -> list[Path]:
-    """Delete temp files of atomic writes (``*.<pid>.tmp*``) in ``folder`` left by processes that died mid-write
-    (all of them with ``any_pid``: the caller holds the folder's lock, so no live writer can own one)."""
+    """Delete temp files of atomic writes (``.<name>.<pid>.tmp[.ext]``, :data:`TEMP_NAME`: no other name) in
+    ``folder`` left by processes that died mid-write (all of them with ``any_pid``: the caller holds the folder's
+    lock, so no live writer can own one). A symlink is never followed nor removed."""
     removed = []
     for f in folder.iterdir() if folder.is_dir() else []:
-        m = TEMP_SUFFIX.search(f.name)
-        if m and f.is_file() and (any_pid or not _alive(int(m.group(1)))):
+        m = TEMP_NAME.match(f.name)
+        if m and not f.is_symlink() and f.is_file() and (any_pid or not _alive(int(m.group("pid")))):
             with contextlib.suppress(OSError):
                 f.unlink()
                 removed.append(f)

@@ -10,13 +10,12 @@ write leaves no temp file.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from fedrun.core.errors import ConfigError
+from fedrun.storage.atomic import atomic_write_with
 
 _WARNED: set[str] = set()
 
@@ -49,15 +48,12 @@ def warn_unwritable(path: Path, e: OSError) -> None:
     print(f"fedrun: warning: cache_dir: cannot write {path} ({why}); running without caching it", file=sys.stderr)
 
 
-def write_cache(path: Path, write: Callable[[Path], None]) -> bool:
-    """Write a cache file atomically with ``write(temp_path)``; False (warned, temp removed) when it fails."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")
+def write_cache(path: Path, write: Callable[[Path], object]) -> bool:
+    """Write a cache file atomically with ``write(temp_path)`` (:func:`~fedrun.storage.atomic.atomic_write_with`;
+    the temp file keeps ``path``'s extension); False (warned, temp removed) when it fails."""
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        atomic_write_with(path, write, ext=path.suffix)
         return True
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         warn_unwritable(path, e)
         return False

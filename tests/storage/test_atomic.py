@@ -53,9 +53,11 @@ def test_a_directory_that_cannot_be_written_is_a_write_error_naming_it(tmp_path:
 def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)  # exited: no process has this pid now (barring reuse within milliseconds)
-    stale = [tmp_path / f".metrics.csv.{dead_pid}.tmp", tmp_path / f"fmnist-iid-abc.npz.{dead_pid}.tmp.npz"]
+    stale = [tmp_path / f".metrics.csv.{dead_pid}.tmp", tmp_path / f".fmnist-iid-abc.npz.{dead_pid}.tmp.npz"]
     mine = temp_path(tmp_path / "summary.json")
-    keep = [tmp_path / "metrics.csv", tmp_path / "notes.tmp", mine]
+    # not fedrun's pattern (.<name>.<pid>.tmp): a user's files, never deleted
+    theirs = [tmp_path / f"name.{dead_pid}.tmp", tmp_path / f"fmnist-iid-abc.npz.{dead_pid}.tmp.npz"]
+    keep = [tmp_path / "metrics.csv", tmp_path / "notes.tmp", mine, *theirs]
     for f in stale + keep:
         f.write_text("x")
     assert sorted(remove_stale_temps(tmp_path)) == sorted(stale)

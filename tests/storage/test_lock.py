@@ -52,7 +52,7 @@ def test_stale_temp_files_are_removed_when_a_run_starts(tmp_path: Path) -> None:
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
     (run_dir / f".metrics.csv.{os.getpid()}.tmp").write_text("half")  # any pid: the run holds the dir's lock
     (run_dir / f".checkpoint.pt.{dead}.tmp").write_text("half")
-    (cache / f"engine-auto.{dead}.tmp").write_text("half")
+    (cache / f".engine-auto.json.{dead}.tmp").write_text("half")
     cli.execute(compose_cfg([*SMALL, "fl.rounds=1", f"cache_dir={cache}"]), run_dir, multirun=False)
     assert not [p for d in (run_dir, cache) for p in d.iterdir() if TEMP_SUFFIX.search(p.name)]
 

@@ -29,6 +29,7 @@ import numpy as np
 from fedrun.core.errors import DataError, DataMissing
 from fedrun.data.sources import shakespeare_plays as plays
 from fedrun.data.sources.leaf import LEAF_SEQ_LEN
+from fedrun.storage.atomic import atomic_write_with
 
 PARSER_VERSION = 1  # bump when shakespeare_plays.py changes what it extracts: old caches are rebuilt
 CACHE_DIR = Path("shakespeare") / "gutenberg-package"
@@ -109,15 +110,6 @@ def build_roles(folder: Path, key: str | None = None) -> Roles:
     return Roles(names, play_of, np.array(lines, dtype=np.int64), np.concatenate(texts), offsets, meta)
 
 
-def _write_atomic(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def save(roles: Roles, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, Any] = {"lines": roles.lines, "codes": roles.codes, "offsets": roles.offsets}
@@ -126,9 +118,9 @@ def save(roles: Roles, folder: Path) -> None:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
 
-    _write_atomic(folder / "roles.npz", write_npz)
+    atomic_write_with(folder / "roles.npz", write_npz)
     blob = json.dumps({**roles.meta, "names": roles.names, "plays_of_roles": roles.plays}, indent=0)
-    _write_atomic(folder / "roles.json", lambda tmp: tmp.write_text(blob, encoding="utf-8"))
+    atomic_write_with(folder / "roles.json", lambda tmp: tmp.write_text(blob, encoding="utf-8"))
 
 
 def read(folder: Path) -> Roles | None:

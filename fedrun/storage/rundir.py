@@ -1,0 +1,298 @@
+"""A run directory, the one reader and writer of its layout.
+
+A run directory holds ``config.yaml`` (the composed config, written when the run starts), ``summary.json``
+(what the run is, and how it ended), ``metrics.csv``, the checkpoint, ``fedrun.log``, the lock
+``.fedrun.lock``, temp files of atomic writes (``.<name>.<pid>.tmp``), and for a run refused on bad input
+``error.txt`` (beside Hydra's record of the job, ``.hydra/``). Every other module reads and writes these through
+:class:`RunDir`; summary.json is read into a :class:`Summary`.
+
+summary.json carries its format (``"format": 1``); one without it is format 0 (written before the field
+existed) and reads the same, so old run directories still resume and report. One of a newer format is refused
+in one line.
+
+The contract of a run directory (tests/storage/test_rundir.py, tests/cli/test_run_dir_contract.py):
+
+- fedrun deletes only files it wrote in this attempt: a directory that is not empty and holds no fedrun run is
+  refused (:meth:`RunDir.foreign`) and left as it was;
+- only the process that started or resumed a run (:attr:`RunDir.started`) writes its status;
+- fedrun never writes through a symlink that leaves the run directory (:meth:`RunDir.check_links`);
+- only fedrun's own temp files are ever cleaned up (:data:`fedrun.storage.atomic.TEMP_NAME`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedrun.core.errors import ConfigError
+from fedrun.storage.atomic import TEMP_NAME, atomic_write, write_json, write_metrics
+from fedrun.storage.lock import LOCK_FILE, run_dir_lock
+
+CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.csv"
+CHECKPOINT_FILE = "checkpoint.pt"
+LOG_FILE = "fedrun.log"
+ERROR_FILE = "error.txt"  # a run refused on bad input: the one line, for fedrun-report
+ERROR_LOG = "error.log"  # a run that failed: the traceback
+HYDRA_DIR = ".hydra"  # Hydra's record of the job (hydra.output_subdir)
+SUMMARY_FORMAT = 1  # summary.json's "format"; 0: a summary of before the field
+# files whose presence makes a directory a fedrun run's (one it may continue, skip or refuse to overwrite)
+RUN_MARKERS = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
+# what fedrun (or Hydra for it) writes other than atomically, so a symlink there would be written through
+WRITTEN_IN_PLACE = (HYDRA_DIR, LOG_FILE, LOCK_FILE)
+
+
+class UnreadableRunFile(ValueError):
+    """A run file that exists but cannot be read as fedrun's (truncated, not JSON/YAML, the wrong shape, a newer
+    format); the message starts with the file's name."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """summary.json: ``format`` (0 for a summary of before the field) and its other fields."""
+
+    format: int
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> Summary:
+        """The summary in ``text``; :class:`UnreadableRunFile` when it is not a fedrun summary this fedrun reads."""
+        try:
+            blob = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise UnreadableRunFile(f"{SUMMARY_FILE}: {_short(e)}") from None
+        if not isinstance(blob, dict) or not isinstance(blob.get("status", ""), str):
+            raise UnreadableRunFile(f"{SUMMARY_FILE}: not a fedrun summary (a JSON object with a status)")
+        fmt = blob.pop("format", 0)
+        if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 0:
+            raise UnreadableRunFile(f"{SUMMARY_FILE}: format {fmt!r} is not a summary format (0 to {SUMMARY_FORMAT})")
+        if fmt > SUMMARY_FORMAT:
+            raise UnreadableRunFile(
+                f"{SUMMARY_FILE}: format {fmt} is newer than this fedrun reads (0 to {SUMMARY_FORMAT}); upgrade fedrun"
+            )
+        return cls(fmt, blob)
+
+    @property
+    def status(self) -> str | None:
+        """``completed``, ``diverged``, ``interrupted``, ``failed`` or ``running``; None when the summary has none."""
+        value = self.fields.get("status")
+        return value if isinstance(value, str) else None
+
+    @property
+    def engine(self) -> str | None:
+        """The engine the run used (its registry name)."""
+        value = self.fields.get("engine")
+        return value if isinstance(value, str) else None
+
+    @property
+    def threads(self) -> int | None:
+        """torch's intra-op threads the run used (a positive count)."""
+        value = self.fields.get("threads")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    def test_acc(self, which: str) -> float | None:
+        """``test_acc_<which>`` (``final``, ``last_k``, ``best``) of a completed run; None otherwise."""
+        value = self.fields.get(f"test_acc_{which}") if self.status == "completed" else None
+        return None if value is None else float(value)
+
+
+def _short(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+# Entries of a run directory before this attempt touched it (None: it did not exist), noted by fedrun.cli before
+# Hydra writes its record into it; keyed by the absolute path.
+_BEFORE: dict[str, frozenset[str] | None] = {}
+
+
+def note_before_attempt(path: Path) -> None:
+    """Note what ``path`` holds now, before this attempt writes anything into it (see :meth:`RunDir.before`)."""
+    p = Path(os.path.abspath(path))
+    _BEFORE[str(p)] = frozenset(c.name for c in p.iterdir()) if p.is_dir() else None
+
+
+class RunDir:
+    """One run directory: its files' paths, typed readers and writers, its lock, and what this attempt wrote.
+
+    :attr:`started` is set by :meth:`start`, when this process starts or resumes the run; from then on (and
+    only then) it writes the run's status.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.started = False
+        self.before = self._listing()  # what the directory held before this attempt (None: it did not exist)
+
+    @classmethod
+    def for_attempt(cls, path: Path | str) -> RunDir:
+        """The run directory of this attempt to run: what it held before is what :func:`note_before_attempt` noted
+        (before Hydra wrote its record into it), else what it holds now."""
+        rd = cls(path)
+        noted = _BEFORE.pop(os.path.abspath(rd.path), ...)
+        if noted is not ...:
+            rd.before = noted
+        return rd
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def _listing(self) -> frozenset[str] | None:
+        return frozenset(c.name for c in self.path.iterdir()) if self.path.is_dir() else None
+
+    # -- paths
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.path / CHECKPOINT_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def error_file(self) -> Path:
+        return self.path / ERROR_FILE
+
+    @property
+    def hydra_config_file(self) -> Path:
+        return self.path / HYDRA_DIR / "config.yaml"
+
+    # -- readers
+    def read_summary(self) -> Summary | None:
+        """summary.json (None when there is none); :class:`UnreadableRunFile` when it cannot be read."""
+        f = self.summary_file
+        if not f.is_file():
+            return None
+        try:
+            text = f.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UnreadableRunFile(f"{SUMMARY_FILE}: {_short(e)}") from None
+        return Summary.parse(text)
+
+    def summary(self) -> Summary | None:
+        """summary.json, or None when there is none or it cannot be read."""
+        try:
+            return self.read_summary()
+        except UnreadableRunFile:
+            return None
+
+    def status(self) -> str | None:
+        """The run's status from summary.json (None when there is none, or it cannot be read)."""
+        s = self.summary()
+        return s.status if s else None
+
+    def read_config(self, hydra_record: bool = False) -> dict[str, Any] | None:
+        """config.yaml (with ``hydra_record``, else Hydra's ``.hydra/config.yaml``, the config of a job refused before
+        it wrote one); None when there is none, :class:`UnreadableRunFile` when it cannot be read."""
+        for f in (self.config_file, self.hydra_config_file) if hydra_record else (self.config_file,):
+            if f.is_file():
+                try:
+                    cfg = yaml.safe_load(f.read_text())
+                except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+                    raise UnreadableRunFile(f"{f.name}: {_short(e)}") from None
+                if not isinstance(cfg, dict):
+                    raise UnreadableRunFile(f"{f.name}: not a mapping of config keys")
+                return cfg
+        return None
+
+    def holds_run(self) -> bool:
+        """Whether an earlier run (or a refused one) left its files here."""
+        return any((self.path / name).exists() for name in RUN_MARKERS)
+
+    def foreign(self) -> bool:
+        """Not empty before this attempt, and holding no fedrun run: not a directory fedrun may write into."""
+        if not self.before:
+            return False
+        ours = {n for n in self.before if n in RUN_MARKERS or TEMP_NAME.match(n)}
+        return not ours and bool(self.before - {HYDRA_DIR})
+
+    def check_links(self, key: str = "hydra.run.dir") -> None:
+        """Refuse (ConfigError naming ``key``) a symlink among what is written in place (``.hydra/``, fedrun.log,
+        the lock) that leads outside the run directory: fedrun would write through it."""
+        root = self.path.resolve()
+        for name in WRITTEN_IN_PLACE:
+            p = self.path / name
+            if p.is_symlink() and not _inside(p.resolve(), root):
+                raise ConfigError(
+                    key,
+                    f"{p} is a symlink to {os.readlink(p)}, outside the run dir, and fedrun never writes through one;"
+                    " valid: a run dir without it",
+                )
+
+    # -- writers
+    def start(self, config_yaml: str) -> None:
+        """This process starts (or resumes) the run: config.yaml is written and the run's status is its to write."""
+        atomic_write(self.config_file, config_yaml)
+        self.started = True
+
+    def write_summary(self, fields: dict[str, Any]) -> None:
+        """summary.json, atomically, in the current format."""
+        write_json(self.summary_file, {**fields, "format": SUMMARY_FORMAT})
+
+    def write_metrics(self, rows: list[dict[str, Any]]) -> None:
+        write_metrics(self.metrics_file, rows)
+
+    def write_error_log(self, text: str) -> None:
+        atomic_write(self.path / ERROR_LOG, text)
+
+    def set_status(self, status: str, error: str, only_running: bool = False) -> None:
+        """Set ``status`` and ``error`` in summary.json, keeping what it says of the run (with ``only_running``:
+        only when it says ``running``); nothing unless this process started the run (:meth:`start`), and silently
+        nothing when summary.json cannot be read or written."""
+        if not self.started:
+            return
+        old = self.summary()
+        if only_running and (old is None or old.status != "running"):
+            return
+        with contextlib.suppress(OSError):
+            self.write_summary({**(old.fields if old else {}), "status": status, "error": error})
+
+    def refuse(self, message: str) -> None:
+        """Bad input: remove what this attempt wrote, except Hydra's record of a job in a directory this attempt made
+        (from which fedrun-report labels the refused run), and, when the directory holds no earlier run, say why in
+        error.txt. A directory that held anything before this attempt keeps it byte for byte."""
+        if not self.path.is_dir():
+            return
+        before = self.before
+        for child in self.path.iterdir():
+            if before is not None and child.name in before:
+                continue
+            if child.name == HYDRA_DIR and not (before and self.foreign()):
+                continue
+            with contextlib.suppress(OSError):
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        if not self.foreign() and not self.config_file.exists() and not self.summary_file.exists():
+            atomic_write(self.error_file, message + "\n")
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """This run directory's lock (fedrun/storage/lock.py), for the ``with`` block."""
+        with run_dir_lock(self.path):
+            yield
