@@ -17,6 +17,7 @@ import pandas as pd
 import yaml
 
 from fedrun.config.identity import saved_config_key
+from fedrun.core.safe_yaml import YamlBomb, load_yaml
 from fedrun.storage.rundir import ERROR_FILE, SUMMARY_FILE, RunDir, Summary
 
 # columns of load_runs' frame that are not config keys
@@ -87,13 +88,13 @@ def _hydra_overrides(run: Path) -> dict[str, Any]:
     """The job's Hydra overrides (``.hydra/overrides.yaml``); {} when absent or unreadable (labels only)."""
     f = run / ".hydra" / "overrides.yaml"
     try:
-        items = yaml.safe_load(f.read_text()) if f.is_file() else []
+        items = load_yaml(f.read_text(), str(f), plain=True) if f.is_file() else []
         out = {}
         for item in items if isinstance(items, list) else []:
             k, _, v = str(item).partition("=")
-            out[k.lstrip("+~")] = _hashable(yaml.safe_load(v)) if v else v
+            out[k.lstrip("+~")] = _hashable(load_yaml(v, str(f), plain=True)) if v else v
         return out
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, YamlBomb):
         return {}
 
 

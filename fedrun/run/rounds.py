@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fedrun.algorithms.base import RoundInfo, average_buffers
+from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.core.rng import derive
 from fedrun.core.tree import Tree, all_finite, leaves, nbytes
@@ -43,7 +44,7 @@ class RoundResult:
     weight_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
-def lr_at(spec: Any, rnd: int) -> float:
+def lr_at(spec: RunSpec, rnd: int) -> float:
     """The configured local lr of round ``rnd`` (0-based): lr * lr_decay^rnd."""
     return spec.fl.lr * spec.fl.lr_decay**rnd
 
@@ -116,7 +117,7 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
     )  # fmt: skip
 
 
-def is_eval_round(spec: Any, rnd: int) -> bool:
+def is_eval_round(spec: RunSpec, rnd: int) -> bool:
     """Whether round ``rnd`` (0-based) is evaluated: every ``eval.every`` rounds, and always the last."""
     return (rnd + 1) % spec.eval.every == 0 or rnd == spec.fl.rounds - 1
 

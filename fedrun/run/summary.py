@@ -67,7 +67,7 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
         return {}
     acc = np.array([r["test_acc"] for r in rows])
     k = spec.eval.last_k
-    out = {
+    out: dict[str, Any] = {
         "test_acc_final": float(acc[-1]),
         "test_acc_last_k": float(acc[-k:].mean()),
         "last_k": min(k, len(acc)),
@@ -121,12 +121,15 @@ def final_summary(
     return summary
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
 def summary_line(s: dict[str, Any]) -> str:
     """The log line of a run's end: status, rounds, accuracies, time (and the error of a run that did not complete)."""
-    pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
     line = (
-        f"{s['status']}: {s['rounds_completed']} rounds, final test_acc {pct(s.get('test_acc_final'))},"
-        f" mean of last {s.get('last_k', 0)} {pct(s.get('test_acc_last_k'))},"
-        f" best {pct(s.get('test_acc_best'))} (round {s.get('best_round', '-')}), {s['wall_time_s']:.1f} s"
+        f"{s['status']}: {s['rounds_completed']} rounds, final test_acc {_pct(s.get('test_acc_final'))},"
+        f" mean of last {s.get('last_k', 0)} {_pct(s.get('test_acc_last_k'))},"
+        f" best {_pct(s.get('test_acc_best'))} (round {s.get('best_round', '-')}), {s['wall_time_s']:.1f} s"
     )
     return line + (f"; {s['error']}" if s.get("error") else "")

@@ -32,7 +32,7 @@ def _heatmap_title(partition: str | None) -> str:
     return "samples per client and class" + (f"\n{partition}" if partition else "")
 
 
-def _plt():  # noqa: ANN202 - matplotlib imported lazily and headless
+def _plt() -> Any:  # matplotlib.pyplot, imported lazily and headless
     import matplotlib
 
     matplotlib.use("Agg")
@@ -41,7 +41,7 @@ def _plt():  # noqa: ANN202 - matplotlib imported lazily and headless
     return plt
 
 
-def save_figure(fig, path: Path, dpi: int = 100) -> None:  # noqa: ANN001 - a matplotlib Figure
+def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:  # fig: a matplotlib Figure
     """Lay out, render to memory, write atomically (:func:`atomic_write`) and close ``fig``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from fedrun.core.errors import ConfigError
+from fedrun.core.safe_yaml import YamlBomb, load_yaml
 from fedrun.storage.atomic import TEMP_NAME, atomic_write, write_json, write_metrics
 from fedrun.storage.lock import LOCK_FILE, run_dir_lock
 
@@ -214,7 +215,9 @@ class RunDir:
         for f in (self.config_file, self.hydra_config_file) if hydra_record else (self.config_file,):
             if f.is_file():
                 try:
-                    cfg = yaml.safe_load(f.read_text())
+                    cfg = load_yaml(f.read_text(), str(f), plain=True)
+                except YamlBomb as e:
+                    raise UnreadableRunFile(f"{f.name}: {e.message}") from None
                 except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
                     raise UnreadableRunFile(f"{f.name}: {_short(e)}") from None
                 if not isinstance(cfg, dict):

@@ -186,3 +186,35 @@ def test_omegaconf_looks_its_loader_up_where_install_replaces_it() -> None:
     assert "from ._utils import get_yaml_loader" in inspect.getsource(OmegaConf.load)
     assert "from ._utils import get_yaml_loader" in inspect.getsource(OmegaConf._create_impl)  # OmegaConf.create
     assert hasattr(_utils, "get_yaml_loader") and hasattr(omegaconf.basecontainer, "get_yaml_loader")
+
+
+def _read_run_config(run: Path) -> object:
+    from fedrun.storage.rundir import RunDir, UnreadableRunFile
+
+    (run / "config.yaml").write_text(BILLION_LAUGHS)
+    with pytest.raises(UnreadableRunFile, match="config.yaml: .*alias"):
+        RunDir(run).read_config()
+    return True
+
+
+def _read_sweep_index(sweep: Path) -> object:
+    from fedrun.cli.sweeps import INDEX_FILE, read_index
+
+    (sweep / INDEX_FILE).write_text(BILLION_LAUGHS)
+    return read_index(sweep) == {}  # unreadable: the sweep rewrites its index
+
+
+def _read_report_labels(run: Path) -> object:
+    from fedrun.report.collect import _hydra_overrides
+
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "overrides.yaml").write_text(BILLION_LAUGHS)
+    return _hydra_overrides(run) == {}  # labels only: the run is still read from its config
+
+
+# yaml-bomb: the run files fedrun reads without OmegaConf, each bounded too
+@pytest.mark.parametrize("reader", [_read_run_config, _read_sweep_index, _read_report_labels])
+def test_run_files_with_a_bomb_are_refused_in_bounded_time(reader, tmp_path: Path) -> None:  # noqa: ANN001
+    t0 = time.perf_counter()
+    assert reader(tmp_path)
+    assert time.perf_counter() - t0 < BOUND_S
