@@ -66,8 +66,9 @@ class DistillParams(AlgoParams):
         positive("server_lr", self.server_lr)
         positive("server_epochs", self.server_epochs, allow_zero=True)
         one_of("optimizer", self.optimizer, ("adam", "sgd"))
-        in_range("beta1", self.beta1, 0.0, 1.0)
-        in_range("beta2", self.beta2, 0.0, 1.0)
+        # the server's torch.optim.Adam refuses a beta of 1: its bias correction divides by 1 - beta^t = 0
+        in_range("beta1", self.beta1, 0.0, 1.0, hi_open=True, why="Adam's bias correction divides by 1 - beta1^t")
+        in_range("beta2", self.beta2, 0.0, 1.0, hi_open=True, why="Adam's bias correction divides by 1 - beta2^t")
 
 
 @dataclass

@@ -28,7 +28,8 @@ class FedCMParams(AlgoParams):
     server_lr: float = 1.0
 
     def __post_init__(self) -> None:
-        in_range("alpha", self.alpha, 0.0, 1.0)
+        # v = alpha g + (1 - alpha) Delta^t with Delta^0 = 0: at alpha = 0 no client ever moves (1 is FedAvg)
+        in_range("alpha", self.alpha, 0.0, 1.0, lo_open=True, why="0 leaves v = Delta^t = 0: the clients never move")
         positive("server_lr", self.server_lr)
 
 

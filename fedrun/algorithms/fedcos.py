@@ -39,7 +39,15 @@ class FedCosParams(AlgoParams):
     def __post_init__(self) -> None:
         positive("mu", self.mu, allow_zero=True)
         positive("prox_mu", self.prox_mu, allow_zero=True)
-        in_range("server_momentum", self.server_momentum, 0.0, 1.0)
+        # server=avgm: v <- beta v + (1 - beta) Delta from v = Delta^0 keeps the first round's update at beta = 1
+        in_range(
+            "server_momentum",
+            self.server_momentum,
+            0.0,
+            1.0,
+            hi_open=True,
+            why="1 keeps the first round's update forever",
+        )
         positive("server_lr", self.server_lr)
 
 

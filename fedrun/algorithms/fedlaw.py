@@ -74,8 +74,9 @@ class FedLAWParams(AlgoParams):
         one_of("parametrization", self.parametrization, ("exp", "quad"))
         one_of("learn", self.learn, ("both", "gamma", "lambda"))
         one_of("swa_order", self.swa_order, ("lambda_first", "gamma_first"))
-        in_range("beta1", self.beta1, 0.0, 1.0)
-        in_range("beta2", self.beta2, 0.0, 1.0)
+        # the server's torch.optim.Adam refuses a beta of 1: its bias correction divides by 1 - beta^t = 0
+        in_range("beta1", self.beta1, 0.0, 1.0, hi_open=True, why="Adam's bias correction divides by 1 - beta1^t")
+        in_range("beta2", self.beta2, 0.0, 1.0, hi_open=True, why="Adam's bias correction divides by 1 - beta2^t")
         positive("step_size", self.step_size)
         in_range("step_gamma", self.step_gamma, 0.0, 1.0, lo_open=True)
         positive("global_lr", self.global_lr)

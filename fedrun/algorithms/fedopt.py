@@ -49,8 +49,11 @@ class FedAvgMParams(AlgoParams):
 
     def __post_init__(self) -> None:
         positive("server_lr", self.server_lr)
-        in_range("beta", self.beta, 0.0, 1.0)
         one_of("form", self.form, ("standard", "cos"))
+        # cos: v <- beta v + (1 - beta) Delta keeps the first round's Delta forever at beta = 1, ignoring every
+        # later cohort; standard: beta = 1 is undamped momentum (as fl.momentum = 1), which still trains
+        cos = self.form == "cos"
+        in_range("beta", self.beta, 0.0, 1.0, hi_open=cos, why="form=cos keeps the first round's update forever")
 
 
 @dataclass
@@ -64,7 +67,9 @@ class AdaptiveParams(AlgoParams):
 
     def __post_init__(self) -> None:
         positive("server_lr", self.server_lr)
-        in_range("beta1", self.beta1, 0.0, 1.0)
+        # m <- beta1 m + (1 - beta1) Delta stays 0 at beta1 = 1: the server never moves. beta2 = 1 keeps v at 0,
+        # a legitimate reduction (server momentum with step server_lr / tau), as beta1 = 0 (no first moment) is
+        in_range("beta1", self.beta1, 0.0, 1.0, hi_open=True, why="1 keeps m at 0: the server model never moves")
         in_range("beta2", self.beta2, 0.0, 1.0)
         positive("tau", self.tau)
 

@@ -98,7 +98,8 @@ class MoFedSAMParams(FedSAMParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        in_range("alpha", self.alpha, 0.0, 1.0)
+        # v = alpha grad f(w + eps) + (1 - alpha) Delta^t with Delta^0 = 0: inert at alpha = 0 (1 is FedSAM)
+        in_range("alpha", self.alpha, 0.0, 1.0, lo_open=True, why="0 leaves v = Delta^t = 0: the clients never move")
         positive("server_lr", self.server_lr)
 
 

@@ -36,7 +36,8 @@ class MimeLiteParams(AlgoParams):
     grad: str = "full"
 
     def __post_init__(self) -> None:
-        in_range("beta", self.beta, 0.0, 1.0)
+        # the client direction (1 - beta) g + beta m, with m <- (1 - beta) g + beta m from 0: zero at beta = 1
+        in_range("beta", self.beta, 0.0, 1.0, hi_open=True, why="1 keeps m at 0: the clients never move")
         one_of("grad", self.grad, ("full", "minibatch"))
 
 

@@ -164,12 +164,26 @@ def positive(field: str, value: float | int | None, allow_zero: bool = False) ->
         raise ConfigError(field, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
-def in_range(field: str, value: float | None, lo: float, hi: float, lo_open: bool = False) -> None:
-    """Range check helper: lo <= value <= hi (lo < value when ``lo_open``)."""
+def in_range(
+    field: str,
+    value: float | None,
+    lo: float,
+    hi: float,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    why: str = "",
+) -> None:
+    """Range check helper: lo <= value <= hi (lo < value when ``lo_open``, value < hi when ``hi_open``).
+
+    ``why`` (said after the range) tells what an excluded end would do, e.g. that it stops the method training.
+    """
     if value is None:
         return
-    if value > hi or value < lo or (lo_open and value == lo):
-        raise ConfigError(field, f"must be in {'(' if lo_open else '['}{lo}, {hi}], got {value}")
+    if value > hi or value < lo or (lo_open and value == lo) or (hi_open and value == hi):
+        reason = f" ({why})" if why else ""
+        raise ConfigError(
+            field, f"must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}, got {value}{reason}"
+        )
 
 
 ALGORITHMS: Registry[Any] = Registry("algorithm", "fedrun.algorithms")

@@ -9,11 +9,12 @@ any work with one line naming the field.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -387,6 +388,38 @@ def resolve(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(key, f"{shown}{why}") from None
 
 
+# torch.finfo(dtype).max of each hardware.precision (bf16: autocast computes in bfloat16), written out so that
+# validating a config does not import torch; tests/config/test_numeric_table.py pins them to torch.finfo.
+FLOAT_MAX = {"fp32": 3.4028234663852886e38, "fp64": 1.7976931348623157e308, "bf16": 3.3895313892515355e38}
+
+
+def check_step_scalars(spec: RunSpec) -> None:
+    """Refuse a float hyperparameter of ``fl``, ``ima`` or the algorithm that the run's dtype cannot train with.
+
+    Every such number enters a step as a scalar of the run's dtype that multiplies parameters, gradients or
+    another hyperparameter: ``lr * (g + weight_decay * w)``, ``momentum * b``, ``server_lr * Delta``, a
+    FedDyn/FedSMOO decay ``alpha + weight_decay``. torch fails outright ("value cannot be converted to type
+    float without overflow") once a scalar or such a product exceeds finfo.max. The bound is sqrt(finfo.max)
+    (1.8e19 in fp32 and bf16, 1.3e154 in fp64): a scalar at most that large, and the product of any two of
+    them, is representable, so the first step cannot fail; what larger-but-finite steps do to the model is
+    training, which the round loop ends as ``diverged``. No sensible rate or coefficient comes near it.
+    """
+    precision = spec.hardware.precision
+    bound = math.sqrt(FLOAT_MAX[precision])
+    sections = (("fl", spec.fl), ("ima", spec.ima), ("algorithm", spec.algorithm.params))
+    for prefix, params in sections:
+        if params is None or not is_dataclass(params):
+            continue
+        for f in fields(params):
+            value = getattr(params, f.name)
+            if isinstance(value, float) and abs(value) > bound:
+                raise ConfigError(
+                    f"{prefix}.{f.name}",
+                    f"{value!r} overflows {precision} arithmetic in a training step; valid: |x| <= {bound:.3g}"
+                    f" (sqrt of {precision}'s largest number {FLOAT_MAX[precision]:.4g})",
+                )
+
+
 def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
     """Check every field and build the typed run spec; raises ConfigError naming the first bad field."""
     raw = resolve(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
@@ -418,4 +451,5 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
     extra = set(raw) - {f for f in FedrunConfig.__dataclass_fields__} - {"experiment"}
     if extra:
         raise ConfigError(sorted(extra)[0], "unknown top-level key")
+    check_step_scalars(spec)
     return spec
