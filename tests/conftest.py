@@ -25,6 +25,16 @@ def compose_cfg(overrides: list[str]):  # noqa: ANN201 - a DictConfig
         return compose(config_name="config", overrides=overrides)
 
 
+def dir_snapshot(folder: Path) -> dict[str, bytes | str]:
+    """Every entry below ``folder``: file bytes, ``dir`` or the target of a symlink (a folder left byte for byte
+    compares equal)."""
+    out: dict[str, bytes | str] = {}
+    for p in sorted(folder.rglob("*")):
+        key = str(p.relative_to(folder))
+        out[key] = f"-> {os.readlink(p)}" if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
+    return out
+
+
 @pytest.fixture(autouse=True)
 def _unchecked_composition() -> object:
     """Each test starts with Hydra's own composition: a test that ran ``fedrun`` in-process installed fedrun's

@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from fedrun.core.safe_yaml import YamlBomb, load_yaml
+from fedrun.core.errors import ConfigError
+from fedrun.core.safe_yaml import load_yaml
 from fedrun.storage.atomic import atomic_write
 from fedrun.storage.lock import exclusive_lock
 from fedrun.storage.rundir import RunDir
@@ -71,7 +72,7 @@ def read_index(sweep_dir: Path) -> dict[str, str]:
     """``index.yaml``: job directory -> the overrides that last ran it (empty when missing or unreadable)."""
     try:
         data = load_yaml((sweep_dir / INDEX_FILE).read_text(), str(sweep_dir / INDEX_FILE), plain=True)
-    except (OSError, yaml.YAMLError, YamlBomb):
+    except (OSError, ConfigError):  # ConfigError: malformed YAML or a YAML bomb (safe_yaml)
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 

@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -132,16 +132,11 @@ def interrupts(
             sys.stdout.flush()
         os._exit(128 + signum)  # no exception may surface inside an import: it would leave the module half made
 
-    signums = handled_signals()
-    previous = {s: signal.getsignal(s) for s in signums}
-    for s in signums:
-        signal.signal(s, handler)
     try:
-        yield
+        with _handling(handled_signals(), handler):
+            yield
     finally:
         done.set()
-        for s, h in previous.items():
-            signal.signal(s, h)
     if deferred:  # the block ended before the watcher re-sent the signal
         raise Interrupted(deferred[-1])
 
@@ -156,9 +151,15 @@ def loading(after: str) -> Iterator[None]:
         _say(f"fedrun: stopped by {signal.Signals(signum).name}; {after}")
         os._exit(128 + signum)
 
-    signums = handled_signals() if threading.current_thread() is threading.main_thread() else ()
+    with _handling(handled_signals() if threading.current_thread() is threading.main_thread() else (), handler):
+        yield
+
+
+@contextmanager
+def _handling(signums: Iterable[int], handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """``handler`` for each of ``signums`` inside the block; the handlers before it are put back after it."""
     previous = {s: signal.getsignal(s) for s in signums}
-    for s in signums:
+    for s in previous:
         signal.signal(s, handler)
     try:
         yield

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from fedrun.config.identity import saved_config_key
-from fedrun.core.safe_yaml import YamlBomb, load_yaml
+from fedrun.core.errors import ConfigError
+from fedrun.core.safe_yaml import load_yaml
 from fedrun.storage.rundir import ERROR_FILE, SUMMARY_FILE, RunDir, Summary
 
 # columns of load_runs' frame that are not config keys
@@ -94,7 +94,7 @@ def _hydra_overrides(run: Path) -> dict[str, Any]:
             k, _, v = str(item).partition("=")
             out[k.lstrip("+~")] = _hashable(load_yaml(v, str(f), plain=True)) if v else v
         return out
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, YamlBomb):
+    except (OSError, UnicodeDecodeError, ConfigError):  # ConfigError: malformed YAML or a YAML bomb
         return {}
 
 

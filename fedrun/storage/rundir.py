@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from fedrun.core.errors import ConfigError
-from fedrun.core.safe_yaml import YamlBomb, load_yaml
+from fedrun.core.safe_yaml import load_yaml
 from fedrun.storage.atomic import TEMP_NAME, atomic_write, write_json, write_metrics
 from fedrun.storage.lock import LOCK_FILE, run_dir_lock
 
@@ -216,7 +216,7 @@ class RunDir:
             if f.is_file():
                 try:
                     cfg = load_yaml(f.read_text(), str(f), plain=True)
-                except YamlBomb as e:
+                except ConfigError as e:  # a YAML bomb or malformed YAML (safe_yaml)
                     raise UnreadableRunFile(f"{f.name}: {e.message}") from None
                 except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
                     raise UnreadableRunFile(f"{f.name}: {_short(e)}") from None

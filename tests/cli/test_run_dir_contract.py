@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, dir_snapshot
 from tests.run.test_resume import SMALL
 
 ONE_ROUND = [*SMALL, "fl.rounds=1", "output.plots=false", "output.quiet=true"]
@@ -31,15 +31,6 @@ def _fedrun(cwd: Path, *args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "fedrun.cli", *args],
         cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-
-
-def _tree(folder: Path) -> dict[str, bytes | str]:
-    """Every entry below ``folder``: file bytes, ``dir`` or the target of a symlink."""
-    out: dict[str, bytes | str] = {}
-    for p in sorted(folder.rglob("*")):
-        key = str(p.relative_to(folder))
-        out[key] = f"-> {os.readlink(p)}" if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
-    return out
 
 
 def _one_line_exit_2(res: subprocess.CompletedProcess, start: str) -> None:
@@ -69,29 +60,29 @@ def completed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_folder_of_files_is_refused_in_one_line_and_left_byte_for_byte(tmp_path: Path, bad: list[str]) -> None:
     """Bad input or not, a non-empty folder holding no fedrun run is never written (before: emptied on bad input)."""
     folder = _folder_of_files(tmp_path / "mine")
-    before = _tree(folder)
+    before = dir_snapshot(folder)
     res = _fedrun(tmp_path, *ONE_ROUND, *bad, f"hydra.run.dir={folder}", f"cache_dir={tmp_path / 'cache'}")
     _one_line_exit_2(res, f"hydra.run.dir: {folder} is not empty and holds no fedrun run")
-    assert _tree(folder) == before
+    assert dir_snapshot(folder) == before
 
 
 @pytest.mark.parametrize("where", [".", "..", "work/sub/..", "<cwd>", "<parent>"])
 def test_the_current_directory_or_an_ancestor_is_refused_as_run_dir(tmp_path: Path, where: str) -> None:
     cwd = _folder_of_files(tmp_path / "work")
     where = where.replace("<cwd>", str(cwd)).replace("<parent>", str(tmp_path)).replace("work/sub/..", "sub/..")
-    before = _tree(tmp_path)
+    before = dir_snapshot(tmp_path)
     res = _fedrun(cwd, *ONE_ROUND, "fl.clients=0", f"hydra.run.dir={where}", f"cache_dir={tmp_path / 'cache'}")
     _one_line_exit_2(res, "hydra.run.dir: ")
     assert "is the current directory or one above it" in res.stderr
-    assert _tree(tmp_path) == before
+    assert dir_snapshot(tmp_path) == before
 
 
 def test_the_current_directory_is_refused_as_sweep_dir(tmp_path: Path) -> None:
     cwd = _folder_of_files(tmp_path / "work")
-    before = _tree(tmp_path)
+    before = dir_snapshot(tmp_path)
     res = _fedrun(cwd, "-m", *ONE_ROUND, "seed=0,1", "hydra.sweep.dir=.", f"cache_dir={tmp_path / 'cache'}")
     _one_line_exit_2(res, "hydra.sweep.dir: '.' is the current directory or one above it")
-    assert _tree(tmp_path) == before
+    assert dir_snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize(
@@ -125,11 +116,11 @@ def test_a_symlink_leaving_the_run_dir_is_never_written_through(tmp_path: Path, 
     else:
         (run / name).unlink(missing_ok=True)
     (run / name).symlink_to(outside if name == ".hydra" else outside / "target")
-    before, before_out = _tree(run), _tree(outside)
+    before, before_out = dir_snapshot(run), dir_snapshot(outside)
     res = _fedrun(tmp_path, *ONE_ROUND, "fl.rounds=2", f"hydra.run.dir={run}", f"cache_dir={tmp_path / 'cache'}")
     _one_line_exit_2(res, "hydra.run.dir: ")
     assert f"{run / name} is a symlink to" in res.stderr
-    assert _tree(outside) == before_out and _tree(run) == before
+    assert dir_snapshot(outside) == before_out and dir_snapshot(run) == before
 
 
 @pytest.mark.parametrize(
@@ -141,21 +132,21 @@ def test_a_later_command_cannot_flip_a_completed_run_to_failed(
 ) -> None:
     run = tmp_path / "run"
     shutil.copytree(completed_run, run, symlinks=True)
-    before = _tree(run)
+    before = dir_snapshot(run)
     assert b'"status": "completed"' in before["summary.json"]  # type: ignore[operator]
     res = _fedrun(tmp_path, f"resume={run}", *overrides)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().count("\n") == 0 and res.stderr.startswith("fedrun: error: "), res.stderr
-    assert _tree(run) == before  # status, config, metrics, log: byte for byte
+    assert dir_snapshot(run) == before  # status, config, metrics, log: byte for byte
 
 
 def test_a_completed_run_is_skipped_and_its_summary_reads_back(tmp_path: Path, completed_run: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(completed_run, run, symlinks=True)
-    before = _tree(run)
+    before = dir_snapshot(run)
     res = _fedrun(tmp_path, f"resume={run}")
     assert res.returncode == 0 and "already completed; skipped" in res.stderr, res.stderr
-    assert {k: v for k, v in _tree(run).items() if k != "fedrun.log"} == {
+    assert {k: v for k, v in dir_snapshot(run).items() if k != "fedrun.log"} == {
         k: v for k, v in before.items() if k != "fedrun.log"
     }
 
@@ -210,10 +201,10 @@ def test_a_sweep_job_dir_of_someone_elses_files_is_left_byte_for_byte(
     job = sweep / one_job_sweep[1].name
     shutil.rmtree(job)
     _folder_of_files(job)
-    before = _tree(job)
+    before = dir_snapshot(job)
     res = _rerun_sweep(tmp_path, sweep)
     assert res.returncode == 1 and f"{job} is not empty and holds no fedrun run" in res.stderr, res.stderr
-    assert _tree(job) == before
+    assert dir_snapshot(job) == before
 
 
 def test_a_sweep_jobs_symlinked_hydra_record_is_refused_before_hydra_writes(

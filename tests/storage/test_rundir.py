@@ -5,7 +5,6 @@ through a symlink leaving the directory, only fedrun's own temp files cleaned up
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,15 +27,7 @@ from fedrun.storage.rundir import (
     UnreadableRunFile,
     note_before_attempt,
 )
-
-
-def _tree(folder: Path) -> dict[str, bytes | str]:
-    """Every entry below ``folder``: file bytes, ``dir`` or the target of a symlink."""
-    out: dict[str, bytes | str] = {}
-    for p in sorted(folder.rglob("*")):
-        key = str(p.relative_to(folder))
-        out[key] = f"-> {os.readlink(p)}" if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
-    return out
+from tests.conftest import dir_snapshot
 
 
 def _dead_pid() -> int:
@@ -113,14 +104,14 @@ def test_refusing_a_foreign_directory_removes_only_what_this_attempt_wrote(tmp_p
     (run / "sub").mkdir(parents=True)
     (run / "notes.txt").write_text("keep me")
     (run / "sub" / "data.bin").write_bytes(b"\0\1")
-    before = _tree(run)
+    before = dir_snapshot(run)
     note_before_attempt(run)  # what fedrun.cli does before Hydra writes its record
     (run / HYDRA_DIR).mkdir()  # Hydra's record of this attempt
     (run / HYDRA_DIR / "config.yaml").write_text("seed: 0\n")
     rd = RunDir.for_attempt(run)
     assert rd.foreign()
     rd.refuse("hydra.run.dir: not a run")
-    assert _tree(run) == before  # byte for byte: no error.txt, no .hydra
+    assert dir_snapshot(run) == before  # byte for byte: no error.txt, no .hydra
 
 
 def test_refusing_a_fresh_run_keeps_hydras_record_and_says_why(tmp_path: Path) -> None:
@@ -138,11 +129,11 @@ def test_refusing_in_an_earlier_runs_directory_leaves_it_as_it_was(tmp_path: Pat
     run.mkdir()
     (run / "config.yaml").write_text("seed: 0\n")
     (run / "summary.json").write_text('{"status": "completed"}')
-    before = _tree(run)
+    before = dir_snapshot(run)
     rd = RunDir(run)
     (run / "partition.csv").write_text("new")  # written by this attempt before it was refused
     rd.refuse("resume: bad input")
-    assert _tree(run) == before
+    assert dir_snapshot(run) == before
 
 
 def test_only_the_process_that_started_the_run_writes_its_status(tmp_path: Path) -> None:
