@@ -1,1 +1,1 @@
-"""storage"""
+"""Files: atomic writes, the run directory (RunDir), figures, caches, locks, tracking sinks."""
