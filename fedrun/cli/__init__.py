@@ -1,1 +1,3 @@
-"""The entry points (fedrun, fedrun-report, reproduce), the checks on what Hydra composes, sweeps, Hydra's patched internals."""
+"""The entry points (fedrun, fedrun-report, reproduce), the checks on what Hydra composes, sweeps, Hydra's
+patched internals.
+"""

@@ -1,1 +1,3 @@
-"""Everything that knows one of the five papers: reproduce targets, table layouts, captions, method order, published cells, the scorecard."""
+"""Everything that knows one of the five papers: reproduce targets, table layouts, captions, method order,
+published cells, the scorecard.
+"""

@@ -1,1 +1,3 @@
-"""One run: the composition root (experiment.py), the round loop, run state and checkpoints, the summary, the recorder."""
+"""One run: the composition root (experiment.py), the round loop, run state and checkpoints, the summary, the
+recorder.
+"""
