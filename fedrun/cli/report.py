@@ -15,12 +15,21 @@ fedrun-report --paper fedcos-table2   (the scorecard of the evidence records shi
 
 A cell averages over seeds only (``--over`` names more keys); a config key that varies inside a cell is an
 error naming it. Under the table: runs that did not complete or were refused, missing runs (a seed that other
-cells have), duplicates (two run directories with the same config: counted once) and unreadable run dirs.
+cells have), duplicates (two run directories with the same config: counted once), unreadable run dirs and damaged
+ones (a summary that disagrees with its ranges or metrics.csv: fedrun/report/collect.py). Folders that are not
+fedrun runs are left out and named on stderr, one line each ("foreign: DIR: why").
+
+Where the files go: ``--out PREFIX`` (its folder is made when missing), else ``reports/`` in the common parent of
+the run directories found (beside the runs, never inside one), else, when that cannot be written (a read-only
+archive), ``reports/`` in the current directory. An existing report is never overwritten: the next free
+``PREFIX_2``, ``PREFIX_3``... is used, unless ``--force``. The table is always printed; a file that cannot be
+written is one line naming its path, and the exit code is then 1 (0: table and files; 2: bad input, no table).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -30,7 +39,7 @@ import pandas as pd
 
 from fedrun.core.errors import DataError
 from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
-from fedrun.report.collect import Unreadable, collect_runs
+from fedrun.report.collect import DAMAGED, FOREIGN, Unreadable, collect_runs
 from fedrun.report.partition import report_partition
 from fedrun.report.pooling import (
     DEFAULT_OVER,
@@ -47,6 +56,7 @@ from fedrun.report.provenance import standin_note
 from fedrun.report.select import select_best
 from fedrun.report.tables import METRICS, make_table
 from fedrun.storage.atomic import atomic_write
+from fedrun.storage.rundir import RunDir
 
 ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
 LAYOUT_SPLIT = {"fedima": ["ima.enabled"]}  # keys a layout's cell shows side by side, not pooled
@@ -64,7 +74,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--metric", default="last_k", choices=sorted(METRICS), help="cell value (default: last_k)")
     ap.add_argument("--layout", choices=sorted(LAYOUTS), help="a paper's table format (fedrun.papers.layouts)")
     ap.add_argument("--select", metavar="KEY", help="hyperparameter to pick per row/column by best mean over seeds")
-    ap.add_argument("--out", type=Path, default=None, help="prefix for .csv/.tex/.md (default: DIR/report_<metric>)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="prefix for .csv/.tex/.md (default: reports/report_<metric> beside the runs, else in the current dir)",
+    )
+    ap.add_argument("--force", action="store_true", help="overwrite an existing report instead of suffixing _2, _3...")
     ap.add_argument("--paper", metavar="TARGET", help="scorecard against a reproduce target's published cells")
     return ap.parse_args(argv)
 
@@ -72,6 +88,90 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _error(message: str) -> int:
     print(f"fedrun-report: error: {message}", file=sys.stderr)
     return 2
+
+
+class OutputUnwritable(Exception):
+    """No report file could be written: the message is the one line naming the path and why."""
+
+
+def _inside_run(path: Path) -> Path | None:
+    """The run directory that ``path`` (or an ancestor of it) is, if any."""
+    p = Path(os.path.abspath(path))
+    for d in (p, *p.parents):
+        if d.is_dir() and RunDir(d).holds_run():
+            return d
+    return None
+
+
+def _default_folders(runs: list[str]) -> list[Path]:
+    """Where reports go without ``--out``, in order of preference: ``reports/`` in the common parent of the run
+    directories (moved above any run directory holding it), then ``reports/`` in the current directory (unless that
+    lies inside a run directory)."""
+    parent = Path(os.path.commonpath([os.path.dirname(os.path.abspath(r)) for r in runs]))
+    while (inside := _inside_run(parent)) is not None:
+        parent = inside.parent
+    folders = [parent / "reports"]
+    cwd = Path.cwd() / "reports"
+    if _inside_run(Path.cwd()) is None and cwd not in folders:
+        folders.append(cwd)
+    return folders
+
+
+def _claim(prefix: Path, suffixes: tuple[str, ...], force: bool) -> Path:
+    """``prefix``, or with ``force`` unset and a file of it existing, the first free ``prefix_2``, ``prefix_3``...:
+    its first file is created exclusively, so two reports at once never share it. Raises OSError."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    if force:
+        return prefix
+    n = 1
+    while True:
+        p = prefix if n == 1 else prefix.with_name(f"{prefix.name}_{n}")
+        if not any(p.with_name(p.name + s).exists() or p.with_name(p.name + s).is_symlink() for s in suffixes):
+            try:
+                os.close(os.open(p.with_name(p.name + suffixes[0]), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                return p
+            except FileExistsError:
+                pass
+        n += 1
+
+
+def write_report(args: argparse.Namespace, runs: list[str], name: str, files: dict[str, str]) -> tuple[Path, list[str]]:
+    """Write ``files`` (suffix -> text) as ``PREFIX.suffix`` where :mod:`the docstring <fedrun.cli.report>` says;
+    returns (the prefix, notes for stderr). Raises :class:`OutputUnwritable` when no place can be written."""
+    suffixes = tuple(files)
+    if args.out is not None:
+        candidates = [Path(os.path.abspath(args.out))]
+    else:
+        candidates = [f / name for f in _default_folders(runs)]
+    notes: list[str] = []
+    failures: list[str] = []
+    for prefix in candidates:
+        written: list[Path] = []
+        try:
+            claimed = _claim(prefix, suffixes, args.force)
+            written.append(claimed.with_name(claimed.name + suffixes[0]))
+            for suffix, text in files.items():
+                atomic_write(claimed.with_name(claimed.name + suffix), text)
+                written.append(claimed.with_name(claimed.name + suffix))
+        except OSError as e:
+            failures.append(f"{getattr(e, 'filename', None) or prefix.parent}: {e.strerror or _why(e)}")
+            for f in [] if args.force else written:  # nothing half-written; --force had overwritten anyway
+                with contextlib.suppress(OSError):
+                    f.unlink()
+            continue
+        if failures:
+            notes.append(f"fedrun-report: cannot write {failures[0]}; wrote to {claimed.parent} instead")
+        if claimed != prefix:
+            notes.append(
+                f"fedrun-report: {prefix.name}{suffixes[0]} exists; wrote {claimed.name}.* (--force overwrites)"
+            )
+        return claimed, notes
+    hint = "" if args.out is not None else " (give --out)"
+    raise OutputUnwritable(f"fedrun-report: cannot write the report: {'; '.join(failures)}{hint}")
+
+
+def _why(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
 
 
 def _keys(text: str) -> list[str]:
@@ -119,7 +219,9 @@ def report(argv: list[str]) -> int:
     for d in args.dirs:
         if not d.is_dir():
             return _error(f"{d}: no such directory")
-    runs, unreadable = collect_runs(args.dirs)
+    if (bad_out := _bad_out(args)) is not None:
+        return bad_out
+    runs, unreadable = _collect(args.dirs)
     if runs.empty:
         where = ", ".join(map(str, args.dirs))
         return _error(f"no readable runs under {where}" + "".join(f"; {u.run_dir}: {u.why}" for u in unreadable))
@@ -129,6 +231,24 @@ def report(argv: list[str]) -> int:
         return _table(args, runs, rows, cols, over, unreadable, dups)
     except ValueError as e:
         return _error(str(e))
+
+
+def _bad_out(args: argparse.Namespace) -> int | None:
+    """``--out`` inside a run directory is refused (exit 2) before anything is read or printed."""
+    run = _inside_run(args.out.parent) if args.out is not None else None
+    if run is None:
+        return None
+    return _error(f"--out: {args.out} is inside the run dir {run}; valid: a path outside every run dir")
+
+
+def _collect(dirs: list[Path]) -> tuple[pd.DataFrame, list[Unreadable]]:
+    """:func:`collect_runs`, with each foreign folder named on stderr (and left out); the rest of what was left out
+    (unreadable, damaged) is listed under the table."""
+    runs, left_out = collect_runs(dirs)
+    for u in left_out:
+        if u.kind == FOREIGN:
+            print(f"fedrun-report: foreign (not a fedrun run, left out): {u.run_dir}: {u.why}", file=sys.stderr)
+    return runs, [u for u in left_out if u.kind != FOREIGN]
 
 
 def _scorecard(args: argparse.Namespace) -> int:
@@ -142,20 +262,35 @@ def _scorecard(args: argparse.Namespace) -> int:
     for d in args.dirs:
         if not d.is_dir():
             return _error(f"{d}: no such directory")
+    if (bad_out := _bad_out(args)) is not None:
+        return bad_out
     if args.dirs:
-        runs, unreadable = collect_runs(args.dirs)
+        runs, unreadable = _collect(args.dirs)
         if runs.empty:
             return _error(f"no readable runs under {', '.join(map(str, args.dirs))}")
-        runs, _ = drop_duplicates(runs)
+        runs, dups = drop_duplicates(runs)
+        found = list(runs["run_dir"]) + [d.run_dir for d in dups]
         source = ""
     else:
         runs, source = evidence_runs(), "from the evidence records in fedrun/papers/evidence/"
     card = scorecard(runs, target)
     print(render_card(card, orders(card), target) + (f"\n\n{source}" if source else ""))
     if args.dirs:
-        prefix = args.out or args.dirs[0] / f"scorecard_{target.name}"
-        atomic_write(prefix.with_suffix(".csv"), card.to_csv(index=False))
-        print(f"\nwritten: {prefix}.csv")
+        return _write(args, found, f"scorecard_{target.name}", {".csv": card.to_csv(index=False)})
+    return 0
+
+
+def _write(args: argparse.Namespace, runs: list[str], name: str, files: dict[str, str]) -> int:
+    """Write the report's files after its table was printed: 0, or 1 with one line naming the path that failed."""
+    sys.stdout.flush()
+    try:
+        prefix, notes = write_report(args, runs, name, files)
+    except OutputUnwritable as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    for note in notes:
+        print(note, file=sys.stderr)
+    print("\nwritten: " + ", ".join(f"{prefix}{s}" for s in files))
     return 0
 
 
@@ -205,15 +340,16 @@ def _table(
     md = table.to_markdown(disable_numparse=True) + "\n\n" + md_caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
     missing = empty_cells(runs, rows, cols) + missing_runs(runs, group, over)
     under = _listing(runs, missing, dups, unreadable)
-    prefix = args.out or args.dirs[0] / f"report_{args.layout or args.metric}"
-    atomic_write(prefix.with_suffix(".md"), md + ("\n" + under if under else "") + "\n")
-    atomic_write(prefix.with_suffix(".csv"), long.to_csv(index=False))
-    atomic_write(prefix.with_suffix(".tex"), to_latex(table, caption, direction))
+    files = {
+        ".md": md + ("\n" + under if under else "") + "\n",
+        ".csv": long.to_csv(index=False),
+        ".tex": to_latex(table, caption, direction),
+    }
     print(md)
     if under:
         print(under)
-    print(f"\nwritten: {prefix}.md, {prefix}.csv, {prefix}.tex")
-    return 0
+    found = list(runs["run_dir"]) + [d.run_dir for d in dups]  # where the report goes: beside all of them
+    return _write(args, found, f"report_{args.layout or args.metric}", files)
 
 
 def _n_note(counts: dict[tuple, int], keys: list[str]) -> str:
@@ -230,8 +366,11 @@ def _section(title: str, items: list[str], fmt: Callable[[str], str] = lambda s:
 
 
 def _listing(runs: pd.DataFrame, missing: list[str], dups: list[Duplicate], bad: list[Unreadable]) -> str:
-    """The lines under the table: runs that did not complete or were refused, missing, duplicated, unreadable."""
+    """The lines under the table: runs that did not complete or were refused, missing, duplicated, unreadable,
+    damaged (a summary that disagrees with its ranges or metrics.csv)."""
     failed = runs[runs["status"] != "completed"]
+    damaged = [u for u in bad if u.kind == DAMAGED]
+    unreadable = [u for u in bad if u.kind != DAMAGED]
     parts = [
         _section(
             f"{len(failed)} of {len(runs)} runs did not complete:",
@@ -242,7 +381,11 @@ def _listing(runs: pd.DataFrame, missing: list[str], dups: list[Duplicate], bad:
             f"{len(dups)} duplicate run dirs (the same config as another; counted once):",
             [f"{d.run_dir}: same config as {d.same_as}" for d in dups],
         ),
-        _section(f"{len(bad)} unreadable run dirs (left out):", [f"{u.run_dir}: {u.why}" for u in bad]),
+        _section(f"{len(unreadable)} unreadable run dirs (left out):", [f"{u.run_dir}: {u.why}" for u in unreadable]),
+        _section(
+            f"{len(damaged)} damaged run dirs (a summary that disagrees with its run; left out):",
+            [f"{u.run_dir}: {u.why}" for u in damaged],
+        ),
     ]
     return "".join(parts)
 

@@ -4,10 +4,22 @@ A run directory whose ``summary.json`` or ``config.yaml`` cannot be read (trunca
 shape) is not a row: :func:`collect_runs` returns it apart, as unreadable, so a report can list it under the
 table of the others. A run refused on bad input (``error.txt`` beside Hydra's record, no summary) has status
 ``refused``.
+
+A report never shows a number a run did not produce, so two more kinds of folder are left out:
+
+- **foreign**: not recognisably fedrun's. Its config (``config.yaml``, or Hydra's record of a refused job) must
+  exist, hold only fedrun's top-level keys (:class:`~fedrun.config.schema.FedrunConfig`) and name its algorithm
+  (``algorithm.name``); a ``summary.json`` alone, or a ``config.yaml`` of ``foo: bar``, is foreign.
+- **damaged**: fedrun's, but its summary disagrees with itself or with ``metrics.csv``: a status fedrun never
+  writes, an accuracy that is not a number in [0, 1], or (a completed run) a final / best / last-k mean test
+  accuracy that differs from the one recomputed from ``metrics.csv`` by more than :data:`TOLERANCE`. A completed
+  run of summary format 1 without ``metrics.csv`` is damaged too; one of format 0 (written before the format
+  field) without it is read as it is, with the ranges checked.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +28,10 @@ from typing import Any
 import pandas as pd
 
 from fedrun.config.identity import saved_config_key
+from fedrun.config.schema import FedrunConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
-from fedrun.storage.rundir import ERROR_FILE, SUMMARY_FILE, RunDir, Summary
+from fedrun.storage.rundir import CONFIG_FILE, ERROR_FILE, METRICS_FILE, SUMMARY_FILE, RunDir, Summary
 
 # columns of load_runs' frame that are not config keys
 META = ("status", "error", "run_dir", "fingerprint")
@@ -28,12 +41,36 @@ VOLATILE_PREFIXES = ("output.", "checkpoint.", "tracking.", "data.root", "data.d
 VOLATILE_KEYS = ("output", "checkpoint", "tracking", "cache_dir")
 
 
+# the statuses fedrun writes into summary.json (fedrun/run/, fedrun/storage/rundir.py)
+STATUSES = ("running", "completed", "diverged", "interrupted", "failed")
+# the top-level keys of a fedrun config (``experiment`` is the preset group Hydra leaves in the composed config)
+CONFIG_KEYS = frozenset(FedrunConfig.__dataclass_fields__) | {"experiment"}
+# how far a summary's accuracy may lie from the one recomputed from metrics.csv (both are float64 written as text)
+TOLERANCE = 1e-6
+# the summary's accuracies checked against metrics.csv: field -> how metrics.csv's test_acc column gives it
+RECOMPUTED = ("test_acc_final", "test_acc_best", "test_acc_last_k")
+
+UNREADABLE, DAMAGED, FOREIGN = "unreadable", "damaged", "foreign"
+
+
 @dataclass(frozen=True)
 class Unreadable:
-    """A run directory the report could not read, and why."""
+    """A run directory the report left out, and why: ``kind`` is ``unreadable`` (a run file cannot be read),
+    ``damaged`` (fedrun's, but its summary disagrees with its ranges or metrics.csv) or ``foreign`` (not a run of
+    fedrun's)."""
 
     run_dir: str
     why: str
+    kind: str = UNREADABLE
+
+
+class NotARun(ValueError):
+    """A folder that is not recognisably a fedrun run (``foreign``) or a run whose numbers disagree (``damaged``);
+    the message names the file and the field."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        super().__init__(why)
+        self.kind = kind
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -113,15 +150,84 @@ def _short(e: BaseException) -> str:
     return " ".join(str(e).split())[:200] or type(e).__name__
 
 
+def foreign_config(cfg: dict[str, Any]) -> str | None:
+    """Why the config ``cfg`` (read from a run dir; {} when there is none) is not fedrun's; None when it is."""
+    if not cfg:
+        return f"{CONFIG_FILE}: none (a fedrun run writes it when it starts)"
+    unknown = sorted(str(k) for k in cfg if k not in CONFIG_KEYS)
+    if unknown:
+        return f"{CONFIG_FILE}: '{unknown[0]}' is not a fedrun config key"
+    algorithm = cfg.get("algorithm")
+    if not isinstance(algorithm, dict) or not isinstance(algorithm.get("name"), str):
+        return f"{CONFIG_FILE}: no algorithm.name"
+    return None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_accuracy(key: str) -> bool:
+    """A summary field holding an accuracy (a fraction): test_acc_*, train_acc_*, client_acc_*."""
+    return key.startswith(("test_acc_", "train_acc_", "client_acc_"))
+
+
+def _last_k(s: Summary, cfg: dict[str, Any]) -> int:
+    """The k of the summary's last-k mean: its ``last_k`` field, else the config's ``eval.last_k``, else 10."""
+    ev = cfg.get("eval")
+    for k in (s.fields.get("last_k"), ev.get("last_k") if isinstance(ev, dict) else None):
+        if isinstance(k, int) and not isinstance(k, bool) and k > 0:
+            return k
+    return 10
+
+
+def damaged_summary(run: Path, s: Summary, cfg: dict[str, Any]) -> str | None:
+    """Why the summary ``s`` of ``run`` cannot be believed (naming the file and the field); None when it holds."""
+    if s.status not in STATUSES:
+        return f"{SUMMARY_FILE}: status {s.fields.get('status')!r} is not one fedrun writes ({', '.join(STATUSES)})"
+    for key, v in s.fields.items():
+        if _is_accuracy(key) and v is not None and not (_is_number(v) and 0.0 <= v <= 1.0):
+            return f"{SUMMARY_FILE}: {key} = {v!r} is not an accuracy (a number in [0, 1])"
+    if s.status != "completed":
+        return None  # its numbers are never shown
+    metrics = RunDir(run).metrics_file
+    if not metrics.is_file():
+        if s.format >= 1:
+            return f"{METRICS_FILE}: missing (a completed run writes it; its summary cannot be checked)"
+        return None  # a summary of before the format field: read as it is
+    try:
+        acc = pd.to_numeric(pd.read_csv(metrics)["test_acc"], errors="raise").dropna().to_numpy(dtype=float)
+    except (OSError, UnicodeDecodeError, KeyError, ValueError, pd.errors.ParserError) as e:
+        return f"{METRICS_FILE}: no test_acc column to check the summary against ({_short(e)})"
+    if not len(acc):
+        return f"{METRICS_FILE}: no test accuracy, though {SUMMARY_FILE} says the run completed"
+    recomputed = {
+        "test_acc_final": float(acc[-1]),
+        "test_acc_best": float(acc.max()),
+        "test_acc_last_k": float(acc[-_last_k(s, cfg) :].mean()),
+    }
+    for key in RECOMPUTED:
+        v = s.fields.get(key)
+        if v is not None and abs(v - recomputed[key]) > TOLERANCE:
+            return f"{SUMMARY_FILE}: {key} = {v!r}, but {METRICS_FILE} gives {recomputed[key]!r}"
+    return None
+
+
 def read_run(run: Path) -> dict[str, Any]:
     """One run's row: flattened config, ``summary.*`` fields, status, error, directory and fingerprint.
 
-    Raises ValueError (naming the file) when the run's config or summary cannot be read.
+    Raises ValueError (naming the file) when the run's config or summary cannot be read, :class:`NotARun` when the
+    folder is not a fedrun run or its summary disagrees with its ranges or metrics.csv.
     """
     cfg = _read_config(run)
+    why = foreign_config(cfg)
+    if why is not None:
+        raise NotARun(FOREIGN, why)
     row: dict[str, Any] = flatten(cfg)
     row.update({k: v for k, v in _hydra_overrides(run).items() if k not in row})
     s = _read_summary(run)
+    if s is not None and (why := damaged_summary(run, s, cfg)) is not None:
+        raise NotARun(DAMAGED, why)
     if s is not None:
         row.update({f"summary.{k}": _hashable(v) for k, v in s.fields.items() if not isinstance(v, dict)})
         row["status"] = s.status or "unknown"
@@ -140,18 +246,20 @@ def read_run(run: Path) -> dict[str, Any]:
 
 
 def collect_runs(paths: list[Path]) -> tuple[pd.DataFrame, list[Unreadable]]:
-    """(one row per readable run, the unreadable run directories with the reason)."""
+    """(one row per readable fedrun run, the run directories left out: unreadable, damaged or foreign, with why)."""
     rows, bad = [], []
     for run in find_runs(paths):
         try:
             rows.append(read_run(run))
+        except NotARun as e:
+            bad.append(Unreadable(str(run), str(e), e.kind))
         except ValueError as e:
             bad.append(Unreadable(str(run), str(e)))
     return pd.DataFrame(rows), bad
 
 
 def load_runs(paths: list[Path]) -> pd.DataFrame:
-    """One row per readable run: flattened config, summary fields, status, error and directory."""
+    """One row per readable fedrun run: flattened config, summary fields, status, error and directory."""
     return collect_runs(paths)[0]
 
 

@@ -36,7 +36,7 @@ def _two_methods(root: Path) -> None:
 def test_tex_escapes_bolds_the_best_and_captions_metric_n_and_std(tmp_path: Path) -> None:
     _two_methods(tmp_path)
     assert report_main([str(tmp_path), "--rows", "algorithm", "--cols", "partition.alpha"]) == 0
-    tex = (tmp_path / "report_last_k.tex").read_text()
+    tex = (tmp_path / "reports" / "report_last_k.tex").read_text()
     assert "fed\\_avg" in tex and "fed_avg" not in tex  # "_" escaped (the old .tex did not compile)
     caption = tex.split("\\caption{")[1].split("}\n")[0]
     assert "test accuracy (\\%), mean of the last 10 evaluated rounds" in caption
@@ -47,7 +47,9 @@ def test_tex_escapes_bolds_the_best_and_captions_metric_n_and_std(tmp_path: Path
     assert lines["algorithm=fed\\_avg"].split(" & ")[2] == "\\textbf{81.00 $\\pm$ 1.41} \\\\"
     assert "\\textbf" not in lines["algorithm=fed\\_avg"].split(" & ")[1]
     assert "highest value of each column in bold" in caption
-    md = (tmp_path / "report_last_k.md").read_text()  # Markdown has no bold cells, so its caption claims none
+    md = (
+        tmp_path / "reports" / "report_last_k.md"
+    ).read_text()  # Markdown has no bold cells, so its caption claims none
     assert "**" not in md and "bold" not in md and "n = 2 runs (seed) per cell." in md
 
 

@@ -44,13 +44,13 @@ def test_a_key_that_varies_inside_a_cell_is_an_error_naming_it(tmp_path: Path, c
     err = capsys.readouterr().err
     assert err.startswith("fedrun-report: error: partition.alpha varies inside a cell (algorithm=fedavg: 0.1, 1.0)")
     assert "--over seed,partition.alpha" in err and err.count("\n") == 1
-    assert not (tmp_path / "report_last_k.md").exists()  # nothing half-written
+    assert not (tmp_path / "reports" / "report_last_k.md").exists()  # nothing half-written
 
 
 def test_over_names_the_keys_a_cell_may_average(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     accs = _alpha_sweep(tmp_path)
     assert report_main([str(tmp_path), "--rows", "algorithm", "--over", "seed,partition.alpha"]) == 0
-    long = pd.read_csv(tmp_path / "report_last_k.csv").set_index("algorithm")
+    long = pd.read_csv(tmp_path / "reports" / "report_last_k.csv").set_index("algorithm")
     fedavg = 100 * np.array([v for k, v in accs.items() if k[0] == "fedavg"])
     assert long.loc["fedavg", "mean"] == pytest.approx(fedavg.mean())
     assert long.loc["fedavg", "std"] == pytest.approx(fedavg.std(ddof=1))
@@ -117,7 +117,7 @@ def test_duplicate_run_dirs_count_once_and_are_listed(tmp_path: Path, capsys: py
     assert f"| algorithm=fedavg | 60.00 ± {np.std([50, 60, 70], ddof=1):.2f} |" in out
     assert "2 duplicate run dirs (the same config as another; counted once):" in out
     assert f"{tmp_path / 'b' / '0'}: same config as {tmp_path / 'a' / '0'}" in out
-    assert pd.read_csv(tmp_path / "report_last_k.csv")["n"].tolist() == [3]
+    assert pd.read_csv(tmp_path / "reports" / "report_last_k.csv")["n"].tolist() == [3]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ def test_report_names_the_datasets_replaced_by_standin_data(tmp_path: Path, caps
     assert report_main([str(tmp_path), "--rows", "data"]) == 0
     out = capsys.readouterr().out
     line = "stand-in data (dataset files not found): cifar10, pacs; 4 of 6 runs trained on seeded random data"
-    assert line in out and line in (tmp_path / "report_last_k.md").read_text()
+    assert line in out and line in (tmp_path / "reports" / "report_last_k.md").read_text()
     assert "fmnist" not in out.split("stand-in data")[1].splitlines()[0]
 
 

@@ -27,10 +27,10 @@ def test_report_on_a_real_multirun(run_cli, tmp_path: Path, capsys) -> None:
     assert report_main([str(sweep), "--rows", "algorithm", "--cols", "partition.alpha", "--metric", "final"]) == 0
     out = capsys.readouterr().out
     assert "fedavg" in out and "fedprox" in out and "partition.alpha=0.1" in out and "±" in out
-    long = pd.read_csv(sweep / "report_final.csv")
+    long = pd.read_csv(sweep / "reports" / "report_final.csv")
     assert len(long) == 4 and (long["n"] == 2).all()
     assert (long["mean"] > 10).all()  # percent, above chance
-    tex = (sweep / "report_final.tex").read_text()
+    tex = (sweep / "reports" / "report_final.tex").read_text()
     assert tex.startswith("\\begin{table}") and "\\caption{test accuracy (\\%) after the last round" in tex
     assert "partition.alpha=0.1" in tex and "±" not in tex and "$\\pm$" in tex
     assert report_main([str(sweep), "--table", "rows=seed", "cols=algorithm", "--over", "partition.alpha"]) == 0
