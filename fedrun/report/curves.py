@@ -116,6 +116,6 @@ def main(argv: list[str]) -> int:
     for _, r in left.iterrows():
         print(f"not drawn: {r['run_dir']}: {r['status']}")
     for u in unreadable:
-        print(f"unreadable: {u.run_dir}: {u.why}")
+        print(f"{u.kind}: {u.run_dir}: {u.why}")  # unreadable, damaged or foreign: left out
     print(f"written: {out}, {out.with_suffix('.csv')}")
     return 0

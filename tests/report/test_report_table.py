@@ -289,3 +289,16 @@ def test_a_read_only_archive_prints_the_table(
         os.chmod(tmp_path / "archive", 0o755)
     out = capsys.readouterr().out
     assert CELL in _flat(out) and (tmp_path / "here" / "reports" / FILES[0]).is_file()
+
+
+def test_curves_leave_out_damaged_and_foreign_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _good(tmp_path)
+    bad = fake_run(tmp_path / "bad", {"algorithm.name": "fedavg", "seed": 2}, curve=[0.9])
+    _edit_summary(test_acc_last_k=5.0)(bad)
+    _foo_bar(tmp_path / "stranger")
+    out_png = tmp_path / "figs" / "c.png"
+    assert report_main(["curves", str(tmp_path), "--out", str(out_png)]) == 0
+    out = capsys.readouterr().out
+    assert f"damaged: {bad}: summary.json: test_acc_last_k = 5.0 is not an accuracy" in out
+    assert f"foreign: {tmp_path / 'stranger'}: config.yaml: 'foo' is not a fedrun config key" in out
+    assert (out_png.with_suffix(".csv")).read_text().splitlines()[1].endswith(",2")  # n = the two good runs
