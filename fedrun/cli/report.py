@@ -56,7 +56,8 @@ from fedrun.report.provenance import standin_note
 from fedrun.report.select import select_best
 from fedrun.report.tables import METRICS, make_table
 from fedrun.storage.atomic import atomic_write
-from fedrun.storage.rundir import RunDir
+from fedrun.storage.lock import LOCK_FILE
+from fedrun.storage.rundir import CHECKPOINT_FILE, ERROR_FILE, METRICS_FILE, SUMMARY_FILE
 
 ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
 LAYOUT_SPLIT = {"fedima": ["ima.enabled"]}  # keys a layout's cell shows side by side, not pooled
@@ -94,11 +95,15 @@ class OutputUnwritable(Exception):
     """No report file could be written: the message is the one line naming the path and why."""
 
 
+# files only a run directory holds (config.yaml and fedrun.log alone are too common a name in a project folder)
+RUN_FILES = (SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, ERROR_FILE, LOCK_FILE)
+
+
 def _inside_run(path: Path) -> Path | None:
     """The run directory that ``path`` (or an ancestor of it) is, if any."""
     p = Path(os.path.abspath(path))
     for d in (p, *p.parents):
-        if d.is_dir() and RunDir(d).holds_run():
+        if any(os.path.isfile(d / name) for name in RUN_FILES):  # False, never an error, when unreadable
             return d
     return None
 

@@ -302,3 +302,19 @@ def test_curves_leave_out_damaged_and_foreign_runs(tmp_path: Path, capsys: pytes
     assert f"damaged: {bad}: summary.json: test_acc_last_k = 5.0 is not an accuracy" in out
     assert f"foreign: {tmp_path / 'stranger'}: config.yaml: 'foo' is not a fedrun config key" in out
     assert (out_png.with_suffix(".csv")).read_text().splitlines()[1].endswith(",2")  # n = the two good runs
+
+
+def test_a_project_config_yaml_above_the_runs_does_not_move_the_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "config.yaml").write_text("project: mine\n")  # a project folder, not a run dir
+    _good(tmp_path / "outputs" / "sweep")
+    assert report_main([str(tmp_path / "outputs" / "sweep")]) == 0
+    assert (tmp_path / "outputs" / "sweep" / "reports" / FILES[0]).is_file()
+
+
+def test_reports_are_moved_out_of_a_run_dir_holding_the_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _foo_bar(tmp_path / "outer")  # a summary.json here: a run's folder, though not fedrun's, is never written into
+    _good(tmp_path / "outer" / "inner")
+    assert report_main([str(tmp_path / "outer" / "inner")]) == 0
+    assert (tmp_path / "reports" / FILES[0]).is_file() and not (tmp_path / "outer" / "inner" / "reports").exists()
