@@ -43,10 +43,10 @@ WRITE_ADVICE = {
     errno.EFBIG: "raise the file size limit (ulimit -f) or write to a file system that allows larger files",
     errno.EISDIR: "a directory is in the way of the file; move it away",
     errno.ENOTDIR: "a file is in the way of a folder on the path; move it away",
-    errno.EACCES: "check the permissions: valid: a run directory you can write to",
-    errno.EPERM: "check the permissions: valid: a run directory you can write to",
-    errno.EROFS: "the file system is read-only: valid: a run directory on a writable one",
-    errno.ELOOP: "a symlink is in the way: valid: a run directory without it",
+    errno.EACCES: "valid: a run directory you can write to (check its permissions)",
+    errno.EPERM: "valid: a run directory you can write to (check its permissions)",
+    errno.EROFS: "valid: a run directory on a writable file system (this one is read-only)",
+    errno.ELOOP: "valid: a run directory without a symlink in the way",
 }
 
 

@@ -242,14 +242,6 @@ class RunDir:
         """Refuse (ConfigError naming ``key``) a symlink among what is written in place (``.hydra/``, fedrun.log,
         the lock) that leads outside the run directory: fedrun would write through it; and a directory where
         fedrun writes a file (a folder named ``checkpoint.pt``): the run would start, then fail at that write."""
-        for name in FILES:
-            p = self.path / name
-            if p.is_dir():
-                raise ConfigError(
-                    key,
-                    f"{p} is a directory where fedrun writes its {name} file, so the run could not save it;"
-                    " valid: a run dir without it (move the directory away)",
-                )
         root = self.path.resolve()
         for name in WRITTEN_IN_PLACE:
             p = self.path / name
@@ -258,6 +250,14 @@ class RunDir:
                     key,
                     f"{p} is a symlink to {os.readlink(p)}, outside the run dir, and fedrun never writes through one;"
                     " valid: a run dir without it",
+                )
+        for name in FILES:
+            p = self.path / name
+            if p.is_dir() and not p.is_symlink():  # a link inside the run dir is the user's business
+                raise ConfigError(
+                    key,
+                    f"{p} is a directory where fedrun writes its {name} file, so the run could not save it;"
+                    " valid: a run dir without it (move the directory away)",
                 )
 
     # -- writers
