@@ -14,6 +14,7 @@ read and :func:`check_composed` before anything is instantiated or written. Each
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -66,11 +67,29 @@ def parse(overrides: list[str]) -> list[Override]:
             parsed.append(parser.parse_override(line))
         except (HydraException, ValueError) as e:  # ValueError: an integer of over 4,300 digits
             why = str(e).strip() or type(e.__cause__).__name__
+            char = re.fullmatch(r"token recognition error at: '(.)'", why, re.S)
+            if char and char.group(1) not in "'\"[]{}()":
+                raise ConfigError(override_key(line), _needs_quotes(line, char.group(1))) from None
             why = why.replace("token recognition error at: ", "unmatched quote or bracket at ")
             raise ConfigError(
                 override_key(line), f"cannot parse the override {shorten(line)!r} ({shorten(why)}); see {GRAMMAR}"
             ) from None
     return parsed
+
+
+def _needs_quotes(line: str, char: str) -> str:
+    """Why ``line`` does not parse when Hydra's grammar stops at ``char``: outside quotes an override value holds
+    only ASCII letters, digits and ``_-+./\\:$%*@?|``, so a non-ASCII letter, ``;``, ``#``, ``&``... must be quoted."""
+    key, sep, value = line.partition("=")
+    example = f"{key}={value!r}" if '"' in value else f'{key}="{value}"'
+    shell = f"'{example}'" if "'" not in example else example
+    return (
+        f"the character {char!r} in {shorten(line)!r} must be inside quotes (an unquoted override value holds only"
+        f" ASCII letters, digits and _-+./\\:$%*@?|); quote the value, e.g. {shorten(shell, 120)} in the shell;"
+        f" see {GRAMMAR}"
+        if sep
+        else f"the character {char!r} in {shorten(line)!r} is not allowed in an override key; see {GRAMMAR}"
+    )
 
 
 def _values(o: Override) -> Iterator[Any]:

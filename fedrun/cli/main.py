@@ -56,6 +56,8 @@ from fedrun.storage.rundir import ERROR_LOG, SUMMARY_FORMAT, RunDir, Summary
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
+# write errors that are bad input (the run directory as given cannot hold the run): exit 2, not a failed run
+BAD_DIR_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.EISDIR, errno.ENOTDIR)
 # what to do after a signal ended the command (fedrun/host/interrupts.py)
 SWEEP_AFTER = "the same command (same hydra.sweep.dir) resumes a sweep"
 RUN_AFTER = "re-running the same command starts the run, or resumes it from its last checkpoint"
@@ -89,11 +91,31 @@ def _run_and_report(func: Any) -> Any:
             why = "each job's summary.json or error.txt says why"
             print(f"fedrun: error: no trial of the study completed ({why})", file=sys.stderr)
             sys.exit(EXIT_RUN_FAILED)
+        if isinstance(ex, OSError) and not isinstance(ex, WriteError):  # Hydra's own write (its record of the job)
+            ex = _hydra_write_error(ex)
+        if isinstance(ex, WriteError):
+            print(f"fedrun: error: {ex}; {ex.advice}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT if ex.errno in BAD_DIR_ERRNOS else EXIT_RUN_FAILED)
         print(f"fedrun: error: {error_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     if isinstance(result, list) and sweeps.report_multirun(result):  # Optuna's sweeper returns None
         sys.exit(EXIT_RUN_FAILED)
     return result
+
+
+def _hydra_write_error(ex: OSError) -> OSError:
+    """An OSError of Hydra writing its record of the job (``.hydra/*.yaml``: a full disk, the file size limit), as
+    a :class:`WriteError` naming the file, which is removed (Hydra leaves it truncated, often 0 bytes); an OSError
+    raised elsewhere as it is."""
+    frames = [frame for frame, _ in traceback.walk_tb(ex.__traceback__)]
+    saving = [f for f in frames if f.f_code.co_name == "_save_config" and "hydra" in f.f_globals.get("__name__", "")]
+    if not saving:
+        return ex
+    path = Path(saving[-1].f_locals["output_dir"]) / str(saving[-1].f_locals["filename"])
+    with contextlib.suppress(OSError):
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+    return WriteError(path, ex)
 
 
 def error_line(ex: BaseException) -> str:
@@ -295,16 +317,17 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def _write_failed(rd: RunDir, e: WriteError, multirun: bool) -> None:
-    """A run file could not be written: one line naming it and its folder. A folder that is not writable is bad
-    input (exit 2); a full disk (or another I/O error) fails the run (exit 1), marked in summary.json where that
-    can still be written (by the process that started the run only); re-running after freeing space resumes from
-    the last checkpoint."""
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP):
-        print(f"fedrun: error: {e}; valid: a run directory you can write to", file=sys.stderr)
+    """A run file could not be written: one line naming it and its folder, and the advice for its errno
+    (:func:`~fedrun.storage.atomic.write_advice`). A folder that is not writable or a directory in the way of a
+    file is bad input (exit 2); a full disk, the file size limit (or another I/O error) fails the run (exit 1),
+    marked in summary.json where that can still be written (by the process that started the run only); re-running
+    after the fix resumes from the last checkpoint."""
+    if e.errno in BAD_DIR_ERRNOS:
+        print(f"fedrun: error: {e}; {e.advice}", file=sys.stderr)
         code = EXIT_BAD_INPUT
     else:
         rd.set_status("failed", str(e))
-        print(f"fedrun: error: {e}; free some space, then {_resume_hint(rd.path)}", file=sys.stderr)
+        print(f"fedrun: error: {e}; {e.advice}, then {_resume_hint(rd.path)}", file=sys.stderr)
         code = EXIT_RUN_FAILED
     if not multirun:
         sys.exit(code)
@@ -330,6 +353,7 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
     """
     if any(o.startswith("-") for o in overrides):
         _fail("resume: resumes one run; to resume a sweep re-run its command with the same hydra.sweep.dir")
+    overrides = [_plain_override(o) for o in overrides]
     cfg_file = RunDir(run_dir).config_file
     if not cfg_file.is_file():
         _fail(f"resume: {run_dir} holds no fedrun run (no config.yaml)")
@@ -348,6 +372,15 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
                 f" run keeps its config); valid: settings of it ({key}.<field>=value), or a new run dir"
             )
     execute(cfg, run_dir, multirun=False)
+
+
+def _plain_override(line: str) -> str:
+    """A resume override without Hydra's ``+``/``++`` (add a key: the saved config decides which keys exist, so it
+    is the plain ``key=value``); ``~key`` (delete) is refused naming the key: a resumed run keeps its config."""
+    if line.startswith("~"):
+        key = compose_checks.override_key(line)
+        _fail(f"resume: {key}: cannot be deleted in a resumed run (it keeps its config); valid: {key}=<value>")
+    return line.lstrip("+") if line.startswith("+") else line
 
 
 def _fail(message: str) -> NoReturn:

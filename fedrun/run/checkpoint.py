@@ -139,6 +139,11 @@ def check_run_dir(run_dir: Path | RunDir, raw: dict[str, Any]) -> str | None:
     run_dir = rd.path
     old = saved_config(rd)
     if old is None:
+        if rd.config_file.exists():  # a YAML list or scalar (or an empty file): never overwritten
+            raise ResumeError(
+                f"{rd.config_file} is not a fedrun config (a mapping of config keys), so fedrun leaves it as it is;"
+                " valid: a new or empty run dir, or one of a fedrun run"
+            )
         return None
     moved = schedule_moved(old, raw)
     if moved:

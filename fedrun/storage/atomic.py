@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -28,6 +29,30 @@ class WriteError(OSError):
 
     def __str__(self) -> str:
         return f"cannot write {self.path.name} in {self.path.parent}: {self.strerror}"
+
+    @property
+    def advice(self) -> str:
+        """What to do about it, by its errno (:func:`write_advice`)."""
+        return write_advice(self.errno)
+
+
+# what to do when a write fails with an errno: only a full disk is "free some space"
+WRITE_ADVICE = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (the disk quota is reached)",
+    errno.EFBIG: "raise the file size limit (ulimit -f) or write to a file system that allows larger files",
+    errno.EISDIR: "a directory is in the way of the file; move it away",
+    errno.ENOTDIR: "a file is in the way of a folder on the path; move it away",
+    errno.EACCES: "valid: a run directory you can write to (check its permissions)",
+    errno.EPERM: "valid: a run directory you can write to (check its permissions)",
+    errno.EROFS: "valid: a run directory on a writable file system (this one is read-only)",
+    errno.ELOOP: "valid: a run directory without a symlink in the way",
+}
+
+
+def write_advice(code: int | None) -> str:
+    """The advice for a write that failed with errno ``code`` (an I/O error: check the disk)."""
+    return WRITE_ADVICE.get(code or 0, "check the disk (an I/O error)")
 
 
 # .<name>.<pid>.tmp[.ext]: fedrun's temp files of atomic writes, and the only files its clean-ups ever delete

@@ -50,6 +50,8 @@ SUMMARY_FORMAT = 1  # summary.json's "format"; 0: a summary of before the field
 RUN_MARKERS = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
 # what fedrun (or Hydra for it) writes other than atomically, so a symlink there would be written through
 WRITTEN_IN_PLACE = (HYDRA_DIR, LOG_FILE, LOCK_FILE)
+# the files fedrun writes into a run directory (a directory by one of these names is in the way)
+FILES = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
 
 
 class UnreadableRunFile(ValueError):
@@ -238,7 +240,8 @@ class RunDir:
 
     def check_links(self, key: str = "hydra.run.dir") -> None:
         """Refuse (ConfigError naming ``key``) a symlink among what is written in place (``.hydra/``, fedrun.log,
-        the lock) that leads outside the run directory: fedrun would write through it."""
+        the lock) that leads outside the run directory: fedrun would write through it; and a directory where
+        fedrun writes a file (a folder named ``checkpoint.pt``): the run would start, then fail at that write."""
         root = self.path.resolve()
         for name in WRITTEN_IN_PLACE:
             p = self.path / name
@@ -247,6 +250,14 @@ class RunDir:
                     key,
                     f"{p} is a symlink to {os.readlink(p)}, outside the run dir, and fedrun never writes through one;"
                     " valid: a run dir without it",
+                )
+        for name in FILES:
+            p = self.path / name
+            if p.is_dir() and not p.is_symlink():  # a link inside the run dir is the user's business
+                raise ConfigError(
+                    key,
+                    f"{p} is a directory where fedrun writes its {name} file, so the run could not save it;"
+                    " valid: a run dir without it (move the directory away)",
                 )
 
     # -- writers

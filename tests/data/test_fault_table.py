@@ -34,6 +34,7 @@ from fedrun.data.sources.emnist import EMNISTParams, load_emnist
 from fedrun.data.sources.leaf import read_leaf_users
 from fedrun.data.sources.mnist import MNISTParams, load_mnist
 from fedrun.data.sources.pacs import PACSParams, load_pacs
+from fedrun.data.sources.shakespeare import ShakespeareParams, load_shakespeare
 from fedrun.engines import auto
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,6 +122,23 @@ def leaf_blob(**user: Any) -> str:
     return json.dumps({"users": ["u"], "user_data": {"u": {"x": ["abc"], "y": ["d"], **user}}})
 
 
+def shakespeare(root: Path, text: str) -> Path:
+    """LEAF's Shakespeare train/test json under root/shakespeare/data, plus ``text`` as train/b.json; returns it."""
+    for part in ("train", "test"):
+        d = root / "shakespeare" / "data" / part
+        d.mkdir(parents=True)
+        good = {"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": ["a" * 80], "y": ["b"]}}}
+        (d / "a.json").write_text(json.dumps(good))
+    bad = root / "shakespeare" / "data" / "train" / "b.json"
+    bad.write_text(text)
+    return bad
+
+
+def shakespeare_user(x: str, y: str = '["b"]', user: str = '"u"') -> str:
+    """A LEAF file of one user, its x and y given as json text (a lone surrogate cannot be written by json.dumps)."""
+    return f'{{"users": [{user}], "user_data": {{{user}: {{"x": {x}, "y": {y}}}}}}}'
+
+
 def femnist(root: Path, x: Any, y: Any) -> Path:
     for part in ("train", "test"):
         d = root / "femnist" / "data" / part
@@ -170,6 +188,7 @@ load_digit5_ = lambda root: load_digit5(Digit5Params(root=str(root), domains=["m
 load_pacs_ = lambda root: load_pacs(PACSParams(root=str(root), domains=["photo"], resize=8, crop=8))  # noqa: E731
 load_femnist = lambda root: load_emnist(EMNISTParams(root=str(root), source="leaf"))  # noqa: E731
 load_leaf = lambda root: read_leaf_users(root / "leaf")  # noqa: E731
+load_shakespeare_ = lambda root: load_shakespeare(ShakespeareParams(root=str(root), source="leaf"))  # noqa: E731
 
 
 def emnist_letters(root: Path, labels: np.ndarray) -> Path:
@@ -271,6 +290,25 @@ DATA_FAULTS = [
     Fault("leaf x nested lists", lambda r: leaf(r, leaf_blob(x=[[[1, 2]]], y=[1])), load_leaf),
     Fault("leaf y an object", lambda r: leaf(r, leaf_blob(y=[{"a": 1}])), load_leaf),
     Fault("leaf x and y lengths differ", lambda r: leaf(r, leaf_blob(x=["ab", "cd"], y=["e"])), load_leaf),
+    # issue 22: a lone surrogate (json's "\ud800") and a number for a Shakespeare window were tracebacks
+    Fault("leaf x a lone surrogate", lambda r: leaf(r, leaf_blob(x=["\ud800"], y=["d"])), load_leaf),
+    Fault("leaf user a lone surrogate", lambda r: leaf(r, shakespeare_user("[5]", user='"\\udc00"')), load_leaf),
+    Fault(
+        "shakespeare x a lone surrogate",
+        lambda r: shakespeare(r, shakespeare_user(f'["\\ud800{"a" * 79}"]')),
+        load_shakespeare_,
+    ),
+    Fault(
+        "shakespeare y a lone surrogate",
+        lambda r: shakespeare(r, shakespeare_user(f'["{"a" * 80}"]', '["\\udfff"]')),
+        load_shakespeare_,
+    ),
+    Fault("shakespeare x a number", lambda r: shakespeare(r, shakespeare_user("[5]")), load_shakespeare_),
+    Fault(
+        "shakespeare y a number",
+        lambda r: shakespeare(r, shakespeare_user(f'["{"a" * 80}"]', "[7]")),
+        load_shakespeare_,
+    ),
     Fault("femnist rows of different lengths", lambda r: femnist(r, [[0.1] * 784, [0.1] * 10], [1, 2]), load_femnist),
     Fault("femnist label as text", lambda r: femnist(r, [[0.1] * 784], ["a"]), load_femnist),
     Fault("femnist label 62", lambda r: femnist(r, [[0.1] * 784], [62]), load_femnist),

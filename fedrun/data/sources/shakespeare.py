@@ -83,7 +83,7 @@ class ShakespeareParams(DataParams):
 def read_leaf_dir(folder: Path, seq_len: int) -> tuple[list[str], list[np.ndarray], list[np.ndarray], int]:
     """Users, their windows [n, seq_len] and targets [n] from every json file in ``folder``."""
     users, xs, ys, unknown = [], [], [], 0
-    for u, x_text, y_text in read_leaf_users(folder):
+    for u, x_text, y_text in read_leaf_users(folder, text=True):
         if any(len(w) != seq_len for w in x_text) or any(len(c) != 1 for c in y_text):
             raise DataError(f"{folder}: user {u}: expected {seq_len}-character windows and 1-character targets")
         x, bad_x = encode("".join(x_text))
