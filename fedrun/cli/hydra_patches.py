@@ -1,22 +1,27 @@
 """Every use fedrun makes of Hydra's private API (``hydra._internal``), in one module.
 
-Hydra offers no public hook for what fedrun needs, so it replaces or calls three private names:
+Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises four private names:
 
 - ``hydra._internal.utils.run_and_report``: the reporter ``@hydra.main`` runs a command under; fedrun's prints
   a composition error as one line with exit code 2 and ends a failed sweep with exit code 1 (fedrun/cli/main.py);
 - ``ConfigLoaderImpl.load_configuration``: every composition (a run, a sweep and each of its jobs, ``--cfg``,
   ``--help``) passes fedrun's compose checks (fedrun/cli/compose_checks.py) around it;
 - ``BasicSweeper.split_arguments``: the jobs of a sweep, in the order ``fedrun -m`` numbers them
-  (fedrun/cli/reproduce_sweep.py).
+  (fedrun/cli/reproduce_sweep.py);
+- ``hydra.core.utils._save_config(cfg, filename, output_dir)``: the frame that writes the job's ``.hydra/*.yaml``
+  record, so a failed write of it names its file (:func:`hydra_record_in`).
 
 These may change in any hydra-core release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE` and
 tests/cli/test_hydra_patches.py fails on an installed version outside it or on a changed signature of any of the
-three. Only the patching lives here; what the patches do stays with their callers.
+four. Only the patching lives here; what the patches do stays with their callers.
 """
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import hydra._internal.utils as hydra_utils
@@ -26,7 +31,15 @@ from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-__all__ = ["HYDRA_CORE", "ConfigLoaderImpl", "around_composition", "report_with", "saved", "sweep_jobs"]
+__all__ = [
+    "HYDRA_CORE",
+    "ConfigLoaderImpl",
+    "around_composition",
+    "hydra_record_in",
+    "report_with",
+    "saved",
+    "sweep_jobs",
+]
 
 HYDRA_CORE = ">=1.3.2,<1.4"  # the versions these patches were checked on; pyproject.toml's dependency says the same
 
@@ -76,3 +89,16 @@ def saved() -> Callable[[], None]:
         ConfigLoaderImpl.load_configuration = loader  # type: ignore[method-assign]
 
     return restore
+
+
+def hydra_record_in(tb: TracebackType | None) -> Path | None:
+    """The ``.hydra/*.yaml`` file Hydra was writing (``hydra.core.utils._save_config``) when the error of the
+    traceback ``tb`` was raised; None when it was raised elsewhere."""
+    saving = [
+        frame
+        for frame, _ in traceback.walk_tb(tb)
+        if frame.f_code.co_name == "_save_config" and frame.f_globals.get("__name__") == "hydra.core.utils"
+    ]
+    if not saving:
+        return None
+    return Path(saving[-1].f_locals["output_dir"]) / str(saving[-1].f_locals["filename"])

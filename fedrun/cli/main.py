@@ -107,11 +107,9 @@ def _hydra_write_error(ex: OSError) -> OSError:
     """An OSError of Hydra writing its record of the job (``.hydra/*.yaml``: a full disk, the file size limit), as
     a :class:`WriteError` naming the file, which is removed (Hydra leaves it truncated, often 0 bytes); an OSError
     raised elsewhere as it is."""
-    frames = [frame for frame, _ in traceback.walk_tb(ex.__traceback__)]
-    saving = [f for f in frames if f.f_code.co_name == "_save_config" and "hydra" in f.f_globals.get("__name__", "")]
-    if not saving:
+    path = hydra_patches.hydra_record_in(ex.__traceback__)
+    if path is None:
         return ex
-    path = Path(saving[-1].f_locals["output_dir"]) / str(saving[-1].f_locals["filename"])
     with contextlib.suppress(OSError):
         if path.is_file() and not path.is_symlink():
             path.unlink()

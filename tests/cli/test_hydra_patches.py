@@ -14,6 +14,7 @@ import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 from packaging.specifiers import SpecifierSet
 
 from fedrun.cli import compose_checks, hydra_patches
@@ -96,3 +97,24 @@ def test_no_other_module_of_fedrun_touches_hydra_internals() -> None:
             if any(n.startswith("hydra._internal") for n in names):
                 users.add(str(Path(path).relative_to(REPO)))
     assert users == {"fedrun/cli/hydra_patches.py"}
+
+
+def test_the_record_writer_fedrun_recognises_has_the_name_and_parameters_it_reads(tmp_path: Path) -> None:
+    """A failed write of ``.hydra/*.yaml`` is named from ``hydra.core.utils._save_config``'s frame
+    (fedrun/cli/main.py), so the function must keep its name, module and the locals fedrun reads."""
+    import hydra.core.utils
+
+    params = list(inspect.signature(hydra.core.utils._save_config).parameters)
+    assert params == ["cfg", "filename", "output_dir"]
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("builtins.open", fail)
+            hydra.core.utils._save_config(OmegaConf.create({}), "overrides.yaml", tmp_path / ".hydra")
+    except OSError as e:
+        assert hydra_patches.hydra_record_in(e.__traceback__) == tmp_path / ".hydra" / "overrides.yaml"
+    else:
+        pytest.fail("the write did not fail")
