@@ -308,9 +308,9 @@ def measure_fl(spec: Any, engine: str, rounds: int, run_dir: Path) -> dict[str, 
     built: list[Any] = []
     build = loop.build_experiment
 
-    def capture(s: Any, pinned_engine: str | None = None) -> Any:
+    def capture(s: Any, *pinned: Any) -> Any:  # the engine and threads a resumed run pins (none here)
         t0 = time.perf_counter()
-        built.append(build(s, pinned_engine))
+        built.append(build(s, *pinned))
         built.append(time.perf_counter() - t0)
         return built[0]
 
