@@ -35,6 +35,22 @@ def dir_snapshot(folder: Path) -> dict[str, bytes | str]:
     return out
 
 
+def main_exit_code(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> object:
+    """Run ``fedrun`` in-process with ``sys.argv = argv`` (the console script's code path); its exit code (0 when
+    it returned)."""
+    from fedrun.cli import main as cli
+
+    monkeypatch.setattr(sys, "argv", argv)
+    GlobalHydra.instance().clear()
+    try:
+        cli.main()
+    except SystemExit as e:
+        return e.code
+    finally:
+        GlobalHydra.instance().clear()
+    return 0
+
+
 @pytest.fixture(autouse=True)
 def _unchecked_composition() -> object:
     """Each test starts with Hydra's own composition: a test that ran ``fedrun`` in-process installed fedrun's

@@ -16,17 +16,16 @@ from __future__ import annotations
 import builtins
 import errno
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 
 from fedrun.cli import main as cli
 from fedrun.storage.atomic import WRITE_ADVICE, WriteError, atomic_write
 from fedrun.storage.rundir import RunDir
+from tests.conftest import main_exit_code
 
 BASE = ["experiment=smoke", "output.quiet=true", "output.plots=false", "fl.rounds=1", "hardware.threads=1"]
 Result = tuple[object, str]  # exit code, stderr
@@ -40,15 +39,7 @@ def fedrun(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_p
     monkeypatch.chdir(cwd)
 
     def call(*args: str) -> Result:
-        monkeypatch.setattr(sys, "argv", ["fedrun", *args])
-        GlobalHydra.instance().clear()
-        code: object = 0
-        try:
-            cli.main()
-        except SystemExit as e:
-            code = e.code
-        finally:
-            GlobalHydra.instance().clear()
+        code = main_exit_code(monkeypatch, ["fedrun", *args])
         return code, capsys.readouterr().err
 
     return call

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 
-from fedrun.cli import main as cli
 from fedrun.config.schema import FedrunConfig
+from tests.conftest import main_exit_code
 
 BASE = ["experiment=smoke", "output.quiet=true", "output.plots=false", "fl.rounds=1", "hardware.threads=1"]
 SECTIONS = ("fl", "eval", "hardware", "checkpoint", "output", "ima", "proxy", "corrupt", "tracking")
@@ -180,15 +178,7 @@ def fedrun_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, 
         run_dir, cache = tmp_path / "run", tmp_path / "cache"
         where = [f"hydra.run.dir={run_dir}"] if set_run_dir else []  # not when the preset under test sets it
         argv = ["fedrun", *flags, *base, *where, f"cache_dir={cache}", *args]
-        monkeypatch.setattr(sys, "argv", argv)
-        GlobalHydra.instance().clear()
-        code: object = None
-        try:
-            cli.main()
-        except SystemExit as e:
-            code = e.code
-        finally:
-            GlobalHydra.instance().clear()
+        code = main_exit_code(monkeypatch, argv)
         return code, capsys.readouterr().err, run_dir, cache, cwd
 
     return _call

@@ -7,15 +7,12 @@ script, minus interpreter start-up); two run the real subprocess to confirm the 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 
-from fedrun.cli import main as cli
-from tests.conftest import REPO
+from tests.conftest import REPO, main_exit_code
 
 BASE = ["experiment=smoke", "output.quiet=true", "output.plots=false", "fl.rounds=1"]
 
@@ -83,15 +80,7 @@ def fedrun_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, 
     def _call(*overrides: str) -> tuple[int | None, str, Path]:
         run_dir = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
         argv = ["fedrun", *BASE, *overrides, f"hydra.run.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
-        monkeypatch.setattr(sys, "argv", argv)
-        GlobalHydra.instance().clear()
-        code = None
-        try:
-            cli.main()
-        except SystemExit as e:
-            code = e.code
-        finally:
-            GlobalHydra.instance().clear()
+        code = main_exit_code(monkeypatch, argv)
         return code, capsys.readouterr().err, run_dir
 
     return _call
