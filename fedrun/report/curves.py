@@ -31,7 +31,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--cols", default="", help="config keys of a panel (comma-separated)")
     ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a line averages over (default: seed)")
     ap.add_argument("--metric", default="test_acc", help="a metrics.csv column (default: test_acc)")
-    ap.add_argument("--out", type=Path, default=None, help="PNG path (default: DIR/curves_<metric>.png)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="PNG path (default: reports/curves_<metric>.png beside the runs)"
+    )
+    ap.add_argument("--force", action="store_true", help="overwrite an existing figure instead of suffixing _2, _3...")
     return ap.parse_args(argv)
 
 

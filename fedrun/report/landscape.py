@@ -106,7 +106,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--max-samples", type=int, default=None, help="a seeded random subset of the split")
         p.add_argument("--batch-size", type=int, default=2048)
         p.add_argument("--device", default="cpu")
-        p.add_argument("--out", type=Path, default=None, help="PNG path (arrays go beside it as .npz/.csv)")
+        p.add_argument(
+            "--out", type=Path, default=None, help="PNG path (arrays beside it as .npz/.csv; default: reports/)"
+        )
+        p.add_argument("--force", action="store_true", help="overwrite an existing figure instead of suffixing _2...")
         return p
 
     p = scored("line", 2, "1-D loss/error between two models")
@@ -121,7 +124,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the random directions")
     p = sub.add_parser("coherence", aliases=["diagnostics"], help="per-round diagnostics of runs (eval.diagnostics)")
     p.add_argument("runs", nargs="+", type=Path)
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None, help="PNG path (default: reports/ beside the runs)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing figure instead of suffixing _2...")
     args = ap.parse_args(argv)
     if getattr(args, "points", 2) < 2:
         ap.error("--points must be >= 2")
