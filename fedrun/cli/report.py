@@ -23,7 +23,7 @@ ones (a summary that disagrees with its ranges or metrics.csv: fedrun/report/col
 fedrun runs are left out and named on stderr, one line each ("foreign: DIR: why").
 
 Where the files go, for every subcommand (tables, curves, heatmaps, landscapes): ``--out PATH`` (its folder is made
-when missing; a folder given as ``DIR/`` or an existing folder gets the default file name), else ``reports/`` in
+when missing; an existing folder gets the default file name), else ``reports/`` in
 the common parent of the run directories (beside the runs, never inside one), else, when that cannot be written (a
 read-only archive), ``reports/`` in the current directory. ``--out`` inside a run directory is refused (exit 2).
 An existing report is never overwritten: the next free ``NAME_2``, ``NAME_3``... is used, unless ``--force``. The
@@ -77,7 +77,7 @@ SUBCOMMANDS = {
     "line": "1-D loss/error between two models",
     "plane": "2-D loss/error on the plane through three models (FedIMA Fig. 1)",
     "landscape": "2-D loss/error around one model along two random directions (Li et al. 2018)",
-    "coherence": "per-round diagnostics of runs run with eval.diagnostics=true (alias: diagnostics)",
+    "coherence": "per-round diagnostics (grad coherence, client drift) of runs with eval.diagnostics=true",
 }
 OUT_HELP = "where the files go (a file prefix or a folder; default: reports/ beside the runs, else in the cwd)"
 FORCE_HELP = "overwrite an existing report instead of suffixing _2, _3..."
@@ -231,10 +231,9 @@ def write_report(args: argparse.Namespace, runs: list[str], name: str, files: di
 
 
 def out_prefix(out: Path, name: str, suffixes: tuple[str, ...]) -> Path:
-    """The file prefix that ``--out`` names: ``out/name`` for a folder (an existing one, or one written ``DIR/``),
-    else ``out`` without the suffix it was given with (``--out fig.png`` -> ``fig``)."""
-    text = str(out)
-    if text.endswith(("/", os.sep)) or out.is_dir():
+    """The file prefix that ``--out`` names: ``out/name`` for an existing folder, else ``out`` without the suffix it
+    was given with (``--out fig.png`` -> ``fig``)."""
+    if out.is_dir():
         return Path(os.path.abspath(out)) / name
     path = Path(os.path.abspath(out))
     for suffix in suffixes:
@@ -344,7 +343,7 @@ def _bad_out(args: argparse.Namespace) -> int | None:
 
 
 def _bad_out_path(out: Path | None) -> int | None:
-    run = _inside_run(out if str(out).endswith(("/", os.sep)) else out.parent) if out is not None else None
+    run = _inside_run(out if out.is_dir() else out.parent) if out is not None else None
     if run is None:
         return None
     return _error(f"--out: {out} is inside the run dir {run}; valid: a path outside every run dir")
