@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import os
 import re
 import shlex
 import subprocess
@@ -229,6 +230,14 @@ def list_targets() -> str:
     return "\n".join(lines)
 
 
+RUN_DESCRIPTION = (
+    "A full sweep runs one `fedrun -m` process per (preset, method), then prints the table in the paper's layout and"
+    " the scorecard (each published cell: ours | paper | difference). --smoke shrinks the same sweep to seconds per run"
+    " (stand-in data where a dataset is missing) and runs it in this process; it is never compared with the paper."
+    " --dry-run prints the fedrun and fedrun-report commands, quoted so that each line pastes into a shell."
+)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``list`` or ``run TARGET [options]``; a first word that is neither is a target (``scripts/reproduce.py
     TARGET ...`` of earlier versions)."""
@@ -236,15 +245,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         argv = ["run", *argv]
     ap = argparse.ArgumentParser(
         prog="fedrun-reproduce",
-        description=__doc__.split("\n\n")[0],
+        description="Run one paper table's sweep (or its smoke version) and print it in the paper's layout.",
         epilog="fedrun-reproduce run --help: its options. Make: make reproduce-list, make reproduce-<target>,"
         " make reproduce-<target>-smoke (REPRO_ARGS=... adds options).",
     )
     sub = ap.add_subparsers(dest="command", metavar="SUBCOMMAND", title="subcommands", required=True)
     sub.add_parser("list", help="every target: paper, runs, estimated CPU cost (full and -smoke)")
-    run = sub.add_parser(
-        "run", help="a target's sweep, then its table (and scorecard)", description=__doc__.split("\n\n")[1]
-    )
+    run = sub.add_parser("run", help="a target's sweep, then its table (and scorecard)", description=RUN_DESCRIPTION)
     run.add_argument("target", metavar="TARGET", help="a target name, e.g. fedlaw-table3 (fedrun-reproduce list)")
     run.add_argument(
         "--smoke",
@@ -281,8 +288,18 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``fedrun-reproduce`` command."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    """The ``fedrun-reproduce`` command; a closed stdout (``fedrun-reproduce list | head``) ends it quietly."""
+    try:
+        code = _main(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say, even at exit
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    args = parse_args(argv)
     if args.command == "list":
         print(list_targets())
         return 0

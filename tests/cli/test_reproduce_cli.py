@@ -112,3 +112,16 @@ def test_a_printed_smoke_line_runs_in_bash(tmp_path: Path, capsys: pytest.Captur
     (summary,) = out.rglob("summary.json")
     assert json.loads(summary.read_text())["status"] == "completed"
     assert [p.parent.name for p in out.rglob("report_fedcos.md")] == ["reports"]
+
+
+def test_a_closed_stdout_ends_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fedrun-reproduce list | head``: the reader went away; exit 0, no traceback, stdout pointed at devnull."""
+    duped: list[int] = []
+
+    def closed(argv: list[str]) -> int:
+        raise BrokenPipeError
+
+    monkeypatch.setattr(reproduce, "_main", closed)
+    monkeypatch.setattr(reproduce.os, "dup2", lambda fd, fd2: duped.append(fd2))
+    monkeypatch.setattr(sys, "stdout", type("Out", (), {"fileno": lambda self: 1, "flush": lambda self: None})())
+    assert reproduce.main(["list"]) == 0 and duped == [1]

@@ -1,4 +1,5 @@
-"""A ``-smoke`` reproduce target runs end to end through ``fedrun-reproduce run`` (as ``python -m fedrun.cli.reproduce``) and prints the paper's layout."""
+"""A ``-smoke`` reproduce target runs end to end through ``fedrun-reproduce run`` (as
+``python -m fedrun.cli.reproduce``) and prints the paper's layout."""
 
 from __future__ import annotations
 
