@@ -117,7 +117,8 @@ def _help_groups(*, _root_: Any) -> str:
     choices = OmegaConf.select(_root_, "hydra.runtime.choices", default=None)
     plain = OmegaConf.to_container(choices) if choices is not None else {}
     # the text goes through Hydra's string.Template: a '$' of a doc must not read as a placeholder
-    return groups_text(plain if isinstance(plain, dict) else {}).replace("$", "$$")
+    chosen = {str(k): v for k, v in plain.items()} if isinstance(plain, dict) else {}
+    return groups_text(chosen).replace("$", "$$")
 
 
 def register_resolvers() -> None:
