@@ -250,3 +250,15 @@ def test_real_data_figures_carry_no_notice(tmp_path: Path) -> None:
     _three_round_runs(tmp_path / "runs")
     assert curves.main([str(tmp_path / "runs"), "--out", str(tmp_path / "c.png")]) == 0
     assert png_notice(tmp_path / "c.png") == "" and not (tmp_path / "c.csv").read_text().startswith("#")
+
+
+def test_plane_anchors_take_their_methods_colour_in_both_panels(tmp_path: Path, kept: list) -> None:
+    x = np.linspace(-1.0, 2.0, 5)
+    grid = np.add.outer(x, x) ** 2
+    scan = {"x": x, "y": x, "loss": grid, "error": grid / grid.max()}
+    names = ["FedProx", "FedAvg", "FedLAW"]
+    landscape.plot_plane(scan, np.array([[0, 0], [1, 0], [0, 1]]), names, tmp_path / "p.png", "plane")
+    styles = method_styles(names)
+    for ax in kept[0].axes[:2]:  # loss, error (then their colorbars)
+        got = {c.get_label(): to_hex(c.get_facecolor()[0]) for c in ax.collections if c.get_label() in names}
+        assert got == {n: styles[n]["color"] for n in names}
