@@ -51,7 +51,7 @@ def status_line(records: list[dict[str, Any]] | None = None) -> str:
     return (
         f"**Reproduction status:** {measured} paper cells measured full-length on real data ({n_records} evidence "
         f"records), {within} of them within {TOLERANCE} points of the paper or of our seed spread; every cell with "
-        f"its command: [docs/{PAGE}](docs/{PAGE})."
+        "its command: [docs/reproducing.md](docs/reproducing.md#measured-cells)."
     )
 
 

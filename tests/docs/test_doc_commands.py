@@ -12,8 +12,8 @@ The rule (docs/extending.md, "Commands in the documentation"):
   recipe expands). ``make test`` is what CI runs; ``make run``'s command is the plain ``fedrun``, run above.
 - ``fedrun-reproduce run ...`` gets ``--dry-run`` (it prints the sweep's commands).
 
-Output shown in the docs goes in ```text blocks, which are not run. Run with ``-n 0``: the lines of one page
-depend on each other.
+Output shown in the docs goes in ```text blocks, which are not run. A page is one test (its lines depend on each
+other, in order); pages are independent, so pytest-xdist may spread them over workers.
 """
 
 from __future__ import annotations
