@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -37,3 +40,16 @@ def test_no_generated_page_is_also_a_file_in_docs() -> None:
 
     on_disk = {str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")}
     assert not on_disk & {*doc_pages(), "index.md"}
+
+
+def test_make_docs_builds_the_site_strict_and_ci_runs_it_after_lint() -> None:
+    make = (REPO / "Makefile").read_text()
+    recipe = re.search(r"^docs:.*\n((?:\t.*\n)+)", make, re.M)
+    assert recipe is not None and "mkdocs build --strict" in recipe.group(1)
+    assert "'.[dev,tracking,dist,tune,docs]'" in make
+    ci = (REPO / ".ci/run").read_text().splitlines()
+    assert ci.index("make docs") == ci.index("make lint") + 1
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {d.split(">")[0] for d in extras["docs"]} == {"mkdocs", "mkdocs-material"}
+    assert "site/" in (REPO / ".gitignore").read_text().splitlines()
