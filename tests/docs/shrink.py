@@ -5,7 +5,8 @@ A ``fedrun`` command shown in the docs runs with the shrink of the ``-smoke`` re
 300/100 samples evaluated once, stand-in data where a dataset's files are missing, no checkpoints, one thread),
 plus ``output.plots=false`` and a ``cache_dir`` of the test's own. Overrides that come later win, so the
 command's own ``fl.rounds=200`` becomes 2 rounds while its method, data, model, partition and sweep stay.
-Commands that run nothing (``--help``, ``--version``, ``--cfg``, ``--info``...) are left as they are.
+Commands that run nothing (``--help``, ``--version``, ``--cfg``, ``--info``...) and ``resume=DIR`` (it continues a
+run the page started, already shrunk; a resume refuses a changed config) are left as they are.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def split_top(value: str) -> list[str]:
 def shrunk_argv(args: list[str], cache_dir: Path) -> list[str]:
     """``args`` (a ``fedrun`` command line without the program) with the shrink appended."""
     if any(a.split("=", 1)[0] in RUNS_NOTHING for a in args):
+        return args
+    if any(a.startswith("resume=") for a in args):  # continues a run of the page, which was itself shrunk
         return args
     plain: list[str] = []
     swept: dict[str, str] = {}
