@@ -1,8 +1,8 @@
 """Build an evidence record (``fedrun/papers/evidence/*.json``) from finished run directories.
 
 ``python -m fedrun.papers.record RUN_DIR... --id ID --target TARGET --load TEXT [--column C]... [--commit SHA]
-[--out FILE]`` reads each run's ``config.yaml`` (preset ``tags.preset``, method row ``tags.method``, seed, the
-cell's setting), ``summary.json`` (status, stand-in flag, the metrics, wall time, the code it ran) and
+[--note TEXT] [--out FILE]`` reads each run's ``config.yaml`` (preset ``tags.preset``, method row
+``tags.method``, seed, the cell's setting), ``summary.json`` (status, stand-in flag, the metrics, wall time, the code it ran) and
 ``metrics.csv`` (that every round of ``fl.rounds`` was evaluated), and the command from Hydra's
 ``.hydra/overrides.yaml``. A run's cells are the shipped cells (:func:`fedrun.papers.scorecard.load_cells`) of
 the target's paper with the run's preset and row whose setting the run's config matches (``--column``: only
@@ -140,8 +140,10 @@ def build_record(
     load: str,
     columns: list[str] | None = None,
     commit: str | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
-    """The evidence record of ``run_dirs`` (one preset, one table); :class:`ConfigError` on a bad input."""
+    """The evidence record of ``run_dirs`` (one preset, one table; ``note``: what the runs do not say, e.g. a
+    setting since changed); :class:`ConfigError` on a bad input."""
     if target_name not in BY_NAME:
         raise ConfigError("--target", f"unknown target {target_name!r}; valid: {', '.join(BY_NAME)}")
     target = BY_NAME[target_name]
@@ -165,7 +167,7 @@ def build_record(
         raise ConfigError(
             "code", f"the runs ran different or unversioned code: {sorted(codes)}; valid: runs of one commit"
         )
-    note = None
+    commit_note = None
     if recorded:
         code = recorded[0]
         if commit and not code["commit"].startswith(commit):
@@ -174,11 +176,11 @@ def build_record(
             raise ConfigError("code", "some runs recorded their commit and some did not; valid: one record each")
         commit = code["commit"]
         if code["dirty"]:
-            note = "run from a checkout with uncommitted changes to tracked files"
+            commit_note = "run from a checkout with uncommitted changes to tracked files"
     elif commit is None:
         raise ConfigError("--commit", "the runs did not record their code (run before fedrun did); valid: --commit SHA")
     else:
-        note = "given with --commit; the runs did not record their commit"
+        commit_note = "given with --commit; the runs did not record their commit"
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     wall: dict[str, dict[str, int]] = {}
     for r in runs:
@@ -200,7 +202,8 @@ def build_record(
         "preset": runs[0]["preset"],
         "command": commands[0] if len(commands) == 1 else commands,
         "commit": commit,
-        **({"commit_note": note} if note else {}),
+        **({"commit_note": commit_note} if commit_note else {}),
+        **({"note": note} if note else {}),
         "data": f"real {runs[0]['data']} (no stand-in)",
         "seeds": sorted({r["seed"] for r in runs}),
         "wall_time_s": wall,
@@ -221,6 +224,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--column", action="append", help="only this column of the table (repeatable)")
     ap.add_argument("--commit", help="the code's commit, for runs that did not record it")
+    ap.add_argument("--note", help="what the runs do not say (e.g. a setting changed since they ran)")
     ap.add_argument("--out", type=Path, help="write the record here (default: print it)")
     return ap.parse_args(argv)
 
@@ -229,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print (or ``--out``: write atomically) the evidence record of the given runs; 2 on a bad input."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        record = build_record(args.dirs, args.id, args.target, args.load, args.column, args.commit)
+        record = build_record(args.dirs, args.id, args.target, args.load, args.column, args.commit, args.note)
     except ConfigError as e:
         print(f"fedrun.papers.record: {e}", file=sys.stderr)
         return 2

@@ -89,8 +89,9 @@ def test_runs_without_a_recorded_commit_take_it_from_the_command_line(tmp_path: 
     old = fake_run(tmp_path, "old", "FedAvg", "fedavg", code={})
     with pytest.raises(ValueError, match=r"--commit: the runs did not record their code.*valid: --commit SHA"):
         build_record([old], "x", "fedcos-table4", "l")
-    rec = build_record([old], "x", "fedcos-table4", "l", commit="1168bd7")
+    rec = build_record([old], "x", "fedcos-table4", "l", commit="1168bd7", note="9,900 test images")
     assert rec["commit"] == "1168bd7" and "did not record" in rec["commit_note"]
+    assert rec["note"] == "9,900 test images"
     dirty = fake_run(tmp_path, "dirty", "FedAvg", "fedavg", code={"commit": SHA, "dirty": True})
     assert "uncommitted" in build_record([dirty], "x", "fedcos-table4", "l")["commit_note"]
     with pytest.raises(ValueError, match="--commit: fff but the runs recorded"):
