@@ -2,12 +2,13 @@
 
 ``python -m fedrun.papers.record RUN_DIR... --id ID --target TARGET --load TEXT [--column C]... [--commit SHA]
 [--note TEXT] [--out FILE]`` reads each run's ``config.yaml`` (preset ``tags.preset``, method row
-``tags.method``, seed, the cell's setting), ``summary.json`` (status, stand-in flag, the metrics, wall time, the code it ran) and
-``metrics.csv`` (that every round of ``fl.rounds`` was evaluated), and the command from Hydra's
-``.hydra/overrides.yaml``. A run's cells are the shipped cells (:func:`fedrun.papers.scorecard.load_cells`) of
-the target's paper with the run's preset and row whose setting the run's config matches (``--column``: only
-these columns). The load on the machine is not in a run directory, so it is an argument. Runs of before
-fedrun recorded its code (``summary.json`` ``code``) need ``--commit``; the record then says so.
+``tags.method``, seed, the cell's setting), ``summary.json`` (status, stand-in flag, the metrics, wall time,
+the code it ran) and ``metrics.csv`` (that every round of ``fl.rounds`` was evaluated), and the command from
+Hydra's ``.hydra/overrides.yaml``. A run's cells are the shipped cells
+(:func:`fedrun.papers.scorecard.load_cells`) of the target's paper with the run's preset and row whose setting
+the run's config matches (``--column``: only these columns). The load on the machine is not in a run
+directory, so it is an argument. Runs of before fedrun recorded its code (``summary.json`` ``code``) need
+``--commit``; the record then says so.
 
 A record holds full-length runs on real data only: a run that did not complete, stopped early or ran on
 stand-in data is refused (exit 2, one line, nothing written).
