@@ -60,10 +60,11 @@ TRAIN_SIZE = {
 # mlp: FedLAW Table 3 FMNIST-MLP FedAvg seed 8, 774 s wall for 36.0M client-samples (vectorised engine, chunk 20)
 # ima_cnn: FedIMA Table I FMNIST-CNN FedAvg, 3 rounds at full size, 104.9 s for 90,000 client-samples
 # fedcos_mlp: FedCos Table II FedAvg, round 3 (the fastest of 3 at full size): 19.7 s for 358,400 client-samples
-# lstm: FedCos Table V FedAvg, 4 rounds at full size (load average 4.5): 31.9 s a round at 10% (7,000 client-samples;
-# 8.2 s training, 23.6 s evaluating 98,248 test windows) and 42.0 s at 20% (14,000): 3.5e-3 s per client-sample over
-# the sweep. The evaluation does not grow with the cohort: a 10% run costs ~30% more than this, a 20% run ~15% less.
-SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3, "lstm": 3.5e-3}
+# lstm: FedCos Table V FedAvg at full size, 1 thread, sequential engine, CPU seconds of a round (load average 12, so
+# process time, not wall): 35.1 s at 10% (7,000 client-samples; 8.1 s training, 27.0 s evaluating 98,839 windows in
+# 128-row chunks) and 44.1 s at 20% (14,000; 16.8 + 27.4): 3.8e-3 s per client-sample over the sweep. The
+# evaluation does not grow with the cohort: a 10% run costs ~33% more than this, a 20% run ~16% less.
+SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3, "lstm": 3.8e-3}
 RUN_OVERHEAD_S = 2.0
 INVOCATION_OVERHEAD_S = 15.0
 
