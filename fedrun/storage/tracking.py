@@ -6,7 +6,8 @@ Chosen by name from the ``tracking`` config group: ``fedrun tracking=[tensorboar
 - ``tensorboard``: event files in ``<run_dir>/tb`` (``pip install 'fedrun[tracking]'``);
 - ``mlflow``: one MLflow run per fedrun run, one experiment per sweep, in ``tracking.mlflow.uri`` (default the
   file store ``outputs/mlruns``; ``pip install 'fedrun[mlflow]'``);
-- ``wandb``: one W&B run per fedrun run, offline by default, under ``<run_dir>/wandb`` (``pip install 'fedrun[wandb]'``).
+- ``wandb``: one W&B run per fedrun run, offline by default, under ``<run_dir>/wandb``
+  (``pip install 'fedrun[wandb]'``).
 
 Each numeric column of a row is a metric at step = the row's round; MLflow and W&B also get the flattened config
 and, at the end, summary.json and the plots. A resumed run continues the same MLflow and W&B runs (their ids are in
