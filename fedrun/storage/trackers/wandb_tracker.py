@@ -5,6 +5,10 @@ summary.json and the plots saved with the run at the end. Offline, the files go 
 ``wandb sync <run_dir>/wandb/offline-run-*`` uploads them later. The run id is kept in ``<run_dir>/tracking.json``:
 a resumed run continues the same W&B run id (each attempt is its own offline folder; ``wandb sync`` uploads them
 into one run in order), from the round after the last one logged.
+
+wandb-core buffers the ``.wandb`` file (``x_transaction_log_flush_interval``, 15 s) and holds a step until the next
+one: a run ended by SIGKILL may miss its last rounds there, though ``tracking.json`` counts them as logged. Ctrl-C,
+SIGTERM, a divergence or an error end the W&B run properly.
 """
 
 from __future__ import annotations
@@ -66,8 +70,13 @@ class WandbTracker:
 
     def _end(self, exit_code: int) -> None:
         if not self.closed:
-            self.run.finish(exit_code=exit_code)
             self.closed = True
+            try:
+                self.run.finish(exit_code=exit_code)
+            finally:
+                # wandb-core writes the run's .wandb file out only when its service stops (wandb 0.31): stop it, so
+                # the files are whole when the fedrun run ends; the next run starts a service again (about 1 s)
+                wandb.teardown()
 
     def close(self) -> None:
         """End the W&B run as failed unless :meth:`finish` ended it."""
