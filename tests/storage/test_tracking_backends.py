@@ -256,3 +256,24 @@ def test_a_resumed_run_continues_the_same_tracker_runs_and_logs_each_round_once(
     assert set(wandb_history) == set(expected)
     for col in set(expected) - set(TIMING_COLUMNS):
         assert wandb_history[col] == expected[col]
+
+
+def test_a_sweep_is_one_mlflow_experiment_named_by_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import main_exit_code
+
+    store = tmp_path / "mlruns"
+    client = _mlflow_client(store, monkeypatch)
+    sweep = tmp_path / "sweep"
+    argv = ["fedrun", "-m", *SMALL, "fl.rounds=1", "output.plots=false", "seed=0,1", "tracking=[mlflow]"]
+    argv += [f"tracking.mlflow.uri={store}", f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}"]
+    assert main_exit_code(monkeypatch, argv) == 0
+    experiment = client.get_experiment_by_name(str(sweep))
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    jobs = sorted(p.parent for p in sweep.glob("*/" + STATE_FILE))
+    assert len(jobs) == 2
+    assert sorted(r.info.run_name for r in runs) == sorted(j.name for j in jobs)  # one MLflow run per job
+    assert sorted(r.data.params["seed"] for r in runs) == ["0", "1"]
+    assert client.get_experiment_by_name("fedrun") is None  # no single-run experiment was made
