@@ -70,24 +70,34 @@ class Tracker(Protocol):
 
 
 class MlflowChoice(Protocol):
-    enabled: bool
-    uri: str | None
-    experiment: str | None
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def uri(self) -> str | None: ...
+    @property
+    def experiment(self) -> str | None: ...
 
 
 class WandbChoice(Protocol):
-    enabled: bool
-    mode: str
-    project: str
-    entity: str | None
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def entity(self) -> str | None: ...
 
 
 class TrackingChoice(Protocol):
-    """The ``tracking`` section of a run's config (fedrun.config.schema.TrackingConfig)."""
+    """The ``tracking`` section of a run's config (fedrun.config.schema.TrackingConfig), read only."""
 
-    tensorboard: bool
-    mlflow: MlflowChoice
-    wandb: WandbChoice
+    @property
+    def tensorboard(self) -> bool: ...
+    @property
+    def mlflow(self) -> MlflowChoice: ...
+    @property
+    def wandb(self) -> WandbChoice: ...
 
 
 def sweep_name() -> str | None:
