@@ -113,6 +113,9 @@ def _check_option(loader: ConfigLoaderImpl, group: str, option: Any) -> None:
     if isinstance(option, list):
         for item in option:
             _check_option(loader, group, item)
+            # Hydra names a missing option of a list (tracking=[foo]) without the valid ones
+            if not loader.repository.config_exists(f"{group}/{item}.yaml"):
+                raise ConfigError(group, f"unknown option {shorten(str(item))!r}; valid: {_options(loader, group)}")
         return
     text = str(option)
     if len(text) > 200:  # longer than any file name may be

@@ -158,17 +158,52 @@ class OutputConfig:
         one_of("objective", self.objective, OBJECTIVES)
 
 
-@dataclass
-class TrackingConfig:
-    """Experiment trackers that receive every metrics.csv row (``tracking.*``); the CSV is always written."""
+WANDB_MODES = ("offline", "online", "disabled")
 
-    tensorboard: bool = False  # event files in <run_dir>/tb (needs the tensorboard package: fedrun[tracking])
+
+@dataclass
+class MlflowTracking:
+    """MLflow (``tracking=[mlflow]``): one MLflow run per fedrun run, continued when the run resumes."""
+
+    enabled: bool = False
+    uri: str | None = None  # the tracking store or server; default a local file store, outputs/mlruns
+    experiment: str | None = None  # default: the sweep directory in a multirun, else "fedrun"
+
+
+@dataclass
+class WandbTracking:
+    """Weights & Biases (``tracking=[wandb]``): one W&B run per fedrun run, continued when the run resumes."""
+
+    enabled: bool = False
+    mode: str = "offline"  # offline: files under <run_dir>/wandb, uploaded later by `wandb sync`
+    project: str = "fedrun"
+    entity: str | None = None
 
     def __post_init__(self) -> None:
-        if self.tensorboard:
-            from fedrun.storage.tracking import require_tensorboard
+        one_of("mode", self.mode, WANDB_MODES)
 
-            require_tensorboard()
+
+@dataclass
+class TrackingConfig:
+    """Experiment trackers that receive every metrics.csv row (``tracking.*``); the CSV is always written.
+
+    Chosen by name from the ``tracking`` group (conf/tracking/): ``tracking=[tensorboard,mlflow,wandb]``. Each
+    option sets its key below; ``tracking.tensorboard=true``, the key of old run directories, is the same switch.
+    """
+
+    tensorboard: bool = False  # event files in <run_dir>/tb (needs the tensorboard package: fedrun[tracking])
+    mlflow: MlflowTracking = field(default_factory=MlflowTracking)
+    wandb: WandbTracking = field(default_factory=WandbTracking)
+
+    def __post_init__(self) -> None:
+        # build_params hands nested sections over as mappings (a saved config's too): build and check them here
+        if isinstance(self.mlflow, Mapping):
+            self.mlflow = build_params(MlflowTracking, dict(self.mlflow), "mlflow", ignore=())
+        if isinstance(self.wandb, Mapping):
+            self.wandb = build_params(WandbTracking, dict(self.wandb), "wandb", ignore=())
+        from fedrun.storage.tracking import require_trackers
+
+        require_trackers(self.tensorboard, self.mlflow.enabled, self.wandb.enabled)
 
 
 IMA_SCHEDULES = ("exd", "clr", "cd", "ed", "nad", "sd")

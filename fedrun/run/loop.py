@@ -56,8 +56,9 @@ def _run(spec: RunSpec, rd: RunDir, experiment: Experiment, t0: float, console: 
     log.info(start_line(spec, info, state.start))
     outcome, client_acc = Outcome(), client_accuracy(experiment)
     t_loop = time.perf_counter()
+    monitor = RoundMonitor(spec, run_dir, state, console)  # opens the trackers
     try:
-        with RoundMonitor(spec, run_dir, state, console) as monitor:
+        with monitor:
             for rnd in range(state.start, spec.fl.rounds):
                 result = train_round(experiment, state, rnd)
                 monitor.weights(result.weight_rows)
@@ -79,6 +80,7 @@ def _run(spec: RunSpec, rd: RunDir, experiment: Experiment, t0: float, console: 
         plot_curves(state.rows, run_dir / "accuracy.png", f"{spec.algorithm.name} on {spec.data.name}")
     summary = final_summary(info, state, spec, outcome, t0, t_loop, run_dir)
     rd.write_summary(summary)
+    monitor.finish(summary)
     log.info(summary_line(summary))
     return summary
 

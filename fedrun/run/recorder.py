@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedrun.config.schema import RunSpec
-from fedrun.core.errors import ConfigError, DataError, ResumeError
+from fedrun.core.errors import ConfigError, DataError, DivergenceError, ResumeError
 from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE
 from fedrun.run.state import RunState
 from fedrun.storage.atomic import WriteError, write_metrics
@@ -98,7 +98,7 @@ class RoundMonitor:
 
     def __init__(self, spec: RunSpec, run_dir: Path, state: RunState, console: Console) -> None:
         self.spec, self.run_dir, self.st = spec, run_dir, state
-        self.trackers = Trackers.open(spec.tracking.tensorboard, run_dir)
+        self.trackers = Trackers.open(spec.tracking, run_dir, spec.raw)
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -121,6 +121,15 @@ class RoundMonitor:
     def __exit__(self, *exc: object) -> None:
         try:
             self.progress.__exit__(*exc)  # type: ignore[arg-type]
+        finally:
+            # a diverged or interrupted run still ends with a summary (finish); any other error ends it here
+            if exc[0] is not None and not issubclass(exc[0], (DivergenceError, KeyboardInterrupt)):  # type: ignore[arg-type]
+                self.trackers.close()
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """The run ended with ``summary`` (in summary.json): the trackers attach it and the plots, and end."""
+        try:
+            self.trackers.finish(self.run_dir, summary)
         finally:
             self.trackers.close()
 
