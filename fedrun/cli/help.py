@@ -28,6 +28,7 @@ GROUPS = (
     ("partition", "how the training set is split across clients"),
     ("model", "the network"),
     ("hardware", "device and engine"),
+    ("tracking", "experiment trackers, a list: tracking=[mlflow,wandb]"),
     ("experiment", "presets: a paper's setting, or smoke"),
     ("hydra/sweeper", "sweepers (-m)"),
     ("hydra/launcher", "launchers (-m)"),

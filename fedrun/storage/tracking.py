@@ -17,11 +17,11 @@ missing one is refused in one line, before the run starts (:func:`require_tracke
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any, Protocol
 
 from fedrun.core.errors import ConfigError
+from fedrun.core.extras import MissingExtra, has_module
 from fedrun.storage.trackers.common import STATE_FILE as STATE_FILE
 from fedrun.storage.trackers.common import scalars as scalars
 from fedrun.storage.trackers.tensorboard import TB_DIR as TB_DIR
@@ -31,19 +31,12 @@ EXTRAS = {"tensorboard": ("tensorboard", "tracking"), "mlflow": ("mlflow", "mlfl
 DEFAULT_EXPERIMENT = "fedrun"
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or one hidden in sys.modules
-        return False
-
-
 def require_tracker(name: str) -> None:
     """Raise a one-line ConfigError naming the tracker (the ``tracking`` section's key; validation prefixes
     ``tracking.``) and its ``pip install`` when its package is missing. Found without importing it: free."""
     module, extra = EXTRAS[name]
-    if not _installed(module):
-        raise ConfigError(name, f"needs the {module} package, not installed here; pip install 'fedrun[{extra}]'")
+    if not has_module(module):
+        raise MissingExtra(name, module, extra)
 
 
 def require_tensorboard() -> None:
