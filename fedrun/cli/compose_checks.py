@@ -82,6 +82,12 @@ def _needs_quotes(line: str, char: str) -> str:
     """Why ``line`` does not parse when Hydra's grammar stops at ``char``: outside quotes an override value holds
     only ASCII letters, digits and ``_-+./\\:$%*@?|``, so a non-ASCII letter, ``;``, ``#``, ``&``... must be quoted."""
     key, sep, value = line.partition("=")
+    bad = next((c for c in key.lstrip("+~") if not (c.isascii() and (c.isalnum() or c in "_-./@"))), None)
+    if sep and bad is not None:  # Hydra reports where it stopped (often a later '.'); quoting the value cannot help
+        return (
+            f"the key {shorten(key.lstrip('+~'))!r} holds {bad!r}; a key holds only ASCII letters, digits and _-./@"
+            f" (tags.<name> too); see {GRAMMAR}"
+        )
     example = f"{key}={value!r}" if '"' in value else f'{key}="{value}"'
     shell = f"'{example}'" if "'" not in example else example
     return (
