@@ -41,11 +41,19 @@ CASES = [
     # the red team's next round
     Case("tag-key-unicode", _r("+tags.日本=1"), 2, ("the key 'tags.日本' holds '日'",)),  # before: "character '.'"
     Case("tag-key-semicolon", _r("+tags.a;b=1"), 2, ("the key 'tags.a;b' holds ';'",)),  # before: quote the value
-    Case("run-dir-name-too-long", ("hydra.run.dir={t}/" + LONG,), 2, ("hydra.run.dir: a folder name of 300 bytes",
-         "at most 255 bytes")),  # fmt: skip  before: "[Errno 36] File name too long" naming no key
+    Case(
+        "run-dir-name-too-long",
+        ("hydra.run.dir={t}/" + LONG,),
+        2,
+        ("hydra.run.dir: a folder name of 300 bytes", "at most 255 bytes"),
+    ),  # fmt: skip  before: "[Errno 36] File name too long" naming no key
     Case("tag-quotes-inside", _r("+tags.m='it\"s'"), 0, after=_tag('it"s')),
-    Case("job-name-with-dots-stays-inside", _r("hydra.job.name=../../evil"), 0,
-         after=lambda t: (not (t / "evil").exists()) or pytest.fail("escaped")),  # fmt: skip
+    Case(
+        "job-name-with-dots-stays-inside",
+        _r("hydra.job.name=../../evil"),
+        0,
+        after=lambda t: (not (t / "evil").exists()) or pytest.fail("escaped"),
+    ),  # fmt: skip
     Case("tag-interpolation-of-env", _r("+tags.m=${{oc.env:FEDRUN_NAMES_UNSET}}"), 2, ("tags.m",)),
 ]
 

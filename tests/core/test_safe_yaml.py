@@ -71,8 +71,13 @@ YAML_BOMB = [
     ("wide-laughs", _laughs(3, 1000)),  # 10^9 strings from a few KB
     (
         "laughs-under-tags",
-        "tags:\n  a: &a [" + ", ".join(["x"] * 100) + "]\n  b: &b {" + ", ".join(f"k{i}: *a" for i in range(100))
-        + "}\n  c: {" + ", ".join(f"k{i}: *b" for i in range(100)) + "}\n",
+        "tags:\n  a: &a ["
+        + ", ".join(["x"] * 100)
+        + "]\n  b: &b {"
+        + ", ".join(f"k{i}: *a" for i in range(100))
+        + "}\n  c: {"
+        + ", ".join(f"k{i}: *b" for i in range(100))
+        + "}\n",
     ),  # fmt: skip  a million nodes under the free keys
 ]
 CATEGORY = "yaml-bomb"

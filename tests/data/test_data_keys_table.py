@@ -34,17 +34,28 @@ OVERRIDES = [
 ]
 
 LEAF_KEYS = [
-    Fault("leaf no users key", lambda r: leaf(r, json.dumps({"user_data": {"u": {"x": ["a"], "y": ["b"]}}})), load_leaf),
+    Fault(
+        "leaf no users key", lambda r: leaf(r, json.dumps({"user_data": {"u": {"x": ["a"], "y": ["b"]}}})), load_leaf
+    ),
     Fault("leaf no user_data key", lambda r: leaf(r, json.dumps({"users": ["u"]})), load_leaf),
     Fault("leaf user_data a list", lambda r: leaf(r, json.dumps({"users": ["u"], "user_data": [1]})), load_leaf),
     # the red team's next round
-    Fault("leaf user without x", lambda r: leaf(r, json.dumps({"users": ["u"], "user_data": {"u": {"y": ["b"]}}})),
-          load_leaf),  # fmt: skip
-    Fault("leaf x and y swapped names", lambda r: leaf(r, json.dumps({"users": ["u"], "user_data": {"u": {"X": ["a"],
-          "Y": ["b"]}}})), load_leaf),  # fmt: skip
+    Fault(
+        "leaf user without x",
+        lambda r: leaf(r, json.dumps({"users": ["u"], "user_data": {"u": {"y": ["b"]}}})),
+        load_leaf,
+    ),  # fmt: skip
+    Fault(
+        "leaf x and y swapped names",
+        lambda r: leaf(r, json.dumps({"users": ["u"], "user_data": {"u": {"X": ["a"], "Y": ["b"]}}})),
+        load_leaf,
+    ),  # fmt: skip
     Fault("leaf y a string", lambda r: leaf(r, leaf_blob(y="d")), load_leaf),
-    Fault("shakespeare y of two characters", lambda r: shakespeare(r, json.dumps({"users": ["a"], "user_data":
-          {"a": {"x": ["a" * 80], "y": ["bc"]}}})), load_shakespeare_),  # fmt: skip
+    Fault(
+        "shakespeare y of two characters",
+        lambda r: shakespeare(r, json.dumps({"users": ["a"], "user_data": {"a": {"x": ["a" * 80], "y": ["bc"]}}})),
+        load_shakespeare_,
+    ),  # fmt: skip
 ]
 
 CASES = [*OVERRIDES, *LEAF_KEYS]

@@ -19,11 +19,19 @@ def _r(*args: str) -> tuple[str, ...]:
 
 
 CASES = [
-    Case("fedlaw-size-0", _r("algorithm=fedlaw", "proxy.per_class=0"), 2, ("proxy.per_class: FedLAW trains on a"
-         " server proxy set; set it > 0",)),  # fmt: skip
+    Case(
+        "fedlaw-size-0",
+        _r("algorithm=fedlaw", "proxy.per_class=0"),
+        2,
+        ("proxy.per_class: FedLAW trains on a server proxy set; set it > 0",),
+    ),  # fmt: skip
     Case("feddf-size-0", _r("algorithm=feddf", "proxy.per_class=0"), 2, ("proxy.per_class: FedDF trains on",)),
-    Case("larger-than-the-data", _r("algorithm=fedlaw", "proxy.per_class=100000"), 2, ("proxy.per_class: 100000 per"
-         " class " + TAKES_ALL,)),  # fmt: skip
+    Case(
+        "larger-than-the-data",
+        _r("algorithm=fedlaw", "proxy.per_class=100000"),
+        2,
+        ("proxy.per_class: 100000 per class " + TAKES_ALL,),
+    ),  # fmt: skip
     Case("negative", _r("algorithm=fedlaw", "proxy.per_class=-1"), 2, ("proxy.per_class: must be >= 0",)),
     Case("rho-below-1", _r("algorithm=fedlaw", "proxy.rho=0.5"), 2, ("proxy.rho: must be >= 1",)),
     Case("batch-0", _r("algorithm=fedlaw", "proxy.batch_size=0"), 2, ("proxy.batch_size: must be > 0",)),
@@ -35,8 +43,9 @@ CASES = [
     Case("deleted", _r("algorithm=fedlaw", "~proxy"), 2, ("proxy",)),
     Case("rho-nan", _r("algorithm=fedlaw", "proxy.rho=nan"), 2, ("proxy.rho",)),
     Case("one-per-class", _r("algorithm=fedlaw", "proxy.per_class=1", "algorithm.server_epochs=1"), 0),
-    Case("long-tail-to-one", _r("algorithm=fedlaw", "proxy.per_class=2", "proxy.rho=1e9",
-         "algorithm.server_epochs=1"), 0),  # fmt: skip  classes past the first keep int(2 / rho^(k/9)) = 0 samples
+    Case(
+        "long-tail-to-one", _r("algorithm=fedlaw", "proxy.per_class=2", "proxy.rho=1e9", "algorithm.server_epochs=1"), 0
+    ),  # fmt: skip  classes past the first keep int(2 / rho^(k/9)) = 0 samples
 ]
 
 

@@ -49,34 +49,89 @@ CASES = [
     Case("empty-dir", ("resume={t}/empty",), 2, (NO_RUN,), _empty, ("empty",), tiny=False),
     Case("user-folder", ("resume={t}/mine",), 2, (NO_RUN,), _user_folder, ("mine",), tiny=False),
     Case("completed-is-skipped", ("resume={done}",), 0, ("already completed; skipped",), tiny=False),
-    Case("config-not-yaml", ("resume={done}",), 2, ("resume: ",), _write("config.yaml", "a: [1\n"), ("done",), tiny=False),
-    Case("config-a-list", ("resume={done}",), 2, ("resume: {t}/done/config.yaml is not a fedrun config",),
-         _write("config.yaml", "- a\n- b\n"), ("done",), tiny=False),  # fmt: skip  before: "Cannot merge DictConfig"
-    Case("truncated-checkpoint", ("resume={done}",), 2, ("{t}/done/checkpoint.pt: unreadable checkpoint",),
-         _truncate_checkpoint, ("done",), tiny=False),  # fmt: skip
-    Case("changed-seed", ("resume={done}", "seed=3"), 2, ("different config (seed: 0 -> 3)",), kept=("done",),
-         tiny=False),  # fmt: skip
-    Case("switched-algorithm", ("resume={done}", "algorithm=fedprox"), 2, ("resume: algorithm: the run's algorithm"
-         " cannot be switched",), kept=("done",), tiny=False),  # fmt: skip
-    Case("a-sweep", ("-m", "resume={done}", "fl.rounds=2,3"), 2, ("resume: resumes one run",), kept=("done",),
-         tiny=False),  # fmt: skip
-    Case("deleted-key", ("resume={done}", "~fl.lr"), 2, ("resume: fl.lr: cannot be deleted",), kept=("done",),
-         tiny=False),  # fmt: skip
-    Case("added-unknown-key", ("resume={done}", "+fl.bogus=1"), 2, ("fl.bogus: unknown key",), kept=("done",),
-         tiny=False),  # fmt: skip
+    Case(
+        "config-not-yaml", ("resume={done}",), 2, ("resume: ",), _write("config.yaml", "a: [1\n"), ("done",), tiny=False
+    ),
+    Case(
+        "config-a-list",
+        ("resume={done}",),
+        2,
+        ("resume: {t}/done/config.yaml is not a fedrun config",),
+        _write("config.yaml", "- a\n- b\n"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip  before: "Cannot merge DictConfig"
+    Case(
+        "truncated-checkpoint",
+        ("resume={done}",),
+        2,
+        ("{t}/done/checkpoint.pt: unreadable checkpoint",),
+        _truncate_checkpoint,
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "changed-seed", ("resume={done}", "seed=3"), 2, ("different config (seed: 0 -> 3)",), kept=("done",), tiny=False
+    ),  # fmt: skip
+    Case(
+        "switched-algorithm",
+        ("resume={done}", "algorithm=fedprox"),
+        2,
+        ("resume: algorithm: the run's algorithm cannot be switched",),
+        kept=("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "a-sweep", ("-m", "resume={done}", "fl.rounds=2,3"), 2, ("resume: resumes one run",), kept=("done",), tiny=False
+    ),  # fmt: skip
+    Case(
+        "deleted-key", ("resume={done}", "~fl.lr"), 2, ("resume: fl.lr: cannot be deleted",), kept=("done",), tiny=False
+    ),  # fmt: skip
+    Case(
+        "added-unknown-key", ("resume={done}", "+fl.bogus=1"), 2, ("fl.bogus: unknown key",), kept=("done",), tiny=False
+    ),  # fmt: skip
     # the red team's next round
-    Case("config-a-string", ("resume={done}",), 2, ("is not a fedrun config",), _write("config.yaml", "just text\n"),
-         ("done",), tiny=False),  # fmt: skip
-    Case("config-without-algorithm", ("resume={done}",), 2, ("is not a fedrun config",),
-         _write("config.yaml", "seed: 0\nfl:\n  rounds: 1\n"), ("done",), tiny=False),  # fmt: skip
-    Case("summary-not-json-resumes", ("resume={done}",), 0, (), _write("summary.json", "{"), tiny=False,
-         after=lambda t: '"status": "completed"' in (t / "done" / "summary.json").read_text() or pytest.fail("x")),  # fmt: skip
-    Case("metrics-header-only-resumes", ("resume={done}",), 0, (), _write("metrics.csv", "round,test_acc\n",
-         ("summary.json",)), tiny=False),  # fmt: skip  rows come back from the checkpoint
-    Case("resume-given-twice-takes-the-last", ("resume={t}/nope", "resume={done}"), 0, ("already completed",),
-         tiny=False),  # fmt: skip
-    Case("type-error-in-override", ("resume={done}", "fl.rounds=abc"), 2, ("fl.rounds: ",), kept=("done",),
-         tiny=False),  # fmt: skip
+    Case(
+        "config-a-string",
+        ("resume={done}",),
+        2,
+        ("is not a fedrun config",),
+        _write("config.yaml", "just text\n"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "config-without-algorithm",
+        ("resume={done}",),
+        2,
+        ("is not a fedrun config",),
+        _write("config.yaml", "seed: 0\nfl:\n  rounds: 1\n"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "summary-not-json-resumes",
+        ("resume={done}",),
+        0,
+        (),
+        _write("summary.json", "{"),
+        tiny=False,
+        after=lambda t: '"status": "completed"' in (t / "done" / "summary.json").read_text() or pytest.fail("x"),
+    ),  # fmt: skip
+    Case(
+        "metrics-header-only-resumes",
+        ("resume={done}",),
+        0,
+        (),
+        _write("metrics.csv", "round,test_acc\n", ("summary.json",)),
+        tiny=False,
+    ),  # fmt: skip  rows come back from the checkpoint
+    Case(
+        "resume-given-twice-takes-the-last", ("resume={t}/nope", "resume={done}"), 0, ("already completed",), tiny=False
+    ),  # fmt: skip
+    Case(
+        "type-error-in-override", ("resume={done}", "fl.rounds=abc"), 2, ("fl.rounds: ",), kept=("done",), tiny=False
+    ),  # fmt: skip
 ]
 
 

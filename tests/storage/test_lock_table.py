@@ -62,21 +62,56 @@ CASES = [
     Case("held-fresh-run", ("hydra.run.dir={t}/r",), 2, ("{t}/r: " + BUSY,), lambda t: Held(t / "r")),
     Case("held-resume", R2, 2, ("{t}/done: " + BUSY,), lambda t: Held(t / "done"), ("done",), tiny=False),
     Case("stale-lock-is-taken", R2, 0, (), tiny=False),
-    Case("lock-a-directory", R2, 2, ("{t}/done/.fedrun.lock is a directory where fedrun writes its .fedrun.lock",),
-         _lock_file("dir"), ("done",), tiny=False),  # fmt: skip
-    Case("lock-a-symlink-out", R2, 2, ("{t}/done/.fedrun.lock is a symlink to",), _lock_file("outside"),
-         ("done", "theirs"), tiny=False),  # fmt: skip
-    Case("stale-temps-cleaned-user-files-kept", R2, 0, (), _stale_temps, tiny=False,
-         after=lambda t: (not list((t / "done").glob(".metrics.csv.*.tmp")) and (t / "done" / "name.123.tmp")
-                          .exists()) or pytest.fail("temp files")),  # fmt: skip
+    Case(
+        "lock-a-directory",
+        R2,
+        2,
+        ("{t}/done/.fedrun.lock is a directory where fedrun writes its .fedrun.lock",),
+        _lock_file("dir"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "lock-a-symlink-out",
+        R2,
+        2,
+        ("{t}/done/.fedrun.lock is a symlink to",),
+        _lock_file("outside"),
+        ("done", "theirs"),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "stale-temps-cleaned-user-files-kept",
+        R2,
+        0,
+        (),
+        _stale_temps,
+        tiny=False,
+        after=lambda t: (
+            (not list((t / "done").glob(".metrics.csv.*.tmp")) and (t / "done" / "name.123.tmp").exists())
+            or pytest.fail("temp files")
+        ),
+    ),  # fmt: skip
     # the red team's next round
     Case("lock-with-junk-content", R2, 0, (), _lock_file("junk"), tiny=False),
     Case("lock-a-fifo", R2, 0, (), _lock_file("fifo"), tiny=False),  # opened O_RDWR: never blocks
-    Case("lock-a-self-loop", R2, 2, ("cannot write .fedrun.lock in {t}/done: it is a symlink",),
-         _lock_file("self-loop"), ("done",), tiny=False),  # fmt: skip  before: "RuntimeError: Symlink loop"
+    Case(
+        "lock-a-self-loop",
+        R2,
+        2,
+        ("cannot write .fedrun.lock in {t}/done: it is a symlink",),
+        _lock_file("self-loop"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip  before: "RuntimeError: Symlink loop"
     Case("lock-missing", R2, 0, (), _lock_file("missing"), tiny=False),
-    Case("held-sweep-job", ("-m", "seed=0", "hydra.sweep.dir={t}/s", "hydra.sweep.subdir=job"), 1,
-         ("{t}/s/job: " + BUSY,), lambda t: Held(t / "s" / "job")),  # fmt: skip  a sweep reports its failed job
+    Case(
+        "held-sweep-job",
+        ("-m", "seed=0", "hydra.sweep.dir={t}/s", "hydra.sweep.subdir=job"),
+        1,
+        ("{t}/s/job: " + BUSY,),
+        lambda t: Held(t / "s" / "job"),
+    ),  # fmt: skip  a sweep reports its failed job
 ]
 
 

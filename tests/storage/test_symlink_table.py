@@ -51,36 +51,117 @@ def _loop(t: Path) -> None:
 
 R = ("resume={done}", "fl.rounds=2")
 CASES = [
-    Case("run-dir-to-a-user-folder", ("hydra.run.dir={t}/link",), 2, ("hydra.run.dir: {t}/link is not empty and holds"
-         " no fedrun run",), _at("link", "{t}/outside"), ("outside",)),  # fmt: skip
-    Case("hydra-record-out", R, 2, ("{t}/done/.hydra is a symlink to",), _link(".hydra", "{t}/outside"),
-         ("outside", "done"), tiny=False),  # fmt: skip
-    Case("log-out", R, 2, ("{t}/done/fedrun.log is a symlink to",), _link("fedrun.log", "{t}/outside/theirs.txt"),
-         ("outside", "done"), tiny=False),  # fmt: skip
-    Case("lock-out", R, 2, ("{t}/done/.fedrun.lock is a symlink to",), _link(".fedrun.lock", "{t}/outside/theirs.txt"),
-         ("outside", "done"), tiny=False),  # fmt: skip
-    Case("resume-through-a-linked-run-dir", ("resume={t}/link", "fl.rounds=2"), 0, (), _at("link", "{t}/done"), tiny=False,
-         after=lambda t: ((t / "link").is_symlink() and '"rounds_completed": 2' in (t / "done" / "summary.json")
-                          .read_text()) or pytest.fail("not extended through the link")),  # fmt: skip
-    Case("summary-to-a-user-file", ("resume={done}",), 0, (), _link("summary.json", "{t}/outside/theirs.txt"),
-         ("outside",), tiny=False),  # fmt: skip  the run's summary replaces the link
-    Case("metrics-to-a-user-file", R, 0, (), _link("metrics.csv", "{t}/outside/theirs.txt"), ("outside",),
-         tiny=False),  # fmt: skip
+    Case(
+        "run-dir-to-a-user-folder",
+        ("hydra.run.dir={t}/link",),
+        2,
+        ("hydra.run.dir: {t}/link is not empty and holds no fedrun run",),
+        _at("link", "{t}/outside"),
+        ("outside",),
+    ),  # fmt: skip
+    Case(
+        "hydra-record-out",
+        R,
+        2,
+        ("{t}/done/.hydra is a symlink to",),
+        _link(".hydra", "{t}/outside"),
+        ("outside", "done"),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "log-out",
+        R,
+        2,
+        ("{t}/done/fedrun.log is a symlink to",),
+        _link("fedrun.log", "{t}/outside/theirs.txt"),
+        ("outside", "done"),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "lock-out",
+        R,
+        2,
+        ("{t}/done/.fedrun.lock is a symlink to",),
+        _link(".fedrun.lock", "{t}/outside/theirs.txt"),
+        ("outside", "done"),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "resume-through-a-linked-run-dir",
+        ("resume={t}/link", "fl.rounds=2"),
+        0,
+        (),
+        _at("link", "{t}/done"),
+        tiny=False,
+        after=lambda t: (
+            ((t / "link").is_symlink() and '"rounds_completed": 2' in (t / "done" / "summary.json").read_text())
+            or pytest.fail("not extended through the link")
+        ),
+    ),  # fmt: skip
+    Case(
+        "summary-to-a-user-file",
+        ("resume={done}",),
+        0,
+        (),
+        _link("summary.json", "{t}/outside/theirs.txt"),
+        ("outside",),
+        tiny=False,
+    ),  # fmt: skip  the run's summary replaces the link
+    Case(
+        "metrics-to-a-user-file", R, 0, (), _link("metrics.csv", "{t}/outside/theirs.txt"), ("outside",), tiny=False
+    ),  # fmt: skip
     # the red team's next round
-    Case("run-dir-dangling", ("hydra.run.dir={t}/dangling",), 2, ("hydra.run.dir: {t}/dangling is a symlink to",
-         "leads nowhere"), _at("dangling", "{t}/nowhere")),  # fmt: skip  before: "[Errno 17] File exists"
-    Case("run-dir-a-loop", ("hydra.run.dir={t}/loop1",), 2, ("hydra.run.dir: {t}/loop1 is a symlink", "leads nowhere"),
-         _loop),  # fmt: skip  before: "Symlink loop from ..." naming no key
-    Case("run-dir-below-a-loop", ("hydra.run.dir={t}/loop1/sub",), 2, ("hydra.run.dir: {t}/loop1 is a symlink",),
-         _loop),  # fmt: skip
-    Case("sweep-dir-dangling", ("-m", "seed=0,1", "hydra.sweep.dir={t}/dangling"), 2,
-         ("hydra.sweep.dir: {t}/dangling is a symlink",), _at("dangling", "{t}/nowhere")),  # fmt: skip
-    Case("lock-a-self-loop", R, 2, ("cannot write .fedrun.lock in {t}/done: it is a symlink",),
-         _link(".fedrun.lock", "{t}/done/.fedrun.lock"), ("done",), tiny=False),  # fmt: skip  before: RuntimeError
-    Case("config-to-etc-passwd", ("resume={done}",), 2, ("resume: {t}/done/config.yaml is not a fedrun config",),
-         _link("config.yaml", "/etc/passwd"), ("done",), tiny=False),  # fmt: skip  before: "algorithm.name: missing"
-    Case("checkpoint-to-a-user-file", R, 2, ("{t}/done/checkpoint.pt: unreadable checkpoint",),
-         _link("checkpoint.pt", "{t}/outside/theirs.txt"), ("outside", "done"), tiny=False),  # fmt: skip
+    Case(
+        "run-dir-dangling",
+        ("hydra.run.dir={t}/dangling",),
+        2,
+        ("hydra.run.dir: {t}/dangling is a symlink to", "leads nowhere"),
+        _at("dangling", "{t}/nowhere"),
+    ),  # fmt: skip  before: "[Errno 17] File exists"
+    Case(
+        "run-dir-a-loop",
+        ("hydra.run.dir={t}/loop1",),
+        2,
+        ("hydra.run.dir: {t}/loop1 is a symlink", "leads nowhere"),
+        _loop,
+    ),  # fmt: skip  before: "Symlink loop from ..." naming no key
+    Case(
+        "run-dir-below-a-loop", ("hydra.run.dir={t}/loop1/sub",), 2, ("hydra.run.dir: {t}/loop1 is a symlink",), _loop
+    ),  # fmt: skip
+    Case(
+        "sweep-dir-dangling",
+        ("-m", "seed=0,1", "hydra.sweep.dir={t}/dangling"),
+        2,
+        ("hydra.sweep.dir: {t}/dangling is a symlink",),
+        _at("dangling", "{t}/nowhere"),
+    ),  # fmt: skip
+    Case(
+        "lock-a-self-loop",
+        R,
+        2,
+        ("cannot write .fedrun.lock in {t}/done: it is a symlink",),
+        _link(".fedrun.lock", "{t}/done/.fedrun.lock"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip  before: RuntimeError
+    Case(
+        "config-to-etc-passwd",
+        ("resume={done}",),
+        2,
+        ("resume: {t}/done/config.yaml is not a fedrun config",),
+        _link("config.yaml", "/etc/passwd"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip  before: "algorithm.name: missing"
+    Case(
+        "checkpoint-to-a-user-file",
+        R,
+        2,
+        ("{t}/done/checkpoint.pt: unreadable checkpoint",),
+        _link("checkpoint.pt", "{t}/outside/theirs.txt"),
+        ("outside", "done"),
+        tiny=False,
+    ),  # fmt: skip
 ]
 
 

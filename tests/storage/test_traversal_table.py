@@ -27,10 +27,16 @@ CASES = [
     Case("run-dir-down-and-up", ("hydra.run.dir={t}/cwd/x/../..",), 2, ("hydra.run.dir: ", CWD), _user_folder, ("a",)),
     Case("run-dir-tilde", ("hydra.run.dir=~/x",), 2, ("hydra.run.dir: the character '~'", "must be inside quotes")),
     Case("output-subdir-up", ("hydra.run.dir={t}/r", "hydra.output_subdir=../x"), 2, ("hydra.output_subdir: ", BELOW)),
-    Case("output-subdir-abs", ("hydra.run.dir={t}/r", "hydra.output_subdir={t}/x"), 2, ("hydra.output_subdir: ", BELOW)),
-    Case("output-subdir-dot", ("hydra.run.dir={t}/r", "hydra.output_subdir=."), 2, ("hydra.output_subdir: '.' ", BELOW)),
     Case(
-        "output-subdir-down-and-up", ("hydra.run.dir={t}/r", "hydra.output_subdir=sub/../../x"), 2,
+        "output-subdir-abs", ("hydra.run.dir={t}/r", "hydra.output_subdir={t}/x"), 2, ("hydra.output_subdir: ", BELOW)
+    ),
+    Case(
+        "output-subdir-dot", ("hydra.run.dir={t}/r", "hydra.output_subdir=."), 2, ("hydra.output_subdir: '.' ", BELOW)
+    ),
+    Case(
+        "output-subdir-down-and-up",
+        ("hydra.run.dir={t}/r", "hydra.output_subdir=sub/../../x"),
+        2,
         ("hydra.output_subdir: ", BELOW),
     ),  # fmt: skip
     Case("sweep-subdir-up", ("-m", "seed=0,1", "hydra.sweep.dir={t}/s", "hydra.sweep.subdir=../x"), 2, (BELOW,)),
@@ -40,21 +46,33 @@ CASES = [
     Case("resume-dotdot", ("resume=..",), 2, ("resume: .. holds no fedrun run",), tiny=False),
     # the red team's next round
     Case(
-        "output-subdir-is-the-lock", ("hydra.run.dir={t}/r", "hydra.output_subdir=.fedrun.lock"), 2,
+        "output-subdir-is-the-lock",
+        ("hydra.run.dir={t}/r", "hydra.output_subdir=.fedrun.lock"),
+        2,
         ("hydra.output_subdir: '.fedrun.lock' is a file fedrun writes in the run dir",),
     ),  # fmt: skip  before: blamed hydra.run.dir
     Case(
-        "output-subdir-under-metrics", ("hydra.run.dir={t}/r", "hydra.output_subdir=metrics.csv/x"), 2,
+        "output-subdir-under-metrics",
+        ("hydra.run.dir={t}/r", "hydra.output_subdir=metrics.csv/x"),
+        2,
         ("hydra.output_subdir: 'metrics.csv/x' is a file fedrun writes",),
     ),  # fmt: skip
     Case("resume-empty", ("resume=",), 2, ("resume: is empty; valid: resume=<",), tiny=False),  # before: "." named
     Case(
-        "resume-moves-the-run-dir", ("resume={done}", "fl.rounds=2", "hydra.run.dir={t}/elsewhere"), 2,
-        ("resume: hydra.run.dir: a resumed run keeps its directory",), kept=("done",), tiny=False,
+        "resume-moves-the-run-dir",
+        ("resume={done}", "fl.rounds=2", "hydra.run.dir={t}/elsewhere"),
+        2,
+        ("resume: hydra.run.dir: a resumed run keeps its directory",),
+        kept=("done",),
+        tiny=False,
     ),  # fmt: skip  before: "hydra: unknown top-level key"
     Case(
-        "resume-adds-a-hydra-key", ("resume={done}", "+hydra.output_subdir=../x"), 2,
-        ("resume: hydra.output_subdir: a resumed run keeps",), kept=("done",), tiny=False,
+        "resume-adds-a-hydra-key",
+        ("resume={done}", "+hydra.output_subdir=../x"),
+        2,
+        ("resume: hydra.output_subdir: a resumed run keeps",),
+        kept=("done",),
+        tiny=False,
     ),  # fmt: skip
     Case("cache-dir-up-is-allowed", ("hydra.run.dir={t}/r", "cache_dir=../cache2"), 0),  # the user's choice
 ]
