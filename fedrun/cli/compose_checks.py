@@ -32,6 +32,7 @@ from fedrun.cli import hydra_patches
 from fedrun.cli.hydra_patches import ConfigLoaderImpl
 from fedrun.config.schema import config_node
 from fedrun.core.errors import ConfigError
+from fedrun.storage.rundir import FILES as RUN_FILES
 from fedrun.storage.rundir import RunDir, note_before_attempt
 
 # The only code a composed config may name: Hydra's own launchers and sweepers (Hydra itself allows no
@@ -81,6 +82,12 @@ def _needs_quotes(line: str, char: str) -> str:
     """Why ``line`` does not parse when Hydra's grammar stops at ``char``: outside quotes an override value holds
     only ASCII letters, digits and ``_-+./\\:$%*@?|``, so a non-ASCII letter, ``;``, ``#``, ``&``... must be quoted."""
     key, sep, value = line.partition("=")
+    bad = next((c for c in key.lstrip("+~") if not (c.isascii() and (c.isalnum() or c in "_-./@"))), None)
+    if sep and bad is not None:  # Hydra reports where it stopped (often a later '.'); quoting the value cannot help
+        return (
+            f"the key {shorten(key.lstrip('+~'))!r} holds {bad!r}; a key holds only ASCII letters, digits and _-./@"
+            f" (tags.<name> too); see {GRAMMAR}"
+        )
     example = f"{key}={value!r}" if '"' in value else f'{key}="{value}"'
     shell = f"'{example}'" if "'" not in example else example
     return (
@@ -196,6 +203,13 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
     output_subdir = OmegaConf.select(cfg, "hydra.output_subdir")
     if output_subdir is not None:
         check_subdir("hydra.output_subdir", str(output_subdir))
+        first = Path(os.path.normpath(str(output_subdir))).parts[0]
+        if first in RUN_FILES:
+            raise ConfigError(
+                "hydra.output_subdir",
+                f"{shorten(str(output_subdir))!r} is a file fedrun writes in the run dir, where Hydra would put its"
+                " record; valid: another folder name (e.g. .hydra)",
+            )
     if run_mode == RunMode.RUN:
         check_run_dir(Path(os.path.abspath(str(OmegaConf.select(cfg, "hydra.run.dir")))), output_subdir)
     else:
@@ -224,6 +238,7 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
 def check_not_cwd(key: str, text: str) -> None:
     """Refuse a run or sweep directory that is the current directory or one above it: fedrun would write its
     files (and Hydra its record) among the user's."""
+    check_dir_path(key, text)
     where, cwd = Path(text).resolve(), Path.cwd().resolve()
     if where == cwd or where in cwd.parents:
         raise ConfigError(
@@ -231,6 +246,27 @@ def check_not_cwd(key: str, text: str) -> None:
             f"{shorten(text)!r} is the current directory or one above it, where the run's files would mix with"
             " yours; valid: a directory of its own (e.g. outputs/<name>)",
         )
+
+
+def check_dir_path(key: str, text: str) -> None:
+    """Refuse a run or sweep directory that no directory can be made at: a symlink leading nowhere (dangling, or
+    a loop), or a folder name longer than the file system allows (ENAMETOOLONG when Hydra makes it)."""
+    path = Path(os.path.abspath(text))
+    limit = os.pathconf("/", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    for part in path.parts:
+        if len(os.fsencode(part)) > limit:
+            raise ConfigError(
+                key,
+                f"a folder name of {len(os.fsencode(part))} bytes ({shorten(part)!r}) is longer than the file"
+                f" system allows; valid: names of at most {limit} bytes",
+            )
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.exists():
+            raise ConfigError(
+                key,
+                f"{p} is a symlink to {os.readlink(p)}, which leads nowhere (it is missing or a loop); valid: a"
+                " directory, or a symlink to one",
+            )
 
 
 def check_subdir(key: str, text: str) -> None:

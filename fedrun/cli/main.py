@@ -360,11 +360,11 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
         _fail(f"resume: {run_dir} holds no fedrun run (no config.yaml)")
     try:
         saved = OmegaConf.load(cfg_file)
+        if not isinstance(saved, DictConfig) or not OmegaConf.is_dict(saved.get("algorithm")):
+            _fail(f"resume: {cfg_file} is not a fedrun config (a mapping of config keys)")
         cfg = OmegaConf.merge(saved, OmegaConf.from_dotlist(overrides))
     except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
         _fail(f"resume: {one_line(str(e))}")
-    if not isinstance(saved, DictConfig) or not isinstance(cfg, DictConfig):
-        _fail(f"resume: {cfg_file} is not a fedrun config (a mapping of config keys)")
     for o in overrides:  # `algorithm=fedprox`: a group option would replace the saved run's whole section
         key, _, value = o.partition("=")
         if OmegaConf.is_dict(saved.get(key)) and not OmegaConf.is_dict(cfg.get(key)):
@@ -381,6 +381,9 @@ def _plain_override(line: str) -> str:
     if line.startswith("~"):
         key = compose_checks.override_key(line)
         _fail(f"resume: {key}: cannot be deleted in a resumed run (it keeps its config); valid: {key}=<value>")
+    if line.lstrip("+").startswith("hydra."):  # Hydra's settings (the run dir) are fixed when the run started
+        key = compose_checks.override_key(line)
+        _fail(f"resume: {key}: a resumed run keeps its directory and Hydra settings; valid: settings of the run")
     return line.lstrip("+") if line.startswith("+") else line
 
 
@@ -447,6 +450,8 @@ def main() -> None:
     try:
         with interrupts("", after):  # composing, and a sweep between its jobs; each job routes its own
             if dirs:
+                if not dirs[-1].strip():
+                    _fail("resume: is empty; valid: resume=<the run dir to continue>")
                 resume(Path(dirs[-1]), [a for a in args if not a.startswith("resume=")])
                 return
             _job()

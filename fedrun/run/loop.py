@@ -17,7 +17,7 @@ from fedrun.metrics.clients import ClientAccuracy
 from fedrun.run.experiment import Experiment, build_experiment, earlier_engine_and_threads
 from fedrun.run.recorder import RoundMonitor, log
 from fedrun.run.rounds import evaluation_row, is_eval_round, lr_at, train_round
-from fedrun.run.state import open_state, save_state
+from fedrun.run.state import RunState, open_state, save_state
 from fedrun.run.summary import Outcome, describe_run, final_summary, summary_line
 from fedrun.storage.figures import plot_curves
 from fedrun.storage.rundir import RunDir
@@ -37,20 +37,24 @@ def run(spec: RunSpec, run_dir: Path | RunDir, console: Console | None = None) -
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     experiment = build_experiment(spec, *earlier_engine_and_threads(rd.path))
     try:
+        # the checkpoint is read and checked before config.yaml is written: a refused extension (an unreadable
+        # checkpoint) leaves the completed run's config saying the rounds it ran
+        state = open_state(experiment, rd.path)
         if isinstance(run_dir, RunDir):
             rd.start(OmegaConf.to_yaml(spec.raw))
-        return _run(spec, rd, experiment, t0, console or Console(stderr=True))
+        return _run(spec, rd, experiment, state, t0, console or Console(stderr=True))
     finally:
         experiment.engine.close()  # Ray actors (and a cluster the engine started) end with the run, however it ends
 
 
-def _run(spec: RunSpec, rd: RunDir, experiment: Experiment, t0: float, console: Console) -> dict[str, Any]:
+def _run(
+    spec: RunSpec, rd: RunDir, experiment: Experiment, state: RunState, t0: float, console: Console
+) -> dict[str, Any]:
     """The round loop of :func:`run` on a built experiment: restore, train and aggregate each round, evaluate,
     checkpoint, summarise."""
     run_dir = rd.path
     info = describe_run(experiment, run_dir)
     fp = fingerprint(spec.raw)
-    state = open_state(experiment, run_dir)
     t0 -= state.elapsed  # timings continue from where a killed run stopped
     rd.write_summary({**info, "status": "running"})
     log.info(start_line(spec, info, state.start))

@@ -245,7 +245,7 @@ class RunDir:
         root = self.path.resolve()
         for name in WRITTEN_IN_PLACE:
             p = self.path / name
-            if p.is_symlink() and not _inside(p.resolve(), root):
+            if p.is_symlink() and not _inside(Path(os.path.realpath(p)), root):  # realpath: a loop does not raise
                 raise ConfigError(
                     key,
                     f"{p} is a symlink to {os.readlink(p)}, outside the run dir, and fedrun never writes through one;"

@@ -34,7 +34,13 @@ SWEEP_SIGNAL = [
     ("sweep-sigterm-at-0.6s", SWEEP, signal.SIGTERM, 0.6, True),
     ("sweep-sigterm-at-1.2s", SWEEP, signal.SIGTERM, 1.2, True),
     ("sweep-sighup-at-2.5s", SWEEP, signal.SIGHUP, 2.5, True),
+    # the red team's next round
+    ("run-sigterm-at-0.6s", LONG, signal.SIGTERM, 0.6, False),  # while torch is imported
+    ("run-sighup-at-1.2s", LONG, signal.SIGHUP, 1.2, False),  # logout while torch is imported
+    ("sweep-sigint-at-0.4s", SWEEP, signal.SIGINT, 0.4, True),
 ]
+CATEGORY = "sweep-signal"
+CASES = SWEEP_SIGNAL
 
 
 def _start(args: list[str], tmp_path: Path, ignored: tuple[int, ...] = ()) -> subprocess.Popen[str]:

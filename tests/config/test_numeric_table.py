@@ -50,6 +50,12 @@ REFUSED = [
     ("algorithm=serverft algorithm.beta1=1", "algorithm.beta1", "[0.0, 1.0)"),
     ("algorithm=fedlaw algorithm.beta1=1.0", "algorithm.beta1", "[0.0, 1.0)"),
     ("algorithm=fedlaw_swa algorithm.beta2=1.0", "algorithm.beta2", "[0.0, 1.0)"),
+    # the red team's next round
+    ("fl.lr=inf", "fl.lr", "must be a finite number"),
+    ("fl.momentum=1e30", "fl.momentum", "[0.0, 1.0]"),
+    ("fl.lr_decay=1e30", "fl.lr_decay", "(0.0, 1.0]"),  # lr * decay^t overflows within a few rounds
+    ("algorithm=fedsam algorithm.rho=1e300", "algorithm.rho", "<= 1.84e+19"),  # the SAM ascent step
+    ("fl.grad_clip=0", "fl.grad_clip", "> 0"),  # a zero clip norm: every step would be zero
 ]
 
 # ends and sizes that stay accepted: each is a legitimate reduction or a trainable value
@@ -83,6 +89,9 @@ ACCEPTED = [
     "algorithm=fedlaw algorithm.step_gamma=1.0",
     "ima.enabled=true ima.start=1.0",  # averaging never starts: the base method
 ]
+
+CATEGORY = "numeric"
+CASES = [*REFUSED, *ACCEPTED]
 
 
 @pytest.mark.parametrize(("overrides", "field", "valid"), REFUSED, ids=[r[0] for r in REFUSED])

@@ -66,7 +66,22 @@ YAML_BOMB = [
         "laughs-under-a-config",
         "# @package _global_\nfl:\n  rounds: 3\nextra:\n" + "".join(f"  {ln}\n" for ln in _laughs(8, 10).splitlines()),
     ),
+    # the red team's next round
+    ("binary-laughs", _laughs(30, 2)),  # 2^30 strings from 30 short lines
+    ("wide-laughs", _laughs(3, 1000)),  # 10^9 strings from a few KB
+    (
+        "laughs-under-tags",
+        "tags:\n  a: &a ["
+        + ", ".join(["x"] * 100)
+        + "]\n  b: &b {"
+        + ", ".join(f"k{i}: *a" for i in range(100))
+        + "}\n  c: {"
+        + ", ".join(f"k{i}: *b" for i in range(100))
+        + "}\n",
+    ),  # fmt: skip  a million nodes under the free keys
 ]
+CATEGORY = "yaml-bomb"
+CASES = YAML_BOMB
 # (case, document, loaded): aliases that stay small are YAML, and are allowed
 YAML_OK = [
     ("small-alias", "x: &x {a: 1}\ny: *x\n", {"x": {"a": 1}, "y": {"a": 1}}),

@@ -26,7 +26,13 @@ LIMITS = [
     ("ulimit-v-2G", "RLIMIT_AS", 2048 * MiB, None),
     ("ulimit-d-1G", "RLIMIT_DATA", 1024 * MiB, None),
     ("unlimited", "RLIMIT_AS", resource.RLIM_INFINITY, None),
+    # the red team's next round
+    ("ulimit-v-exactly-the-need", "RLIMIT_AS", 1024 * MiB, None),
+    ("ulimit-d-one-below-the-need", "RLIMIT_DATA", 511 * MiB, f"`ulimit -d` (data segment size) is 511 MiB; {D_NEED}"),
+    ("ulimit-v-1M", "RLIMIT_AS", 1 * MiB, f"`ulimit -v` (virtual memory) is 1 MiB; {V_NEED}"),
 ]  # fmt: skip
+CATEGORY = "limits"
+CASES = LIMITS
 
 
 @pytest.mark.parametrize(("case", "name", "limit", "named"), LIMITS, ids=[c[0] for c in LIMITS])

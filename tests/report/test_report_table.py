@@ -59,16 +59,52 @@ def _only_error_txt(d: Path) -> None:
     (d / "error.txt").write_text("whatever\n")
 
 
-@pytest.mark.parametrize(
-    ("make", "why"),
-    [
-        (_only_summary, "config.yaml: none"),
-        (_foo_bar, "config.yaml: 'foo' is not a fedrun config key"),
-        (_no_algorithm, "config.yaml: no algorithm.name"),
-        (_algorithm_a_string, "config.yaml: no algorithm.name"),
-        (_only_error_txt, "config.yaml: none"),
-    ],
-)
+def _config_a_list(d: Path) -> None:
+    _summary(d)
+    (d / "config.yaml").write_text("- algorithm\n- seed\n")
+
+
+def _config_a_bomb(d: Path) -> None:
+    _summary(d)
+    lines = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * 9)}]" for k in range(1, 9)]
+    (d / "config.yaml").write_text("\n".join(lines) + "\n")
+
+
+def _summary_a_list(d: Path) -> None:
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text("[0.99]")
+    (d / "config.yaml").write_text("algorithm:\n  name: fedavg\nseed: 0\n")
+
+
+FOREIGN = [
+    (_only_summary, "config.yaml: none"),
+    (_foo_bar, "config.yaml: 'foo' is not a fedrun config key"),
+    (_no_algorithm, "config.yaml: no algorithm.name"),
+    (_algorithm_a_string, "config.yaml: no algorithm.name"),
+    (_only_error_txt, "config.yaml: none"),
+]
+# the red team's next round: run files that cannot be read as fedrun's are listed under the table, left out
+UNREADABLE = [
+    (_config_a_list, "config.yaml: not a mapping of config keys"),
+    (_config_a_bomb, "config.yaml: YAML aliases expand this document by more than 10,000 nodes"),
+    (_summary_a_list, "summary.json: not a fedrun summary (a JSON object with a status)"),
+]
+
+
+@pytest.mark.parametrize(("make", "why"), UNREADABLE)
+def test_an_unreadable_folder_is_listed_under_the_table_and_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture, make, why: str
+) -> None:
+    _good(tmp_path)
+    make(tmp_path / "stranger")
+    assert report_main([str(tmp_path)]) == 0
+    out, _ = capsys.readouterr()
+    assert CELL in _flat(out) and "99.00" not in out and "algorithm=-" not in out
+    assert "1 unreadable run dirs (left out):" in out and f"{tmp_path / 'stranger'}: {why}" in out
+
+
+@pytest.mark.parametrize(("make", "why"), FOREIGN)
 def test_a_foreign_folder_is_named_on_stderr_and_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture, make, why: str
 ) -> None:
@@ -119,28 +155,34 @@ def _metrics_not_numbers(d: Path) -> None:
     (d / "metrics.csv").write_text("round,test_acc\n1,abc\n")
 
 
-@pytest.mark.parametrize(
-    ("edit", "why"),
-    [
-        (
-            _edit_summary(test_acc_last_k=5.0),
-            "summary.json: test_acc_last_k = 5.0 is not an accuracy (a number in [0, 1])",
-        ),
-        (_edit_summary(test_acc_final=-0.1), "summary.json: test_acc_final = -0.1 is not an accuracy"),
-        (_edit_summary(test_acc_best=float("nan")), "summary.json: test_acc_best = nan is not an accuracy"),
-        (_edit_summary(test_acc_last_k=True), "summary.json: test_acc_last_k = True is not an accuracy"),
-        (_edit_summary(test_acc_last_k="0.9"), "summary.json: test_acc_last_k = '0.9' is not an accuracy"),
-        (_edit_summary(train_acc_final=42), "summary.json: train_acc_final = 42 is not an accuracy"),
-        (_edit_summary(test_acc_last_k=0.99), "summary.json: test_acc_last_k = 0.99, but metrics.csv gives 0.9"),
-        (_edit_summary(test_acc_final=0.95), "summary.json: test_acc_final = 0.95, but metrics.csv gives 0.9"),
-        (_edit_summary(test_acc_best=0.91), "summary.json: test_acc_best = 0.91, but metrics.csv gives 0.9"),
-        (_edit_summary(status="done"), "summary.json: status 'done' is not one fedrun writes"),
-        (_drop_status, "summary.json: status None is not one fedrun writes"),
-        (_drop_metrics_of_format_1, "metrics.csv: missing (a completed run writes it"),
-        (_metrics_without_test_acc, "metrics.csv: no test_acc column to check the summary against"),
-        (_metrics_not_numbers, "metrics.csv: no test_acc column to check the summary against"),
-    ],
-)
+DAMAGED = [
+    (
+        _edit_summary(test_acc_last_k=5.0),
+        "summary.json: test_acc_last_k = 5.0 is not an accuracy (a number in [0, 1])",
+    ),
+    (_edit_summary(test_acc_final=-0.1), "summary.json: test_acc_final = -0.1 is not an accuracy"),
+    (_edit_summary(test_acc_best=float("nan")), "summary.json: test_acc_best = nan is not an accuracy"),
+    (_edit_summary(test_acc_last_k=True), "summary.json: test_acc_last_k = True is not an accuracy"),
+    (_edit_summary(test_acc_last_k="0.9"), "summary.json: test_acc_last_k = '0.9' is not an accuracy"),
+    (_edit_summary(train_acc_final=42), "summary.json: train_acc_final = 42 is not an accuracy"),
+    (_edit_summary(test_acc_last_k=0.99), "summary.json: test_acc_last_k = 0.99, but metrics.csv gives 0.9"),
+    (_edit_summary(test_acc_final=0.95), "summary.json: test_acc_final = 0.95, but metrics.csv gives 0.9"),
+    (_edit_summary(test_acc_best=0.91), "summary.json: test_acc_best = 0.91, but metrics.csv gives 0.9"),
+    (_edit_summary(status="done"), "summary.json: status 'done' is not one fedrun writes"),
+    (_drop_status, "summary.json: status None is not one fedrun writes"),
+    (_drop_metrics_of_format_1, "metrics.csv: missing (a completed run writes it"),
+    (_metrics_without_test_acc, "metrics.csv: no test_acc column to check the summary against"),
+    (_metrics_not_numbers, "metrics.csv: no test_acc column to check the summary against"),
+    # the red team's next round
+    (_edit_summary(test_acc_last_k=float("inf")), "summary.json: test_acc_last_k = inf is not an accuracy"),
+    (_edit_summary(test_acc_final=1.5), "summary.json: test_acc_final = 1.5 is not an accuracy"),
+    (_edit_summary(test_acc_last_k=[0.9]), "summary.json: test_acc_last_k = [0.9] is not an accuracy"),
+]
+CATEGORY = "report"
+CASES = [*FOREIGN, *UNREADABLE, *DAMAGED]
+
+
+@pytest.mark.parametrize(("edit", "why"), DAMAGED)
 def test_a_damaged_summary_is_listed_under_the_table_and_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture, edit, why: str
 ) -> None:
