@@ -318,7 +318,8 @@ class Job:
 
 class SweepConsole:
     """What a sweep shows while it runs: its directory at the start and the end, and its jobs, as a live table
-    (``live``: a terminal) or one line per job start and end (``ends_only``: one line per job end).
+    (``live``: a terminal) or one line per job start and end (``ends_only``: one line per job end). ``local``: the
+    jobs run in this process (so their rounds need no echo on stderr: :func:`round_echo`); ``quiet``: no line at all.
 
     Round records of the ``fedrun`` logger (fedrun/run/recorder.py puts the row in ``extra``) update the running
     job's round and accuracy."""
@@ -330,10 +331,12 @@ class SweepConsole:
         console: Any = None,
         live: bool | None = None,
         ends_only: bool = False,
+        local: bool = True,
+        quiet: bool = False,
     ) -> None:
         from rich.console import Console
 
-        self.sweep_dir, self.total, self.ends_only = sweep_dir, total, ends_only
+        self.sweep_dir, self.total, self.ends_only, self.local, self.quiet = sweep_dir, total, ends_only, local, quiet
         self.console = console or Console(highlight=False)
         self.live_mode = self.console.is_interactive if live is None else live
         self.jobs: list[Job] = []
@@ -429,6 +432,8 @@ class SweepConsole:
         return f"[{job.num + 1}/{self.total}]" if self.total else f"[{job.num + 1}]"
 
     def _say(self, line: str) -> None:
+        if self.quiet:
+            return
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     # -- the live table
@@ -496,7 +501,7 @@ def round_echo(label: str) -> str | None:
     """The label a job's log lines are echoed to stderr with (fedrun/run/recorder.py's ``run_log``): none where
     the sweep's console shows the job (its table or lines say how it goes; fedrun.log has every line), the label
     where the job runs in a launcher's own process (joblib, Slurm: that process's log shows its rounds)."""
-    return None if _ACTIVE is not None and not _ACTIVE.ends_only else label
+    return None if _ACTIVE is not None and _ACTIVE.local else label
 
 
 @contextlib.contextmanager
@@ -580,7 +585,7 @@ class SweepCallback(Callback):
         if not self.pid:  # a single run
             return
         if os.getpid() != self.pid and _ACTIVE is None:  # a launcher's own process: end lines only
-            _ACTIVE = SweepConsole(self.sweep_dir, self.total, live=False, ends_only=True)
+            _ACTIVE = SweepConsole(self.sweep_dir, self.total, live=False, ends_only=True, local=False)
         if _ACTIVE is None:
             return
         run_dir = Path(config.hydra.runtime.output_dir)
