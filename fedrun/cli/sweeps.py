@@ -380,7 +380,7 @@ class SweepConsole:
         self._say(f"sweep done ({ended}): {self.sweep_dir}; its table: {table_command(self.sweep_dir)}")
 
     def counts(self) -> dict[str, int]:
-        """How many of this sweep's jobs ended how (skipped ones apart), in a fixed order."""
+        """How many of this sweep's jobs ended how (``skipped``: found done), in a fixed order."""
         out: dict[str, int] = {}
         for job in self.jobs:
             out[job.status] = out.get(job.status, 0) + 1
