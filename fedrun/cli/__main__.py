@@ -3,8 +3,14 @@ signals from the first instruction, before Hydra, pandas and torch are imported 
 
 from __future__ import annotations
 
+import sys
+
 
 def main() -> None:
+    if "--version" in sys.argv[1:]:  # answered before the imports below (seconds)
+        from fedrun.cli.help import print_version_if_asked
+
+        print_version_if_asked(sys.argv[1:])
     from fedrun.host.interrupts import loading
     from fedrun.host.limits import refuse_small_memory_limits
 

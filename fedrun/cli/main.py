@@ -44,10 +44,12 @@ from rich.console import Console
 from rich.table import Table
 
 from fedrun.cli import compose_checks, hydra_patches, sweeps
+from fedrun.cli import help as cli_help
 from fedrun.config import location as conf_location
 from fedrun.config.schema import RunSpec, store_schemas, validate
 from fedrun.core import safe_yaml
 from fedrun.core.errors import ConfigError, DataError, ResumeError
+from fedrun.core.extras import MissingExtra, has_module
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.host.interrupts import Interrupted, exit_code, interrupts, signal_name
 from fedrun.host.limits import refuse_small_memory_limits
@@ -63,6 +65,7 @@ SWEEP_AFTER = "the same command (same hydra.sweep.dir) resumes a sweep"
 RUN_AFTER = "re-running the same command starts the run, or resumes it from its last checkpoint"
 
 sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
+cli_help.register_resolvers()  # fedrun --help: hydra.help.template (conf/hydra/help/fedrun.yaml)
 store_schemas()  # each group option composes on its component's schema (conf/<group>/*.yaml defaults)
 safe_yaml.install()  # before Hydra or OmegaConf reads any YAML: aliases bounded (YAML bombs), in every process
 
@@ -391,6 +394,41 @@ def _fail(message: str) -> NoReturn:
     sys.exit(EXIT_BAD_INPUT)
 
 
+# The Hydra plugin each of its configs comes from (the first default of a conf/hydra/<group>/ preset names one), and
+# the extra of pyproject.toml that installs it: without the plugin Hydra's error says only that the config is missing
+PLUGINS = {
+    "hydra/sweeper/optuna": ("hydra_plugins.hydra_optuna_sweeper", "tune"),
+    "hydra/launcher/joblib": ("hydra_plugins.hydra_joblib_launcher", "dist"),
+    "hydra/launcher/ray": ("hydra_plugins.hydra_ray_launcher", "ray-launcher"),
+    "hydra/launcher/submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "dist"),
+    "hydra/launcher/submitit_local": ("hydra_plugins.hydra_submitit_launcher", "dist"),
+}
+
+
+def plugin_config(group: str, option: str) -> str:
+    """The Hydra plugin config that ``group=option`` composes: fedrun's preset's first default (e.g.
+    ``hydra/sweeper=optuna_tpe`` -> ``hydra/sweeper/optuna``), else the option itself (the plugin's own name)."""
+    preset = Path(CONF_DIR) / group / f"{option}.yaml"
+    try:
+        first = (safe_yaml.load_yaml(preset.read_text(), str(preset), plain=True) or {}).get("defaults", [None])[0]
+    except (OSError, ConfigError, AttributeError, IndexError, TypeError):
+        first = None
+    return f"{group}/{first if isinstance(first, str) else option}"
+
+
+def check_plugins(args: list[str]) -> None:
+    """A sweeper or launcher chosen on the command line whose Hydra plugin is not installed: one line naming the
+    ``pip install`` (:class:`~fedrun.core.extras.MissingExtra`), exit 2, before Hydra composes."""
+    for arg in args:
+        key, eq, value = arg.lstrip("+").partition("=")
+        group = key.removeprefix("override ").strip()
+        if not eq or group not in ("hydra/sweeper", "hydra/launcher") or not re.fullmatch(r"[\w-]+", value.strip()):
+            continue
+        module, extra = PLUGINS.get(plugin_config(group, value.strip()), (None, None))
+        if module is not None and extra is not None and not has_module(module):
+            _fail(str(MissingExtra(f"{group}={value.strip()}", module.split(".")[1], extra)))
+
+
 def is_sweep(args: list[str]) -> bool:
     """Whether the command line asks Hydra for a multirun (a sweep)."""
     return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN" for a in args)
@@ -400,8 +438,10 @@ def main() -> None:
     """The ``fedrun`` command. A signal at any moment ends it with 128 + the signal's number and one line
     (fedrun/host/interrupts.py), from the first instruction when started as ``fedrun`` or ``python -m fedrun.cli``
     (fedrun/cli/__main__.py), whose imports are routed too."""
+    cli_help.print_version_if_asked(sys.argv[1:])  # fedrun's version, not Hydra's
     refuse_small_memory_limits()
     tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
+    check_plugins(sys.argv[1:])
     hydra_patches.report_with(_run_and_report)
     compose_checks.install()
     # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling

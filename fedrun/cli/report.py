@@ -1,17 +1,20 @@
-"""``fedrun-report``: print a paper-style table from run directories, and write CSV and LaTeX beside it.
+"""``fedrun-report``: tables and figures from run directories, one subcommand each (``fedrun-report --help``).
 
-fedrun-report outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
-fedrun-report DIR --table rows=algorithm cols=partition.alpha --metric best
-fedrun-report DIR --rows algorithm --over seed,fl.rounds   (also average over fl.rounds; else it is an error)
-fedrun-report DIR --rows algorithm --split   (every key that varies inside a cell becomes a column)
+fedrun-report table outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
+fedrun-report table DIR --table rows=algorithm cols=partition.alpha --metric best
+fedrun-report table DIR --rows algorithm --over seed,fl.rounds   (also average over fl.rounds; else it is an error)
+fedrun-report table DIR --rows algorithm --split   (every key that varies inside a cell becomes a column)
+fedrun-report table DIR --layout fedlaw --rows tags.method --cols partition.alpha   (a paper's cell format)
+fedrun-report table DIR --select algorithm.mu   (per method/setting, keep the mu with the best mean over seeds)
+fedrun-report table DIR --layout fedlaw_corr --cols fl.local_epochs   (FedLAW Table 11: r of accumulated lambda)
+fedrun-report scorecard fedlaw-table3 DIR   (each published cell, ours | paper | difference)
+fedrun-report scorecard fedcos-table2   (the scorecard of the evidence records shipped with fedrun)
 fedrun-report curves DIR... --rows algorithm   (mean ± std test accuracy against the round, per row)
-fedrun-report --partition RUN_DIR   (client-by-class heatmap and per-domain breakdown of one run)
+fedrun-report partition RUN_DIR   (client-by-class heatmap and per-domain breakdown of one run)
 fedrun-report line|plane|landscape|coherence ...   (analysis plots: see fedrun/report/landscape.py)
-fedrun-report DIR --layout fedlaw --rows tags.method --cols partition.alpha   (a paper's cell format)
-fedrun-report DIR --select algorithm.mu   (per method/setting, keep the mu with the best mean over seeds)
-fedrun-report DIR --layout fedlaw_corr --cols fl.local_epochs   (FedLAW Table 11: r of accumulated lambda)
-fedrun-report DIR --paper fedlaw-table3   (scorecard: each published cell, ours | paper | difference)
-fedrun-report --paper fedcos-table2   (the scorecard of the evidence records shipped with fedrun)
+
+The flag form of earlier versions still works: ``fedrun-report DIR ...`` is ``table`` (``DIR --paper TARGET``:
+``scorecard``), ``fedrun-report --partition RUN_DIR`` is ``partition``.
 
 A cell averages over seeds only (``--over`` names more keys); a config key that varies inside a cell is an
 error naming it. Under the table: runs that did not complete or were refused, missing runs (a seed that other
@@ -19,11 +22,13 @@ cells have), duplicates (two run directories with the same config: counted once)
 ones (a summary that disagrees with its ranges or metrics.csv: fedrun/report/collect.py). Folders that are not
 fedrun runs are left out and named on stderr, one line each ("foreign: DIR: why").
 
-Where the files go: ``--out PREFIX`` (its folder is made when missing), else ``reports/`` in the common parent of
-the run directories found (beside the runs, never inside one), else, when that cannot be written (a read-only
-archive), ``reports/`` in the current directory. An existing report is never overwritten: the next free
-``PREFIX_2``, ``PREFIX_3``... is used, unless ``--force``. The table is always printed; a file that cannot be
-written is one line naming its path, and the exit code is then 1 (0: table and files; 2: bad input, no table).
+Where the files go, for every subcommand (tables, curves, heatmaps, landscapes): ``--out PATH`` (its folder is made
+when missing; an existing folder gets the default file name), else ``reports/`` in
+the common parent of the run directories (beside the runs, never inside one), else, when that cannot be written (a
+read-only archive), ``reports/`` in the current directory. ``--out`` inside a run directory is refused (exit 2).
+An existing report is never overwritten: the next free ``NAME_2``, ``NAME_3``... is used, unless ``--force``. The
+table is always printed; a file that cannot be written is one line naming its path, and the exit code is then 1
+(0: table and files; 2: bad input, no table).
 """
 
 from __future__ import annotations
@@ -63,27 +68,67 @@ ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
 LAYOUT_SPLIT = {"fedima": ["ima.enabled"]}  # keys a layout's cell shows side by side, not pooled
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="*", type=Path, help="run or multirun directories")
-    ap.add_argument("--partition", type=Path, metavar="RUN_DIR", help="heatmaps + per-domain breakdown of one run")
-    ap.add_argument("--rows", default="algorithm", help="comma-separated config keys for the rows")
-    ap.add_argument("--cols", default="", help="comma-separated config keys for the columns")
-    ap.add_argument("--table", nargs="*", default=[], metavar="rows=K cols=K", help="alternative rows=/cols= form")
-    ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a cell averages over (default: seed)")
-    ap.add_argument("--split", action="store_true", help="keys that vary inside a cell become columns")
-    ap.add_argument("--metric", default="last_k", choices=sorted(METRICS), help="cell value (default: last_k)")
-    ap.add_argument("--layout", choices=sorted(LAYOUTS), help="a paper's table format (fedrun.papers.layouts)")
-    ap.add_argument("--select", metavar="KEY", help="hyperparameter to pick per row/column by best mean over seeds")
-    ap.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="prefix for .csv/.tex/.md (default: reports/report_<metric> beside the runs, else in the current dir)",
+# subcommand -> its one line in ``fedrun-report --help``
+SUBCOMMANDS = {
+    "table": "a paper-style table of runs: Markdown on screen, .md/.csv/.tex files",
+    "scorecard": "each published cell of a reproduce target beside ours (fedrun-reproduce list)",
+    "curves": "mean ± std of a per-round metric against the round, one line per row group",
+    "partition": "client-by-class heatmap and per-domain breakdown of one run",
+    "line": "1-D loss/error between two models",
+    "plane": "2-D loss/error on the plane through three models (FedIMA Fig. 1)",
+    "landscape": "2-D loss/error around one model along two random directions (Li et al. 2018)",
+    "coherence": "per-round diagnostics (grad coherence, client drift) of runs with eval.diagnostics=true",
+}
+OUT_HELP = "where the files go (a file prefix or a folder; default: reports/ beside the runs, else in the cwd)"
+FORCE_HELP = "overwrite an existing report instead of suffixing _2, _3..."
+
+
+def top_parser() -> argparse.ArgumentParser:
+    """``fedrun-report --help``: the subcommands, each with its one line (each has its own ``--help``)."""
+    ap = argparse.ArgumentParser(
+        prog="fedrun-report",
+        description="Tables and figures from fedrun run directories. Report files go to --out, default reports/"
+        " beside the runs (never inside a run dir), and are never silently overwritten (--force).",
+        epilog="fedrun-report SUBCOMMAND --help: its options. The flag form of earlier versions still works:"
+        " 'fedrun-report DIR ...' is 'table', 'DIR --paper T' is 'scorecard', '--partition RUN_DIR' is 'partition'.",
     )
-    ap.add_argument("--force", action="store_true", help="overwrite an existing report instead of suffixing _2, _3...")
-    ap.add_argument("--paper", metavar="TARGET", help="scorecard against a reproduce target's published cells")
-    return ap.parse_args(argv)
+    sub = ap.add_subparsers(dest="command", metavar="SUBCOMMAND", title="subcommands")
+    for name, line in SUBCOMMANDS.items():
+        sub.add_parser(name, help=line, aliases=["diagnostics"] if name == "coherence" else [], add_help=False)
+    return ap
+
+
+def parse_args(argv: list[str], command: str = "") -> argparse.Namespace:
+    """The table's options (``command`` "table"), the scorecard's ("scorecard"), or the flag form of earlier
+    versions ("": both, and ``--partition``)."""
+    prog = f"fedrun-report {command}".strip()
+    description = SUBCOMMANDS.get(command, __doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    if command == "scorecard":
+        ap.add_argument("paper", metavar="TARGET", help="a reproduce target, e.g. fedlaw-table3")
+        ap.add_argument("dirs", nargs="*", type=Path, help="its run directories (none: the shipped evidence records)")
+    else:
+        ap.add_argument("dirs", nargs="*", type=Path, help="run or multirun directories")
+    if not command:
+        ap.add_argument("--partition", type=Path, metavar="RUN_DIR", help="heatmaps + per-domain breakdown of one run")
+        ap.add_argument("--paper", metavar="TARGET", help="scorecard against a reproduce target's published cells")
+    if command != "scorecard":
+        ap.add_argument("--rows", default="algorithm", help="comma-separated config keys for the rows")
+        ap.add_argument("--cols", default="", help="comma-separated config keys for the columns")
+        ap.add_argument("--table", nargs="*", default=[], metavar="rows=K cols=K", help="alternative rows=/cols= form")
+        ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a cell averages over (default: seed)")
+        ap.add_argument("--split", action="store_true", help="keys that vary inside a cell become columns")
+        ap.add_argument("--metric", default="last_k", choices=sorted(METRICS), help="cell value (default: last_k)")
+        ap.add_argument("--layout", choices=sorted(LAYOUTS), help="a paper's table format (fedrun.papers.layouts)")
+        ap.add_argument("--select", metavar="KEY", help="hyperparameter to pick per row/column by best mean over seeds")
+    ap.add_argument("--out", type=Path, default=None, help=OUT_HELP + "; files: PREFIX.md/.csv/.tex")
+    ap.add_argument("--force", action="store_true", help=FORCE_HELP)
+    args = ap.parse_args(argv)
+    if command:
+        args.partition = None
+        if command == "table":
+            args.paper = None
+    return args
 
 
 def _error(message: str) -> int:
@@ -112,7 +157,17 @@ def _default_folders(runs: list[str]) -> list[Path]:
     """Where reports go without ``--out``, in order of preference: ``reports/`` in the common parent of the run
     directories (moved above any run directory holding it), then ``reports/`` in the current directory (unless that
     lies inside a run directory)."""
-    parent = Path(os.path.commonpath([os.path.dirname(os.path.abspath(r)) for r in runs]))
+    return _folders_in([Path(os.path.dirname(os.path.abspath(r))) for r in runs])
+
+
+def _sources_parents(sources: list[Path]) -> list[Path]:
+    """For figures of the directories (or checkpoint files) given on the command line: the folder holding each run
+    (a run given, or the run a file lies in), or the folder given (a sweep, whose runs are below it)."""
+    return [run.parent if (run := _inside_run(p)) is not None else Path(os.path.abspath(p)) for p in sources]
+
+
+def _folders_in(parents: list[Path]) -> list[Path]:
+    parent = Path(os.path.commonpath([os.path.abspath(p) for p in parents]))
     while (inside := _inside_run(parent)) is not None:
         parent = inside.parent
     folders = [parent / "reports"]
@@ -145,7 +200,7 @@ def write_report(args: argparse.Namespace, runs: list[str], name: str, files: di
     returns (the prefix, notes for stderr). Raises :class:`OutputUnwritable` when no place can be written."""
     suffixes = tuple(files)
     if args.out is not None:
-        candidates = [Path(os.path.abspath(args.out))]
+        candidates = [out_prefix(args.out, name, suffixes)]
     else:
         candidates = [f / name for f in _default_folders(runs)]
     notes: list[str] = []
@@ -175,6 +230,45 @@ def write_report(args: argparse.Namespace, runs: list[str], name: str, files: di
     raise OutputUnwritable(f"fedrun-report: cannot write the report: {'; '.join(failures)}{hint}")
 
 
+def out_prefix(out: Path, name: str, suffixes: tuple[str, ...]) -> Path:
+    """The file prefix that ``--out`` names: ``out/name`` for an existing folder, else ``out`` without the suffix it
+    was given with (``--out fig.png`` -> ``fig``)."""
+    if out.is_dir():
+        return Path(os.path.abspath(out)) / name
+    path = Path(os.path.abspath(out))
+    for suffix in suffixes:
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            return path.with_name(path.name[: -len(suffix)])
+    return path
+
+
+def claim_figure(out: Path | None, sources: list[Path], name: str, suffixes: tuple[str, ...], force: bool) -> Path:
+    """The prefix of a figure's files (``PREFIX.png`` and its ``suffixes``) where :mod:`the docstring
+    <fedrun.cli.report>` says, its first file created (empty) so that no other report takes it; notes on stderr.
+    Raises :class:`OutputUnwritable` when no place can be written."""
+    if out is not None:
+        candidates = [out_prefix(out, name, suffixes)]
+    else:
+        candidates = [f / name for f in _folders_in(_sources_parents(sources))]
+    failures: list[str] = []
+    for prefix in candidates:
+        try:
+            claimed = _claim(prefix, suffixes, force)
+        except OSError as e:
+            failures.append(f"{getattr(e, 'filename', None) or prefix.parent}: {e.strerror or _why(e)}")
+            continue
+        if failures:
+            print(f"fedrun-report: cannot write {failures[0]}; writing to {claimed.parent} instead", file=sys.stderr)
+        if claimed != prefix:
+            print(
+                f"fedrun-report: {prefix.name}{suffixes[0]} exists; writing {claimed.name}.* (--force overwrites)",
+                file=sys.stderr,
+            )
+        return claimed
+    hint = "" if out is not None else " (give --out)"
+    raise OutputUnwritable(f"fedrun-report: cannot write the report: {'; '.join(failures)}{hint}")
+
+
 def _why(e: BaseException) -> str:
     return " ".join(str(e).split())[:200] or type(e).__name__
 
@@ -197,30 +291,35 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(argv: list[str]) -> int:
-    if argv and argv[0] in ANALYSIS_COMMANDS:  # subcommands; any other first word is a run directory
-        from fedrun.report.landscape import main as analysis_main
+    """``fedrun-report SUBCOMMAND ...``; a first word that is no subcommand is the flag form of earlier versions."""
+    if not argv or argv[0] in ("-h", "--help"):
+        top_parser().print_help(sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command in ANALYSIS_COMMANDS:
+        return _analysis([command, *rest])
+    if command == "curves":
+        return _curves(rest)
+    if command == "partition":
+        return _partition(rest)
+    if command in ("table", "scorecard"):
+        return _tabulate(parse_args(rest, command))
+    return _tabulate(parse_args(argv))  # the flag form: table, or --paper / --partition
 
-        return analysis_main(argv)
-    if argv and argv[0] == "curves":
-        from fedrun.report.curves import main as curves_main
 
-        return curves_main(argv[1:])
-    args = parse_args(argv)
-    for item in args.table:
+def _tabulate(args: argparse.Namespace) -> int:
+    """``table`` and ``scorecard``; the flag form's ``--partition`` too."""
+    for item in getattr(args, "table", []):
         key, _, value = item.partition("=")
         if key not in ("rows", "cols"):
             return _error(f"--table: unknown part '{key}'; valid: rows, cols")
         setattr(args, key, value)
     if args.partition is not None:
-        try:
-            print(report_partition(args.partition))
-        except DataError as e:
-            return _error(str(e))
-        return 0
+        return _partition_of(args.partition, args.out, args.force)
     if args.paper is not None:
         return _scorecard(args)
     if not args.dirs:
-        return _error("give run directories, or --partition RUN_DIR")
+        return _error("give run directories (fedrun-report --help lists the subcommands)")
     for d in args.dirs:
         if not d.is_dir():
             return _error(f"{d}: no such directory")
@@ -240,10 +339,101 @@ def report(argv: list[str]) -> int:
 
 def _bad_out(args: argparse.Namespace) -> int | None:
     """``--out`` inside a run directory is refused (exit 2) before anything is read or printed."""
-    run = _inside_run(args.out.parent) if args.out is not None else None
+    return _bad_out_path(args.out)
+
+
+def _bad_out_path(out: Path | None) -> int | None:
+    run = _inside_run(out if out.is_dir() else out.parent) if out is not None else None
     if run is None:
         return None
-    return _error(f"--out: {args.out} is inside the run dir {run}; valid: a path outside every run dir")
+    return _error(f"--out: {out} is inside the run dir {run}; valid: a path outside every run dir")
+
+
+def _partition(argv: list[str]) -> int:
+    """``fedrun-report partition RUN_DIR [--out PATH] [--force]``."""
+    ap = argparse.ArgumentParser(prog="fedrun-report partition", description=SUBCOMMANDS["partition"])
+    ap.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory (it holds partition.csv)")
+    ap.add_argument("--out", type=Path, default=None, help=OUT_HELP + "; files: PREFIX.png, PREFIX_domains.png")
+    ap.add_argument("--force", action="store_true", help=FORCE_HELP)
+    args = ap.parse_args(argv)
+    return _partition_of(args.run_dir, args.out, args.force)
+
+
+def _partition_of(run_dir: Path, out: Path | None, force: bool) -> int:
+    if (bad := _bad_out_path(out)) is not None:
+        return bad
+    if not (run_dir / "partition.csv").is_file():  # before a file is claimed for it
+        return _error(f"{run_dir / 'partition.csv'}: not found; a fedrun run directory holds partition.csv")
+    name = f"partition_{Path(os.path.abspath(run_dir)).name}"
+    return _draw(out, [run_dir], name, (".png", "_domains.png"), force, lambda p: _print(report_partition(run_dir, p)))
+
+
+def _print(text: str) -> int:
+    print(text)
+    return 0
+
+
+def _curves(argv: list[str]) -> int:
+    """``fedrun-report curves DIR... [--out PATH] [--force]`` (fedrun/report/curves.py draws)."""
+    from fedrun.report import curves
+
+    args = curves.parse_args(argv)  # --help, and bad options, exit here
+    if (bad := _bad_out_path(args.out)) is not None:
+        return bad
+    run = lambda prefix: curves.main([*argv, "--out", f"{prefix}.png"])  # noqa: E731 - the last --out wins
+    return _draw(args.out, args.dirs, f"curves_{args.metric}", (".png", ".csv"), args.force, run)
+
+
+# what each analysis plot writes beside its PNG (fedrun/report/landscape.py)
+ANALYSIS_SUFFIXES = {"line": (".png", ".csv"), "plane": (".png", ".npz"), "landscape": (".png", ".npz")}
+
+
+def _analysis(argv: list[str]) -> int:
+    """``fedrun-report line|plane|landscape|coherence ... [--out PATH] [--force]`` (fedrun/report/landscape.py)."""
+    from fedrun.report import landscape
+
+    args = landscape.parse_args(argv)
+    if (bad := _bad_out_path(args.out)) is not None:
+        return bad
+    sources = args.runs if args.command in ("coherence", "diagnostics") else args.models
+    first = _inside_run(sources[0]) or Path(os.path.abspath(sources[0]))
+    name = "diagnostics" if args.command in ("coherence", "diagnostics") else f"landscape_{args.command}"
+    suffixes = ANALYSIS_SUFFIXES.get(args.command, (".png",))
+    run = lambda prefix: landscape.main([*argv, "--out", f"{prefix}.png"])  # noqa: E731
+    return _draw(args.out, sources, f"{name}_{first.name}", suffixes, args.force, run)
+
+
+def _draw(
+    out: Path | None,
+    sources: list[Path],
+    name: str,
+    suffixes: tuple[str, ...],
+    force: bool,
+    run: Callable[[Path], int],
+) -> int:
+    """Claim the figure's files (:func:`claim_figure`), then ``run(prefix)`` writes them. Nothing is left behind
+    when it fails (the claimed file is removed while still empty); a file it cannot write is one line naming it,
+    exit 1."""
+    try:
+        prefix = claim_figure(out, sources, name, suffixes, force)
+    except OutputUnwritable as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    first = prefix.with_name(prefix.name + suffixes[0])
+    code = 1
+    try:
+        code = run(prefix)
+    except DataError as e:
+        code = _error(str(e))
+    except OSError as e:
+        why = e.strerror or _why(e)
+        print(f"fedrun-report: cannot write {getattr(e, 'filename', None) or prefix.parent}: {why}", file=sys.stderr)
+    finally:
+        if code != 0 and not force:
+            with contextlib.suppress(OSError):
+                if first.is_file() and first.stat().st_size == 0:
+                    first.unlink()
+    return code
 
 
 def _collect(dirs: list[Path]) -> tuple[pd.DataFrame, list[Unreadable]]:

@@ -1,13 +1,14 @@
-"""``scripts/reproduce.py``: run one table's sweep (or its smoke version) and print it in the paper's layout.
+"""``fedrun-reproduce``: run one paper table's sweep (or its smoke version) and print it in the paper's layout.
 
-scripts/reproduce.py list                       every target: paper, runs, estimated CPU cost
-scripts/reproduce.py fedlaw-table3 [--smoke] [--dry-run] [--out DIR] [--methods FedAvg,FedLAW] [--presets P,...]
+fedrun-reproduce list                      every target: paper, runs, estimated CPU cost
+fedrun-reproduce run fedlaw-table3 [--smoke] [--dry-run] [--out DIR] [--methods FedAvg,FedLAW] [--presets P,...]
 
 A full sweep runs one ``fedrun -m`` process per (preset, method), then prints the table and the scorecard of its
-runs (``fedrun-report OUT --paper TARGET``: each published cell, ours | paper | difference; a -smoke sweep is
+runs (``fedrun-report scorecard TARGET OUT``: each published cell, ours | paper | difference; a -smoke sweep is
 never compared, and says so in one line). ``--smoke`` adds the shrink of
 fedrun/papers/smoke.py to the same commands and runs their jobs in this process (fedrun/cli/reproduce_sweep.py: same
-jobs, directories and results), so start-up and data loading are paid once, not per command.
+jobs, directories and results), so start-up and data loading are paid once, not per command. ``--dry-run`` prints
+the ``fedrun -m ...`` and ``fedrun-report ...`` commands, quoted for a POSIX shell: each line pastes and runs as is.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import os
+import re
 import shlex
 import subprocess
 import sys
@@ -57,10 +60,11 @@ TRAIN_SIZE = {
 # mlp: FedLAW Table 3 FMNIST-MLP FedAvg seed 8, 774 s wall for 36.0M client-samples (vectorised engine, chunk 20)
 # ima_cnn: FedIMA Table I FMNIST-CNN FedAvg, 3 rounds at full size, 104.9 s for 90,000 client-samples
 # fedcos_mlp: FedCos Table II FedAvg, round 3 (the fastest of 3 at full size): 19.7 s for 358,400 client-samples
-# lstm: FedCos Table V FedAvg, 4 rounds at full size (load average 4.5): 31.9 s a round at 10% (7,000 client-samples;
-# 8.2 s training, 23.6 s evaluating 98,248 test windows) and 42.0 s at 20% (14,000): 3.5e-3 s per client-sample over
-# the sweep. The evaluation does not grow with the cohort: a 10% run costs ~30% more than this, a 20% run ~15% less.
-SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3, "lstm": 3.5e-3}
+# lstm: FedCos Table V FedAvg at full size, 1 thread, sequential engine, CPU seconds of a round (load average 12, so
+# process time, not wall): 35.1 s at 10% (7,000 client-samples; 8.1 s training, 27.0 s evaluating 98,839 windows in
+# 128-row chunks) and 44.1 s at 20% (14,000; 16.8 + 27.4): 3.8e-3 s per client-sample over the sweep. The
+# evaluation does not grow with the cohort: a 10% run costs ~33% more than this, a 20% run ~16% less.
+SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 1.17e-3, "lstm": 3.8e-3}
 RUN_OVERHEAD_S = 2.0
 INVOCATION_OVERHEAD_S = 15.0
 
@@ -118,13 +122,44 @@ def commands(
 
 def report_args(target: Target, out: Path) -> list[str]:
     """``fedrun-report`` arguments that print this target's table in its paper's layout."""
-    args = [str(out), "--layout", target.layout, "--rows", "tags.method", "--cols", ",".join(target.report_cols)]
+    args = [
+        "table",
+        str(out),
+        "--layout",
+        target.layout,
+        "--rows",
+        "tags.method",
+        "--cols",
+        ",".join(target.report_cols),
+    ]
     return args + (["--select", target.select] if target.select else [])
 
 
 def scorecard_args(target: Target, out: Path) -> list[str]:
     """``fedrun-report`` arguments that print the scorecard of this target's runs (fedrun/papers/scorecard.py)."""
-    return [str(out), "--paper", target.name]
+    return ["scorecard", target.name, str(out)]
+
+
+# what a POSIX shell reads literally inside double quotes (and "'" needs no quoting there)
+_DOUBLE_QUOTE_SAFE = re.compile(r"[^\\\"$`!]*")
+
+
+def shell_quote(word: str) -> str:
+    """``word`` quoted for a POSIX shell, readably: ``shlex.quote``, but a word holding single quotes (Hydra's
+    quoted strings, ``++tags.method='FedAvg'``) in double quotes when nothing in it is special there."""
+    if "'" in word and _DOUBLE_QUOTE_SAFE.fullmatch(word):
+        return f'"{word}"'
+    return shlex.quote(word)
+
+
+def shell_line(words: list[str]) -> str:
+    """A command line that a POSIX shell splits back into ``words``."""
+    return " ".join(shell_quote(w) for w in words)
+
+
+def fedrun_line(cmd: list[str]) -> str:
+    """A :func:`commands` entry (``python -m fedrun.cli -m ...``) as the ``fedrun -m ...`` a user types."""
+    return shell_line(["fedrun", *cmd[3:]])
 
 
 SMOKE_NOT_COMPARED = (
@@ -196,60 +231,114 @@ def list_targets() -> str:
     return "\n".join(lines)
 
 
+RUN_DESCRIPTION = (
+    "A full sweep runs one `fedrun -m` process per (preset, method), then prints the table in the paper's layout and"
+    " the scorecard (each published cell: ours | paper | difference). --smoke shrinks the same sweep to seconds per run"
+    " (stand-in data where a dataset is missing) and runs it in this process; it is never compared with the paper."
+    " --dry-run prints the fedrun and fedrun-report commands, quoted so that each line pastes into a shell."
+)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="reproduce.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("target", help="'list' or a target name, e.g. fedlaw-table3")
-    ap.add_argument(
+    """``list`` or ``run TARGET [options]``; a first word that is neither is a target (``scripts/reproduce.py
+    TARGET ...`` of earlier versions)."""
+    if argv and argv[0] not in ("list", "run", "-h", "--help"):
+        argv = ["run", *argv]
+    ap = argparse.ArgumentParser(
+        prog="fedrun-reproduce",
+        description="Run one paper table's sweep (or its smoke version) and print it in the paper's layout.",
+        epilog="fedrun-reproduce run --help: its options. Make: make reproduce-list, make reproduce-<target>,"
+        " make reproduce-<target>-smoke (REPRO_ARGS=... adds options).",
+    )
+    sub = ap.add_subparsers(dest="command", metavar="SUBCOMMAND", title="subcommands", required=True)
+    sub.add_parser("list", help="every target: paper, runs, estimated CPU cost (full and -smoke)")
+    run = sub.add_parser("run", help="a target's sweep, then its table (and scorecard)", description=RUN_DESCRIPTION)
+    run.add_argument("target", metavar="TARGET", help="a target name, e.g. fedlaw-table3 (fedrun-reproduce list)")
+    run.add_argument(
         "--smoke",
         action="store_true",
         help="the same sweep shrunk to seconds per run (fedrun/papers/smoke.py), run in this process",
     )
-    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
-    ap.add_argument("--out", type=Path, default=None, help="sweep root (default outputs/reproduce/<target>[-smoke])")
-    ap.add_argument("--methods", default="", help="comma-separated method labels to keep")
-    ap.add_argument("--presets", default="", help="comma-separated presets to keep")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUES", help="replace a swept key's values")
+    run.add_argument("--dry-run", action="store_true", help="print the commands (they paste into a shell) only")
+    run.add_argument("--out", type=Path, default=None, help="sweep root (default outputs/reproduce/<target>[-smoke])")
+    run.add_argument("--methods", default="", help="comma-separated method labels to keep")
+    run.add_argument("--presets", default="", help="comma-separated presets to keep")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUES", help="replace a swept key's values")
+    if not argv:
+        ap.print_help(sys.stderr)
+        sys.exit(2)
     return ap.parse_args(argv)
 
 
+def hydra_plain(text: str) -> bool:
+    """Whether ``hydra.sweep.dir=<text>`` reads back as ``text`` in Hydra's override grammar (a comma would sweep,
+    a quote or bracket would not parse)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(f"hydra.sweep.dir={text}")
+    except HydraException:
+        return False
+    return not override.is_sweep_override() and override.value() == text
+
+
+def _fail(message: str) -> int:
+    print(f"fedrun-reproduce: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.target == "list":
+    """The ``fedrun-reproduce`` command; a closed stdout (``fedrun-reproduce list | head``) ends it quietly."""
+    try:
+        code = _main(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say, even at exit
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.command == "list":
         print(list_targets())
         return 0
     name = args.target.removeprefix("reproduce-")
     if name not in BY_NAME:
-        print(f"reproduce.py: unknown target '{name}'; valid: {', '.join(BY_NAME)}", file=sys.stderr)
-        return 2
+        return _fail(f"unknown target '{name}'; valid: {', '.join(BY_NAME)}")
     target = BY_NAME[name]
     for item in args.set:
         key, _, values = item.partition("=")
         if key not in dict(target.sweep):
-            print(f"reproduce.py: --set: '{key}' is not swept by {name}", file=sys.stderr)
-            return 2
+            return _fail(f"--set: '{key}' is not swept by {name}; valid: {', '.join(k for k, _ in target.sweep)}")
         target = replace(target, sweep=tuple((k, values if k == key else v) for k, v in target.sweep))
     out = args.out or Path("outputs/reproduce") / (name + ("-smoke" if args.smoke else ""))
+    if not hydra_plain(str(out)):
+        return _fail(
+            f"--out: {out!r} is not a plain Hydra value (hydra.sweep.dir); valid: a path without , ' \" = ( ) [ ] {{ }}"
+        )
     methods = [x for x in args.methods.split(",") if x] or None
     presets = [x for x in args.presets.split(",") if x] or None
     cmds = commands(target, out, args.smoke, methods, presets)
     if args.dry_run:
-        print("\n".join(shlex.join(cmd[1:]) for cmd in cmds))
+        print("\n".join(fedrun_line(cmd) for cmd in cmds))
     elif args.smoke:  # seconds-long runs: one process for all, so start-up and data loading are paid once
         from fedrun.cli.reproduce_sweep import run_commands
 
         tune_glibc_malloc()
         if run_commands([cmd[4:] for cmd in cmds]):
-            print("reproduce.py: a sweep failed; the table below shows which runs", file=sys.stderr)
+            print("fedrun-reproduce: a sweep failed; the table below shows which runs", file=sys.stderr)
     else:
         for cmd in cmds:
-            print(f"[reproduce] {shlex.join(cmd[3:])}", flush=True)
+            print(f"[reproduce] {fedrun_line(cmd)}", flush=True)
             if subprocess.run(cmd, check=False).returncode != 0:
-                print("reproduce.py: a sweep failed; the table below shows which runs", file=sys.stderr)
+                print("fedrun-reproduce: a sweep failed; the table below shows which runs", file=sys.stderr)
     rep = report_args(target, out)
     if args.dry_run:
-        print("fedrun-report " + shlex.join(rep))
+        print(shell_line(["fedrun-report", *rep]))
         if not args.smoke:
-            print("fedrun-report " + shlex.join(scorecard_args(target, out)))
+            print(shell_line(["fedrun-report", *scorecard_args(target, out)]))
         return 0
     from fedrun.cli.report import main as report_main
 
@@ -261,3 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         print(SMOKE_NOT_COMPARED.format(name=name))
         return 0
     return report_main(scorecard_args(target, out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

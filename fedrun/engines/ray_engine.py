@@ -32,6 +32,7 @@ from fedrun.algorithms.base import Algorithm
 from fedrun.config.registry import ENGINES
 from fedrun.config.schema import FLConfig, HardwareConfig
 from fedrun.core.errors import ConfigError, DivergenceError
+from fedrun.core.extras import require_extra
 from fedrun.core.rng import derive
 from fedrun.core.tree import Tensors, Tree, tree_map
 from fedrun.data.federated import FederatedData
@@ -65,12 +66,8 @@ def split_contiguous(m: int, actors: int) -> list[list[int]]:
 
 
 def ray_module() -> Any:
-    """``import ray``, or a one-line ConfigError saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("hardware.engine", "ray is not installed; pip install 'fedrun[dist]'") from None
-    return ray
+    """``import ray``, or a one-line ConfigError naming its install (:func:`fedrun.core.extras.require_extra`)."""
+    return require_extra("ray", "dist", "hardware.engine")
 
 
 class ShardWorker:

@@ -3,7 +3,9 @@ per row group (one panel per ``--cols`` group), over the seeds of each group, as
 
 A group pools its runs over ``--over`` (seeds) only; another config key that varies inside it is an error, as in
 the tables. Only completed runs are drawn; the others are listed. Writes ``curves_<metric>.png`` and a CSV of
-the drawn values (group, round, mean, std, n) beside it.
+the drawn values (group, round, mean, std, n) beside it. A line keeps one colour in every panel
+(:func:`fedrun.storage.figures.method_styles`); runs on stand-in data put the notice on the figure, in the PNG
+and as the CSV's first ``#`` line (fedrun.report.provenance).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import pandas as pd
 
 from fedrun.report.collect import collect_runs
 from fedrun.report.pooling import DEFAULT_OVER, check_pooling, drop_duplicates, label
+from fedrun.report.provenance import csv_text, standin_note
 from fedrun.report.tables import value_key as norm
 from fedrun.storage.atomic import atomic_write
-from fedrun.storage.figures import save_figure
+from fedrun.storage.figures import method_styles, save_figure
 from fedrun.storage.rundir import METRICS_FILE
 
 PERCENT_COLUMNS = {"test_acc", "train_acc"}
@@ -31,7 +34,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--cols", default="", help="config keys of a panel (comma-separated)")
     ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a line averages over (default: seed)")
     ap.add_argument("--metric", default="test_acc", help="a metrics.csv column (default: test_acc)")
-    ap.add_argument("--out", type=Path, default=None, help="PNG path (default: DIR/curves_<metric>.png)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="PNG path (default: reports/curves_<metric>.png beside the runs)"
+    )
+    ap.add_argument("--force", action="store_true", help="overwrite an existing figure instead of suffixing _2, _3...")
     return ap.parse_args(argv)
 
 
@@ -59,26 +65,52 @@ def group_curves(runs: pd.DataFrame, keys: list[str], metric: str) -> dict[tuple
     return out
 
 
-def plot(curves: dict[tuple, pd.DataFrame], rows: list[str], cols: list[str], metric: str, path: Path) -> None:
+def line_name(rows: list[str], key: tuple) -> str:
+    """The name of a line (its row group, the same in every panel): ``algorithm=fedavg``, or ``all runs``."""
+    return label(rows, key[: len(rows)]) or "all runs"
+
+
+def plot(
+    curves: dict[tuple, pd.DataFrame],
+    rows: list[str],
+    cols: list[str],
+    metric: str,
+    path: Path,
+    notice: str = "",
+    styles: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """One panel per column group, one line (mean, with a ± std band) per row group. ``styles``: line name ->
+    ``Axes.plot`` style (default: :func:`method_styles` of these lines; pass one map to several figures to keep
+    their colours); ``notice``: see :func:`fedrun.storage.figures.save_figure`."""
+    from matplotlib.ticker import MaxNLocator
+
     from fedrun.storage.figures import _plt
 
     plt = _plt()
+    styles = styles if styles is not None else method_styles(line_name(rows, k) for k in curves)
     panels = list({norm(k[len(rows) :]): k[len(rows) :] for k in curves}.values())
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False, sharey=True, layout="constrained"
+    )
     unit = " (%)" if metric in PERCENT_COLUMNS else ""
     for ax, panel in zip(axes[0], panels, strict=True):
         for key, c in curves.items():
             if norm(key[len(rows) :]) != norm(panel):
                 continue
             n = int(c["n"].max())
-            line = ax.plot(c["round"], c["mean"], label=f"{label(rows, key[: len(rows)]) or 'all runs'} (n={n})")[0]
-            ax.fill_between(c["round"], c["mean"] - c["std"], c["mean"] + c["std"], color=line.get_color(), alpha=0.2)
+            name = line_name(rows, key)
+            style = styles.get(name, {})
+            ax.plot(c["round"], c["mean"], label=f"{name} (n={n})", **style)
+            ax.fill_between(
+                c["round"], c["mean"] - c["std"], c["mean"] + c["std"], color=style.get("color"), alpha=0.2, lw=0
+            )
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(label(cols, panel) or f"{metric}: mean ± std over seeds")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0, 0].set_ylabel(f"{metric}{unit}")
-    save_figure(fig, path, dpi=120)
+    save_figure(fig, path, dpi=120, notice=notice)
 
 
 def main(argv: list[str]) -> int:
@@ -107,11 +139,12 @@ def main(argv: list[str]) -> int:
         print(f"fedrun-report curves: error: {e}", file=sys.stderr)
         return 2
     out = args.out or args.dirs[0] / f"curves_{args.metric}.png"
-    plot(curves, rows, cols, args.metric, out)
+    notice = standin_note(done)
+    plot(curves, rows, cols, args.metric, out, notice=notice)
     table = pd.concat(
         [c.assign(group=label(rows + cols, k) or "all runs") for k, c in curves.items()], ignore_index=True
     )[["group", "round", "mean", "std", "n"]]
-    atomic_write(out.with_suffix(".csv"), table.to_csv(index=False))
+    atomic_write(out.with_suffix(".csv"), csv_text(table, notice))
     left = runs[~runs["run_dir"].isin(done["run_dir"])]
     for _, r in left.iterrows():
         print(f"not drawn: {r['run_dir']}: {r['status']}")

@@ -8,7 +8,9 @@
                                            client_dist_mean/max (FedIMA locality); runs need eval.diagnostics=true
 
 A model is a run directory holding checkpoint.pt (or the checkpoint file); the first one's config.yaml
-rebuilds the architecture and data. Scores: mean cross-entropy and error rate (1 - accuracy).
+rebuilds the architecture and data. Scores: mean cross-entropy and error rate (1 - accuracy). A run keeps one
+colour in every panel (:func:`fedrun.storage.figures.method_styles`); a model trained, or scored, on stand-in
+data (``data.standin``) puts the notice on the figure and in its PNG (fedrun.report.provenance).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import pandas as pd
 from fedrun.core.errors import ConfigError, DataError
 from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
 from fedrun.report.collect import run_labels
-from fedrun.storage.figures import save_figure
+from fedrun.report.provenance import run_dirs_note
+from fedrun.storage.figures import method_styles, save_figure
 from fedrun.storage.rundir import METRICS_FILE
 
 COMMANDS = ("line", "plane", "landscape", "coherence")
@@ -36,14 +39,15 @@ def _plt():  # noqa: ANN202 - matplotlib, headless
     return plt()
 
 
-def _save(fig, path: Path) -> None:  # noqa: ANN001 - a matplotlib Figure
-    save_figure(fig, path, dpi=110)
+def _save(fig, path: Path, notice: str = "") -> None:  # noqa: ANN001 - a matplotlib Figure
+    save_figure(fig, path, dpi=110, notice=notice)
 
 
-def plot_line(scan: dict[str, np.ndarray], path: Path, title: str) -> None:
-    """Loss (left axis) and error (right axis) against the interpolation coefficient; the models at 0 and 1."""
+def plot_line(scan: dict[str, np.ndarray], path: Path, title: str, notice: str = "") -> None:
+    """Loss (left axis) and error (right axis) against the interpolation coefficient; the models at 0 and 1.
+    ``notice``: see :func:`fedrun.storage.figures.save_figure`."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     ax.plot(scan["alpha"], scan["loss"], color="tab:blue", marker=".", label="loss")
     ax.set_xlabel("alpha:  (1 - alpha) w_A + alpha w_B")
     ax.set_ylabel("cross-entropy", color="tab:blue")
@@ -53,44 +57,67 @@ def plot_line(scan: dict[str, np.ndarray], path: Path, title: str) -> None:
     for a in (0.0, 1.0):
         ax.axvline(a, color="grey", lw=0.8, ls="--")
     ax.set_title(title)
-    _save(fig, path)
+    _save(fig, path, notice)
 
 
-def plot_plane(scan: dict[str, np.ndarray], anchors: np.ndarray, names: list[str], path: Path, title: str) -> None:
-    """Filled contours of loss and error over the grid, with the anchor models marked."""
+def plot_plane(
+    scan: dict[str, np.ndarray],
+    anchors: np.ndarray,
+    names: list[str],
+    path: Path,
+    title: str,
+    notice: str = "",
+    styles: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """Filled contours of loss and error over the grid, with the anchor models marked in their method's colour
+    (``styles``: name -> style, default :func:`method_styles` of ``names``); ``notice``: see
+    :func:`fedrun.storage.figures.save_figure`."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    styles = styles if styles is not None else method_styles(names)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), layout="constrained")
     for ax, key, label in ((axes[0], "loss", "cross-entropy"), (axes[1], "error", "error (%)")):
         z = scan[key] * (100 if key == "error" else 1)
         cs = ax.contourf(scan["x"], scan["y"], z, levels=20, cmap="viridis")
         ax.contour(scan["x"], scan["y"], z, levels=20, colors="k", linewidths=0.3)
         fig.colorbar(cs, ax=ax, label=label)
-        ax.scatter(anchors[:, 0], anchors[:, 1], c="white", edgecolors="k", zorder=3)
         for (x, y), n in zip(anchors, names, strict=True):
+            colour = styles.get(n, {}).get("color", "white")
+            ax.scatter([x], [y], color=colour, edgecolors="white", linewidths=1.5, s=60, zorder=3, label=n)
             ax.annotate(n, (x, y), textcoords="offset points", xytext=(5, 5), color="white")
         ax.set_title(f"{title}: {key}")
         ax.set_aspect("equal", adjustable="box")
-    _save(fig, path)
+    _save(fig, path, notice)
 
 
-def plot_diagnostics(runs: dict[str, pd.DataFrame], path: Path) -> list[str]:
-    """One panel per diagnostic column present in any run, each run a line; returns the columns drawn."""
+def plot_diagnostics(
+    runs: dict[str, pd.DataFrame],
+    path: Path,
+    notice: str = "",
+    styles: dict[str, dict[str, str]] | None = None,
+) -> list[str]:
+    """One panel per diagnostic column present in any run, each run a line of one colour in every panel
+    (``styles``: run name -> style, default :func:`method_styles` of the names); returns the columns drawn.
+    ``notice``: see :func:`fedrun.storage.figures.save_figure`."""
     cols = [c for c in DIAGNOSTIC_COLUMNS if any(c in df for df in runs.values())]
     if not cols:
         return []
     plt = _plt()
-    fig, axes = plt.subplots(len(cols), 1, figsize=(7, 2.3 * len(cols)), sharex=True, squeeze=False)
+    styles = styles if styles is not None else method_styles(runs)
+    fig, axes = plt.subplots(
+        len(cols), 1, figsize=(7, 2.3 * len(cols)), sharex=True, squeeze=False, layout="constrained"
+    )
+    handles = {}  # every run in the legend, also one lacking the first panel's column
     for ax, col in zip(axes[:, 0], cols, strict=True):
         for name, df in runs.items():
             if col in df:
-                ax.plot(df["round"], df[col], label=name)
+                handles.setdefault(name, ax.plot(df["round"], df[col], label=name, **styles.get(name, {}))[0])
         if col == "grad_coherence":
             ax.axhline(0, color="grey", lw=0.8)
         ax.set_ylabel(col)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
+    axes[0, 0].legend(list(handles.values()), list(handles), fontsize=7)
     axes[-1, 0].set_xlabel("round")
-    _save(fig, path)
+    _save(fig, path, notice)
     return cols
 
 
@@ -106,7 +133,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--max-samples", type=int, default=None, help="a seeded random subset of the split")
         p.add_argument("--batch-size", type=int, default=2048)
         p.add_argument("--device", default="cpu")
-        p.add_argument("--out", type=Path, default=None, help="PNG path (arrays go beside it as .npz/.csv)")
+        p.add_argument(
+            "--out", type=Path, default=None, help="PNG path (arrays beside it as .npz/.csv; default: reports/)"
+        )
+        p.add_argument("--force", action="store_true", help="overwrite an existing figure instead of suffixing _2...")
         return p
 
     p = scored("line", 2, "1-D loss/error between two models")
@@ -121,13 +151,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the random directions")
     p = sub.add_parser("coherence", aliases=["diagnostics"], help="per-round diagnostics of runs (eval.diagnostics)")
     p.add_argument("runs", nargs="+", type=Path)
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None, help="PNG path (default: reports/ beside the runs)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing figure instead of suffixing _2...")
     args = ap.parse_args(argv)
     if getattr(args, "points", 2) < 2:
         ap.error("--points must be >= 2")
     if getattr(args, "max_samples", None) is not None and args.max_samples < 1:
         ap.error("--max-samples must be >= 1")
     return args
+
+
+def scan_notice(models: list[Path], scored_on: str | None) -> str:
+    """The stand-in notice of a scan: models trained on stand-in data (their runs' summary.json), and
+    ``scored_on``, the dataset replaced by stand-in data here to score them (None: the real data)."""
+    parts = [run_dirs_note(m if m.is_dir() else m.parent for m in models)]
+    if scored_on is not None:
+        parts.append(f"scored on stand-in data ({scored_on} files not found here), so the scores are not results")
+    return "; ".join(p for p in parts if p)
 
 
 def _scan_models(args: argparse.Namespace) -> str:
@@ -137,6 +177,7 @@ def _scan_models(args: argparse.Namespace) -> str:
 
     names = run_labels(args.models)  # by method (and what tells runs of one method apart), not job number
     es = eval_set(load_spec(args.models[0]), args.split, args.max_samples, args.client, args.device)
+    notice = scan_notice(args.models, es.standin)
     params = [es.check(load_params(m), str(m)) for m in args.models]
     score = es.evaluator(args.batch_size)
     where = f"client {args.client}" if args.client is not None else args.split
@@ -144,7 +185,7 @@ def _scan_models(args: argparse.Namespace) -> str:
     out = args.out or args.models[0] / f"landscape_{args.command}.png"
     if args.command == "line":
         scan = line_scan(params[0], params[1], np.linspace(*args.range, args.points), score)  # type: ignore[call-overload]
-        plot_line(scan, out, f"{names[0]} -> {names[1]} ({title})")
+        plot_line(scan, out, f"{names[0]} -> {names[1]} ({title})", notice=notice)
         pd.DataFrame(scan).to_csv(out.with_suffix(".csv"), index=False)
         return f"{out}, {out.with_suffix('.csv')}"
     if args.command == "plane":
@@ -156,7 +197,7 @@ def _scan_models(args: argparse.Namespace) -> str:
         xs = ys = np.linspace(-args.span, args.span, args.points)
         anchor_scores = [score(params[0])]
     scan = grid_scan(plane, xs, ys, score)
-    plot_plane(scan, plane.anchors, names, out, f"{args.command} ({title})")
+    plot_plane(scan, plane.anchors, names, out, f"{args.command} ({title})", notice=notice)
     sc = np.array(anchor_scores)
     arrays: dict[str, Any] = {**scan, "anchors": plane.anchors, "anchor_loss": sc[:, 0], "anchor_error": sc[:, 1]}
     np.savez(out.with_suffix(".npz"), **arrays)
@@ -173,7 +214,7 @@ def main(argv: list[str]) -> int:
                     raise DataError(f"{r}: no metrics.csv")
                 runs[name] = pd.read_csv(r / METRICS_FILE)
             out = args.out or args.runs[0] / "diagnostics.png"
-            if not plot_diagnostics(runs, out):
+            if not plot_diagnostics(runs, out, notice=run_dirs_note(args.runs)):
                 raise DataError("no diagnostic columns in these runs: run them with eval.diagnostics=true")
             written = str(out)
         else:

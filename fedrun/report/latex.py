@@ -54,18 +54,31 @@ def best_rows(column: pd.Series, direction: str | None) -> set[int]:
     return {i for i, v in nums if v == target}
 
 
-def to_latex(table: pd.DataFrame, caption: str, direction: dict[str, str | None] | str | None = "max") -> str:
-    """``table`` (string cells) as a LaTeX table; ``direction`` per column (or for all): which value is best."""
+def caption_notice(caption: str, notice: str) -> str:
+    """``caption`` followed by ``notice`` as a sentence of its own (capitalised, ending with a full stop)."""
+    if not notice:
+        return caption
+    sentence = notice[:1].upper() + notice[1:] + ("" if notice.endswith(".") else ".")
+    return f"{caption} {sentence}" if caption else sentence
+
+
+def to_latex(
+    table: pd.DataFrame, caption: str, direction: dict[str, str | None] | str | None = "max", notice: str = ""
+) -> str:
+    """``table`` (string cells) as a LaTeX table; ``direction`` per column (or for all): which value is best.
+    A ``notice`` (stand-in data: fedrun.report.provenance) leads the file as ``%`` comment lines and ends the
+    caption, so it stays with the table however it is included."""
     cols = [str(c) for c in table.columns]
     bold = {}
     for j, c in enumerate(table.columns):
         d = direction.get(str(c)) if isinstance(direction, dict) else direction
         bold[j] = best_rows(table[c], d)
     head = [escape(table.index.name or "")] + [escape(c) for c in cols]
-    lines = [
+    lines = [f"% {line}" for line in notice.splitlines()]
+    lines += [
         r"\begin{table}[t]",
         r"\centering",
-        r"\caption{" + escape(caption) + "}",
+        r"\caption{" + escape(caption_notice(caption, notice)) + "}",
         r"\begin{tabular}{l" + "r" * len(cols) + "}",
         r"\hline",
         " & ".join(head) + r" \\",

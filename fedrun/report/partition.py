@@ -1,8 +1,9 @@
-"""Partition reports: the per-domain breakdown (for summary.json) and ``fedrun-report --partition RUN_DIR``.
+"""Partition reports: the per-domain breakdown (for summary.json) and ``fedrun-report partition RUN_DIR``.
 
 A run writes ``partition.csv`` (client x class counts) and, when the dataset has domains,
-``partition_domains.csv`` (client x domain counts). ``fedrun-report --partition`` reads them back and
-writes ``partition.png`` (client-by-class heatmap), ``partition_domains.png`` and prints the summary.
+``partition_domains.csv`` (client x domain counts). ``fedrun-report partition`` reads them back and
+writes ``<prefix>.png`` (client-by-class heatmap), ``<prefix>_domains.png`` and prints the summary. A run on
+stand-in data (``data.standin``) says so under the summary, on each heatmap and in its PNG (fedrun.report.provenance).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 
 from fedrun.core.errors import DataError
 from fedrun.data.partition import partition_stats
+from fedrun.report.provenance import run_dirs_note
 from fedrun.storage.figures import partition_title, plot_domains, plot_partition
 from fedrun.storage.rundir import RunDir
 
@@ -38,31 +40,37 @@ def _partition_of(run_dir: Path) -> str | None:
         return None
 
 
-def report_partition(run_dir: Path) -> str:
-    """Write the heatmaps for ``run_dir`` and return a Markdown summary (statistics and domain breakdown)."""
+def report_partition(run_dir: Path, prefix: Path | None = None) -> str:
+    """Write the heatmaps for ``run_dir`` as ``<prefix>.png`` and ``<prefix>_domains.png`` (default prefix:
+    ``run_dir/partition``; ``fedrun-report partition`` passes one outside the run) and return a Markdown summary
+    (statistics and domain breakdown)."""
+    prefix = prefix if prefix is not None else run_dir / "partition"
+    png, domains_png = prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + "_domains.png")
     path = run_dir / "partition.csv"
     if not path.is_file():
         raise DataError(f"{path}: not found; a fedrun run directory holds partition.csv")
     counts, _ = _read_counts(path)
     partition = _partition_of(run_dir)
-    plot_partition(
-        counts, run_dir / "partition.png", "samples per client and class" + (f"\n{partition}" if partition else "")
-    )
+    notice = run_dirs_note([run_dir])
+    title = "samples per client and class" + (f"\n{partition}" if partition else "")
+    plot_partition(counts, png, title, notice=notice)
     lines = ["| statistic | value |", "|---|---|"]
     lines += [
         f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in partition_stats(counts).items()
     ]
-    written = [run_dir / "partition.png"]
+    written = [png]
     dpath = run_dir / "partition_domains.csv"
     if dpath.is_file():
         dcounts, names = _read_counts(dpath)
-        plot_domains(dcounts, names, run_dir / "partition_domains.png")
-        written.append(run_dir / "partition_domains.png")
+        plot_domains(dcounts, names, domains_png, notice=notice)
+        written.append(domains_png)
         lines += ["", "| domain | samples | clients holding it |", "|---|---|---|"]
         lines += [
             f"| {n} | {int(dcounts[:, d].sum())} | {int((dcounts[:, d] > 0).sum())} |" for d, n in enumerate(names)
         ]
         mixed = int(((dcounts > 0).sum(1) > 1).sum())
         lines.append(f"\nclients holding more than one domain: {mixed} of {len(dcounts)}")
+    if notice:
+        lines.append(f"\n{notice}")
     lines.append("\nwritten: " + ", ".join(map(str, written)))
     return "\n".join(lines)

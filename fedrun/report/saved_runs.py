@@ -52,11 +52,13 @@ def load_spec(path: Path) -> RunSpec:
 
 @dataclass
 class EvalSet:
-    """A model and the samples it is scored on."""
+    """A model and the samples it is scored on; ``standin``: the dataset whose files were missing here, so that
+    seeded random data of its shape (``data.standin``) replaced them (None: the real data)."""
 
     model: FunctionalModel
     fed: FederatedData
     split: Split
+    standin: str | None = None
 
     def evaluator(self, batch_size: int = 2048) -> Evaluate:
         """``params -> (mean cross-entropy, error rate)`` on this set."""
@@ -105,4 +107,4 @@ def eval_set(
     if max_samples is not None and max_samples < len(chosen):
         keep = np.sort(np.random.default_rng(0).choice(len(chosen), max_samples, replace=False))
         chosen = chosen.subset(torch.as_tensor(keep, device=dev))
-    return EvalSet(build_model(spec, data, dev), fed, chosen)
+    return EvalSet(build_model(spec, data, dev), fed, chosen, data.name if data.standin is not None else None)

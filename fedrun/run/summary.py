@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import fedrun
 from fedrun.config.registry import ENGINES
 from fedrun.data.partition import class_counts, domain_breakdown, domain_counts, partition_stats
 from fedrun.run.state import RunState
@@ -23,6 +26,30 @@ if TYPE_CHECKING:
 def engine_name(engine: Engine) -> str:
     """The registry name of an engine instance (``sequential``, ``vectorised``...)."""
     return next(n for n in ENGINES.names() if isinstance(engine, ENGINES.get(n).obj))
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+@functools.cache
+def code_provenance(root: Path | None = None) -> dict[str, Any]:
+    """The code a run ran: ``{"commit", "dirty"}`` when fedrun is imported from a git checkout (``dirty``: tracked
+    files differ from the commit), else ``{"version"}`` (the installed package's). ``root``: the checkout to
+    ask, by default the folder holding the imported ``fedrun`` package. Cached: a process runs the code it
+    imported, whatever the checkout becomes later."""
+    root = Path(fedrun.__file__).resolve().parent.parent if root is None else root
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == root.resolve() and (root / "fedrun").is_dir():
+        commit = _git(root, "rev-parse", "HEAD")
+        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        if commit and status is not None:
+            return {"commit": commit, "dirty": bool(status)}
+    return {"version": fedrun.__version__}
 
 
 def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
@@ -46,6 +73,7 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
         "data_standin": data.standin is not None,  # seeded random data replaced missing files (data.standin)
         "data_stats": data.stats or None,  # the data source and its statistics, where the loader gives them
         "partition_stats": partition_stats(counts),
+        "code": code_provenance(),  # the commit (and whether the checkout was modified) or package version
     }
     if spec.corrupt.fraction:
         info["corrupted_clients"] = experiment.corrupted.tolist()

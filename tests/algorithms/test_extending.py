@@ -20,7 +20,7 @@ SMALL = ["experiment=smoke", "fl.rounds=2", "hardware.threads=1", "output.plots=
 def _walkthrough() -> tuple[str, str, str]:
     text = (REPO / "README.md").read_text()
     section = text.split("## Extending fedrun", 1)[1].split("\n## ", 1)[0]
-    blocks = dict(re.findall(r"```(python|yaml|bash)\n(.*?)```", section, re.S))
+    blocks = dict(re.findall(r"```(python|yaml|bash)[^\n]*\n(.*?)```", section, re.S))  # info: title="file"
     return blocks["python"], blocks["yaml"], blocks["bash"].strip()
 
 

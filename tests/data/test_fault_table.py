@@ -3,7 +3,7 @@
 
 Each row writes one damaged file the way a truncated download, a wrong file or a hostile one looks, then loads
 it through the reader fedrun uses. ``DATA_FAULTS`` and ``CACHE_FAULTS`` + ``ENGINE_FAULTS`` are counted in the
-README's reliability section.
+documentation's reliability page (docs/reliability.md).
 """
 
 from __future__ import annotations

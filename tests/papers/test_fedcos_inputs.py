@@ -40,3 +40,13 @@ def test_fedcos_normalisation_is_refused_for_a_dataset_its_code_does_not_load() 
     with pytest.raises(ConfigError, match="data.normalize") as e:
         tiny("cifar100", 3).normalised("fedcos")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "preset",
+    [*PRESETS, "fedcos_table3_cifar100_resnet18", "fedcos_table5_shakespeare_lstm"],
+)
+def test_fedcos_presets_score_the_whole_test_split(make_spec, preset: str) -> None:
+    """FedCos's test_img (models/test.py:20-33) divides by len(dataset_test): no proxy set is carved out of it
+    (fedrun's default proxy.per_class=10 left FMNIST 9,900 test images)."""
+    assert make_spec(f"experiment={preset}").proxy.per_class == 0

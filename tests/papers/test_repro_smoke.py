@@ -1,4 +1,5 @@
-"""A ``-smoke`` reproduce target runs end to end through scripts/reproduce.py and prints the paper's layout."""
+"""A ``-smoke`` reproduce target runs end to end through ``fedrun-reproduce run`` (as
+``python -m fedrun.cli.reproduce``) and prints the paper's layout."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def test_fedcos_table2_smoke_prints_the_gain_layout(tmp_path: Path) -> None:
     out = tmp_path / "cos"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     args = [
+        "run",
         "fedcos-table2",
         "--smoke",
         "--methods",
@@ -25,7 +27,7 @@ def test_fedcos_table2_smoke_prints_the_gain_layout(tmp_path: Path) -> None:
         str(out),
     ]
     r = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "reproduce.py"), *args],
+        [sys.executable, "-m", "fedrun.cli.reproduce", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -52,11 +54,11 @@ def test_fedcos_table2_smoke_prints_the_gain_layout(tmp_path: Path) -> None:
 
 def test_dry_run_and_unknown_target() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    script = str(REPO / "scripts" / "reproduce.py")
+    script = [sys.executable, "-m", "fedrun.cli.reproduce"]
     r = subprocess.run(
-        [sys.executable, script, "fedsam-table2", "--dry-run"], capture_output=True, text=True, env=env, timeout=120
+        [*script, "run", "fedsam-table2", "--dry-run"], capture_output=True, text=True, env=env, timeout=120
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("fedrun.cli -m") == 7 and "--layout fedsam" in r.stdout
-    bad = subprocess.run([sys.executable, script, "nope"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stdout.count("\nfedrun -m ") + r.stdout.startswith("fedrun -m ") == 7 and "--layout fedsam" in r.stdout
+    bad = subprocess.run([*script, "run", "nope"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "unknown target" in bad.stderr

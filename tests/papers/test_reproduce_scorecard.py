@@ -1,5 +1,5 @@
-"""``make reproduce-<target>`` (fedrun/cli/reproduce.py) ends with the scorecard of the target's runs; a -smoke
-sweep is never compared and says so in one line."""
+"""``make reproduce-<target>`` (fedrun-reproduce, fedrun/cli/reproduce.py) ends with the scorecard of the target's
+runs; a -smoke sweep is never compared and says so in one line."""
 
 from __future__ import annotations
 
@@ -37,12 +37,12 @@ def test_a_full_sweep_prints_the_table_then_the_scorecard(
         reproduce.subprocess, "run", lambda cmd, check=False: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0)
     )
     out = tmp_path / "t3"
-    assert reproduce.main(["fedlaw-table3", "--methods", "FedAvg", "--out", str(out)]) == 0
+    assert reproduce.main(["run", "fedlaw-table3", "--methods", "FedAvg", "--out", str(out)]) == 0
     assert ran  # the sweep's fedrun -m commands
     target = BY_NAME["fedlaw-table3"]
-    assert report_calls == [reproduce.report_args(target, out), [str(out), "--paper", "fedlaw-table3"]]
+    assert report_calls == [reproduce.report_args(target, out), ["scorecard", "fedlaw-table3", str(out)]]
     text = capsys.readouterr().out
-    assert text.index("REPORT " + " ".join(reproduce.report_args(target, out))) < text.index("--paper fedlaw-table3")
+    assert text.index("REPORT " + " ".join(reproduce.report_args(target, out))) < text.index("scorecard fedlaw-table3")
     assert "not compared" not in text
 
 
@@ -51,7 +51,7 @@ def test_a_smoke_sweep_is_not_compared_and_says_so_in_one_line(
 ) -> None:
     monkeypatch.setattr(reproduce_sweep, "run_commands", lambda cmds: 0)
     out = tmp_path / "smoke"
-    assert reproduce.main(["fedcos-table2", "--smoke", "--methods", "FedAvg", "--out", str(out)]) == 0
+    assert reproduce.main(["run", "fedcos-table2", "--smoke", "--methods", "FedAvg", "--out", str(out)]) == 0
     assert report_calls == [reproduce.report_args(BY_NAME["fedcos-table2"], out)]  # the table, no scorecard
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "scorecard" in ln]
     assert lines == [reproduce.SMOKE_NOT_COMPARED.format(name="fedcos-table2")]
@@ -69,7 +69,7 @@ def test_a_failed_table_stops_before_the_scorecard(
 
 
 def test_dry_run_lists_the_scorecard_command_for_a_full_sweep_only(tmp_path: Path, capsys: Any) -> None:
-    assert reproduce.main(["fedlaw-table3", "--dry-run", "--out", str(tmp_path)]) == 0
-    assert f"fedrun-report {tmp_path} --paper fedlaw-table3" in capsys.readouterr().out
-    assert reproduce.main(["fedlaw-table3", "--smoke", "--dry-run", "--out", str(tmp_path)]) == 0
-    assert "--paper" not in capsys.readouterr().out
+    assert reproduce.main(["run", "fedlaw-table3", "--dry-run", "--out", str(tmp_path)]) == 0
+    assert f"fedrun-report scorecard fedlaw-table3 {tmp_path}" in capsys.readouterr().out
+    assert reproduce.main(["run", "fedlaw-table3", "--smoke", "--dry-run", "--out", str(tmp_path)]) == 0
+    assert "scorecard" not in capsys.readouterr().out

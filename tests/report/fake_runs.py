@@ -31,14 +31,17 @@ def fake_run(
 ) -> Path:
     """A run dir under ``d`` with the dotted ``config`` keys (``algorithm.name``...), ``test_acc_*`` = ``acc``,
     and, with ``curve``, a metrics.csv of test_acc per round 1, 2, ... and the summary's final / best / last-k
-    mean computed from it, as fedrun writes them (fedrun-report checks the summary against metrics.csv)."""
+    mean computed from it, as fedrun writes them (fedrun-report checks the summary against metrics.csv):
+    ``last_k`` = min(eval.last_k, rounds evaluated)."""
     d.mkdir(parents=True)
     cfg = {"seed": 0, "fl": {"rounds": 10}, "eval": {"last_k": 10}, **nest(config)}
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    s = {"status": status, "test_acc_last_k": acc, "test_acc_final": acc, "test_acc_best": acc, "last_k": 10}
+    k = int(cfg["eval"]["last_k"])
+    s = {"status": status, "test_acc_last_k": acc, "test_acc_final": acc, "test_acc_best": acc, "last_k": k}
     if curve is not None:
-        last = curve[-10:]
-        s |= {"test_acc_last_k": sum(last) / len(last), "test_acc_final": curve[-1], "test_acc_best": max(curve)}
+        last = curve[-k:]
+        s |= {"last_k": len(last), "test_acc_last_k": sum(last) / len(last)}
+        s |= {"test_acc_final": curve[-1], "test_acc_best": max(curve)}
     (d / "summary.json").write_text(json.dumps({**s, **summary}))
     if curve is not None:
         rows = "\n".join(f"{r},{a}" for r, a in enumerate(curve, start=1))

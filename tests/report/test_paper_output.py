@@ -133,8 +133,8 @@ def _curve_runs(root: Path) -> dict[str, np.ndarray]:
 def test_curves_are_mean_and_std_over_seeds_per_group(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     curves = _curve_runs(tmp_path)
     assert report_main(["curves", str(tmp_path), "--rows", "algorithm"]) == 0
-    assert (tmp_path / "curves_test_acc.png").stat().st_size > 0
-    got = pd.read_csv(tmp_path / "curves_test_acc.csv")
+    assert (tmp_path / "reports" / "curves_test_acc.png").stat().st_size > 0
+    got = pd.read_csv(tmp_path / "reports" / "curves_test_acc.csv")
     for alg, rows in curves.items():
         g = got[got["group"] == f"algorithm={alg}"].sort_values("round")
         assert g["round"].tolist() == [1, 2, 3] and (g["n"] == 2).all()
@@ -153,7 +153,7 @@ def test_curves_refuse_to_pool_other_keys(tmp_path: Path, capsys: pytest.Capture
 def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
     """Figures passed to save_figure, kept open for inspection."""
     figs: list = []
-    monkeypatch.setattr(outputs, "save_figure", lambda fig, path, dpi=100: figs.append(fig))
+    monkeypatch.setattr(outputs, "save_figure", lambda fig, path, **kw: figs.append(fig))
     return figs
 
 

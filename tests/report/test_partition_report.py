@@ -30,11 +30,11 @@ def test_domains_run_writes_breakdown_and_report(make_spec, tmp_path: Path, caps
     assert summary["partition_domains"] == dom
     table = np.loadtxt(tmp_path / "partition_domains.csv", delimiter=",", skiprows=1)[:, 2:]
     assert ((table > 0).sum(1) == 1).all()
-    assert report_main(["--partition", str(tmp_path)]) == 0
+    assert report_main(["partition", str(tmp_path), "--out", str(tmp_path.parent / "figs" / "part.png")]) == 0
     out = capsys.readouterr().out
     assert "clients holding more than one domain: 0 of 10" in out
-    assert (tmp_path / "partition.png").stat().st_size > 0
-    assert (tmp_path / "partition_domains.png").stat().st_size > 0
+    assert (tmp_path.parent / "figs" / "part.png").stat().st_size > 0
+    assert (tmp_path.parent / "figs" / "part_domains.png").stat().st_size > 0
 
 
 def test_report_partition_missing_dir(tmp_path: Path, capsys) -> None:  # noqa: ANN001

@@ -1,0 +1,126 @@
+"""``fedrun --help``: each config group's options with their one-line docs, and ``fedrun --version``.
+
+The options of a group are the YAML files of ``conf/<group>/`` and each one's doc is the first line of its header
+comment (else the docstring of the component it registers, fedrun/config/registry.py), so a new method, dataset or
+preset shows up by itself. Hydra prints the help from ``hydra.help.template`` (conf/hydra/help/fedrun.yaml), whose
+``${fedrun.help_groups:}`` this module's resolver fills; Hydra's own ``$FLAGS_HELP`` and ``$CONFIG`` stay in it,
+and ``--hydra-help``, ``--cfg`` and the rest are Hydra's.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from fedrun.config import location as conf_location
+
+RESOLVER = "fedrun.help_groups"  # conf/hydra/help/fedrun.yaml
+# (group, what an option of it is), in the order a run composes them; the hydra/ groups are fedrun's presets of
+# Hydra's sweeper and launcher plugins
+GROUPS = (
+    ("algorithm", "the federated method"),
+    ("data", "the dataset"),
+    ("partition", "how the training set is split across clients"),
+    ("model", "the network"),
+    ("hardware", "device and engine"),
+    ("experiment", "presets: a paper's setting, or smoke"),
+    ("hydra/sweeper", "sweepers (-m)"),
+    ("hydra/launcher", "launchers (-m)"),
+)
+# which registry names the components of a group (the fallback doc of a YAML without a header comment)
+REGISTRY_OF = {"algorithm": "ALGORITHMS", "data": "DATASETS", "partition": "PARTITIONS", "model": "MODELS"}
+
+
+def fedrun_version() -> str:
+    """The installed package's version (its metadata), else the source tree's ``fedrun.__version__``."""
+    try:
+        return dist_version("fedrun")
+    except PackageNotFoundError:
+        from fedrun import __version__
+
+        return __version__
+
+
+def print_version_if_asked(argv: list[str]) -> None:
+    """``fedrun --version`` (anywhere on the line, as argparse reads it): ``fedrun <version>``, exit 0, before Hydra
+    (whose own ``--version`` prints Hydra's)."""
+    if "--version" in argv:
+        print(f"fedrun {fedrun_version()}")
+        sys.exit(0)
+
+
+def header_doc(path: Path) -> str:
+    """The first line of a YAML file's header comment (``# @package`` lines skipped), or ''."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    for line in lines:
+        text = line.strip()
+        if text.startswith("# @package"):
+            continue
+        return text.lstrip("#").strip() if text.startswith("#") else ""
+    return ""
+
+
+def registry_doc(group: str, name: str) -> str:
+    """The first docstring line of the component ``name`` registered for ``group`` (or of its parameters), or ''."""
+    if group not in REGISTRY_OF:
+        return ""
+    from fedrun.config import registry
+    from fedrun.core.errors import ConfigError
+
+    try:
+        entry = getattr(registry, REGISTRY_OF[group]).get(name)
+    except (ConfigError, ImportError):
+        return ""
+    for obj in (entry.obj, entry.params):
+        doc = (getattr(obj, "__doc__", None) or "").strip()
+        if doc:
+            return doc.splitlines()[0].strip()
+    return ""
+
+
+def group_options(group: str, conf_dir: Path | None = None) -> list[tuple[str, str]]:
+    """``(option, one-line doc)`` of each option of ``group``, sorted by name."""
+    folder = (conf_dir or conf_location.CONF_DIR) / group
+    options = []
+    for path in sorted(folder.glob("*.yaml")):
+        options.append((path.stem, header_doc(path) or registry_doc(group, path.stem)))
+    return options
+
+
+def groups_text(choices: dict[str, Any] | None = None, conf_dir: Path | None = None) -> str:
+    """The ``== Config groups ==`` part of ``fedrun --help``: per group, its options and docs; ``*`` marks the
+    option this command line composes (``choices``: Hydra's ``hydra.runtime.choices``)."""
+    choices = choices or {}
+    blocks = []
+    for group, what in GROUPS:
+        options = group_options(group, conf_dir)
+        if not options:
+            continue
+        width = max(len(name) for name, _ in options) + 2
+        lines = [f"{group}: {what}"]
+        for name, doc in options:
+            mark = "*" if choices.get(group) == name else " "
+            lines.append(f"  {mark} {name:<{width}}{doc}".rstrip())
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _help_groups(*, _root_: Any) -> str:
+    choices = OmegaConf.select(_root_, "hydra.runtime.choices", default=None)
+    plain = OmegaConf.to_container(choices) if choices is not None else {}
+    # the text goes through Hydra's string.Template: a '$' of a doc must not read as a placeholder
+    chosen = {str(k): v for k, v in plain.items()} if isinstance(plain, dict) else {}
+    return groups_text(chosen).replace("$", "$$")
+
+
+def register_resolvers() -> None:
+    """The resolver of ``${fedrun.help_groups:}`` (conf/hydra/help/fedrun.yaml), before Hydra composes."""
+    OmegaConf.register_new_resolver(RESOLVER, _help_groups, replace=True)

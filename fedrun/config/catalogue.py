@@ -1,0 +1,262 @@
+"""The documentation's reference pages of the registries: methods, datasets, partitions and models.
+
+Each page is generated from what defines the component, so a new one documents itself: the entry of its registry
+(:mod:`fedrun.config.registry`: the class or factory, its docstring, and the dataclass of its hyperparameters with
+types and defaults) and its YAML option ``conf/<group>/<name>.yaml`` (the header comment, which cites the paper,
+the values that override the dataclass's defaults, and each key's inline comment). The documentation site's build
+hook (``docs/hooks.py``) writes these pages; :func:`pages` is everything it needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from fedrun.config import location
+from fedrun.config import registry as reg
+
+# (group, registry, page, title, what one option is)
+GROUPS = (
+    ("algorithm", reg.ALGORITHMS, "reference/methods", "Methods", "a federated method: `algorithm=<name>`"),
+    ("data", reg.DATASETS, "reference/data", "Datasets", "a dataset: `data=<name>`"),
+    (
+        "partition",
+        reg.PARTITIONS,
+        "reference/partitions",
+        "Partitions",
+        "how the training set is split: `partition=<name>`",
+    ),
+    ("model", reg.MODELS, "reference/models", "Models", "a network: `model=<name>`"),
+)
+_KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.]*)\s*:(?P<rest>.*)$")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One hyperparameter of an option: ``group.key``, its type, its default for this option and what it means."""
+
+    key: str
+    type: str
+    default: str
+    comment: str
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a config group, as its page shows it."""
+
+    group: str
+    name: str
+    header: str  # the YAML option's header comment ('' without one)
+    doc: str  # the registered class's (or factory's) docstring
+    params_doc: str  # the hyperparameter dataclass's docstring
+    source: str  # the module that registers it
+    fields: tuple[Field, ...]
+
+    @property
+    def summary(self) -> str:
+        """The one-line doc: the header comment's first line, else the docstring's (as ``fedrun --help``)."""
+        for text in (self.header, self.doc, self.params_doc):
+            if text.strip():
+                return text.strip().splitlines()[0]
+        return ""
+
+
+def yaml_comments(path: Path) -> tuple[str, dict[str, str]]:
+    """A YAML file's header comment (its leading ``#`` lines, ``# @package`` skipped) and each key's inline
+    comment, by dotted key (``fl.lr``)."""
+    if not path.is_file():
+        return "", {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if not text.startswith("#"):
+            break
+        if not text.startswith("# @package"):
+            header.append(text[1:].strip())
+    comments: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for line in lines:
+        match = _KEY.match(line)
+        if not match:
+            continue
+        indent = len(match["indent"])
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        key = ".".join([k for _, k in stack] + [match["key"]])
+        stack.append((indent, match["key"]))
+        rest = match["rest"]
+        if "#" in rest and rest.count("'", 0, rest.index("#")) % 2 == 0:
+            comments[key] = rest.split("#", 1)[1].strip()
+    return "\n".join(header).strip(), comments
+
+
+def yaml_values(path: Path) -> dict[str, Any]:
+    """A YAML option's own values (its ``defaults`` list left out), or {} without the file."""
+    if not path.is_file():
+        return {}
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    assert isinstance(node, dict)
+    node.pop("defaults", None)
+    return {str(k): v for k, v in node.items()}
+
+
+def type_name(tp: Any) -> str:
+    """A type annotation as a reader writes it: ``float``, ``int | None``, ``'exp' | 'quad'``."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "None"
+    if isinstance(tp, type) and origin is None:
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return {True: "true", False: "false", None: "null"}[v]
+    return str(v)
+
+
+def option(group: str, name: str, conf_dir: Path | None = None) -> Option:
+    """The option ``name`` of ``group`` from its registry entry and its YAML file (either may be missing: a
+    component registered from outside the package has no YAML here; a YAML may only preset another's keys)."""
+    registry = next(r for g, r, *_ in GROUPS if g == group)
+    path = (conf_dir or location.CONF_DIR) / group / f"{name}.yaml"
+    header, comments = yaml_comments(path)
+    values = yaml_values(path)
+    entry = registry.get(name) if name in registry.names() else None
+    fields: list[Field] = []
+    doc = params_doc = source = ""
+    if entry is not None:
+        doc = inspect.getdoc(entry.obj) or ""
+        source = getattr(entry.obj, "__module__", "")
+        params = entry.params
+        if params is not None and dataclasses.is_dataclass(params):
+            own = inspect.getdoc(params) or ""
+            inherited = {inspect.getdoc(base) for base in params.__mro__[1:]}
+            params_doc = "" if own in inherited else own
+            hints = typing.get_type_hints(params)
+            for f in dataclasses.fields(params):
+                if not f.init:
+                    continue
+                if f.default is not dataclasses.MISSING:
+                    default: Any = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    default = f.default_factory()
+                else:
+                    default = "(required)"
+                default = values.get(f.name, default)
+                fields.append(
+                    Field(f"{group}.{f.name}", type_name(hints[f.name]), _value(default), comments.get(f.name, ""))
+                )
+    else:
+        fields = [Field(f"{group}.{k}", "", _value(v), comments.get(k, "")) for k, v in values.items() if k != "name"]
+    return Option(group, name, header, doc, params_doc, source, tuple(fields))
+
+
+def options(group: str, conf_dir: Path | None = None) -> list[Option]:
+    """Every option of ``group``: each registered name and each YAML file of ``conf/<group>/``, sorted."""
+    registry = next(r for g, r, *_ in GROUPS if g == group)
+    folder = (conf_dir or location.CONF_DIR) / group
+    names = set(registry.names()) | {p.stem for p in folder.glob("*.yaml")}
+    return [option(group, n, conf_dir) for n in sorted(names)]
+
+
+# ---- Markdown ----------------------------------------------------------------------------------------------
+
+
+def prose(text: str) -> str:
+    """Source text (a comment or docstring) as Markdown that shows it as written: reST ````code```` becomes a code
+    span, and outside code spans the characters Markdown would read as markup (``_ * < > [ ] |``) are escaped."""
+    text = re.sub(r"``(.+?)``", r"`\1`", text)
+    parts = re.split(r"(`[^`\n]+`)", text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(part.replace("|", "\\|"))
+        else:
+            out.append(re.sub(r"([\\_*<>\[\]|#])", r"\\\1", part))
+    return "".join(out)
+
+
+def paragraphs(text: str) -> str:
+    """Prose of a comment block: lines kept as lines (a comment's line breaks carry its layout)."""
+    blocks = [b for b in re.split(r"\n\s*\n", text.strip()) if b.strip()]
+    return "\n\n".join("  \n".join(prose(line.strip()) for line in b.splitlines()) for b in blocks)
+
+
+def _cell(text: str) -> str:
+    return prose(text).replace("\n", " ")
+
+
+def fields_table(fields: tuple[Field, ...]) -> str:
+    """The hyperparameters as a Markdown table (or a sentence when there are none)."""
+    if not fields:
+        return "No hyperparameters of its own."
+    rows = ["| key | type | default | note |", "|---|---|---|---|"]
+    for f in fields:
+        rows.append(f"| `{f.key}` | {_cell(f.type)} | `{f.default}` | {_cell(f.comment)} |")
+    return "\n".join(rows)
+
+
+def _section(opt: Option, level: str) -> list[str]:
+    out = [f"{level} `{opt.name}`", ""]
+    if opt.header:
+        out += [paragraphs(opt.header), ""]
+    if opt.doc and opt.doc.strip() != opt.header.strip():
+        out += [paragraphs(opt.doc), ""]
+    if opt.params_doc:
+        out += [paragraphs(opt.params_doc), ""]
+    out += [f"Choose it with `{opt.group}={opt.name}`."]
+    if opt.source:
+        out[-1] += f" Code: `{opt.source}`; config: `conf/{opt.group}/{opt.name}.yaml`."
+    out += ["", fields_table(opt.fields), ""]
+    return out
+
+
+def method_page(opt: Option, used_by: list[str]) -> str:
+    """One method's page: what it is, its paper (the YAML header), its hyperparameters, the targets using it."""
+    out = [f"# {opt.name}", "", *_section(opt, "##")[2:]]
+    if used_by:
+        out += ["## In the paper targets", "", *[f"- {u}" for u in used_by], ""]
+    return "\n".join(out)
+
+
+def index_page(group: str, title: str, what: str, opts: list[Option], linked: bool) -> str:
+    """A group's index: one line per option with its one-line doc (linking to its page when ``linked``)."""
+    out = [f"# {title}", "", f"Generated from the registry and `conf/{group}/`: one entry per option, {what}.", ""]
+    out += ["| option | what it is |", "|---|---|"]
+    for opt in opts:
+        name = f"[`{opt.name}`]({opt.name}.md)" if linked else f"[`{opt.name}`](#{opt.name})"
+        out.append(f"| {name} | {_cell(opt.summary)} |")
+    return "\n".join(out) + "\n"
+
+
+def pages(used_by: dict[str, list[str]] | None = None, conf_dir: Path | None = None) -> dict[str, str]:
+    """Every reference page, by its path under ``docs/``: ``reference/methods/index.md`` and ``<name>.md`` per
+    method; ``reference/{data,partitions,models}.md`` with a section per option. ``used_by``: per algorithm
+    name, the lines saying which paper targets run it (supplied by the papers layer)."""
+    out: dict[str, str] = {}
+    for group, _, page, title, what in GROUPS:
+        opts = options(group, conf_dir)
+        if group == "algorithm":
+            out[f"{page}/index.md"] = index_page(group, title, what, opts, linked=True)
+            for opt in opts:
+                out[f"{page}/{opt.name}.md"] = method_page(opt, (used_by or {}).get(opt.name, []))
+        else:
+            body = index_page(group, title, what, opts, linked=False)
+            out[f"{page}.md"] = body + "\n" + "\n".join(line for opt in opts for line in _section(opt, "##"))
+    return out

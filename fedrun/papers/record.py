@@ -1,0 +1,250 @@
+"""Build an evidence record (``fedrun/papers/evidence/*.json``) from finished run directories.
+
+``python -m fedrun.papers.record RUN_DIR... --id ID --target TARGET --load TEXT [--column C]... [--commit SHA]
+[--note TEXT] [--out FILE]`` reads each run's ``config.yaml`` (preset ``tags.preset``, method row
+``tags.method``, seed, the cell's setting), ``summary.json`` (status, stand-in flag, the metrics, wall time,
+the code it ran) and ``metrics.csv`` (that every round of ``fl.rounds`` was evaluated), and the command from
+Hydra's ``.hydra/overrides.yaml``. A run's cells are the shipped cells
+(:func:`fedrun.papers.scorecard.load_cells`) of the target's paper with the run's preset and row whose setting
+the run's config matches (``--column``: only these columns). The load on the machine is not in a run
+directory, so it is an argument. Runs of before fedrun recorded its code (``summary.json`` ``code``) need
+``--commit``; the record then says so.
+
+A record holds full-length runs on real data only: a run that did not complete, stopped early or ran on
+stand-in data is refused (exit 2, one line, nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from fedrun.core.errors import ConfigError
+from fedrun.papers.scorecard import PERCENT, load_cells, same, setting_pairs
+from fedrun.papers.targets import BY_NAME, Target
+from fedrun.storage.atomic import atomic_write
+from fedrun.storage.rundir import RunDir, UnreadableRunFile
+
+
+def _get(cfg: dict[str, Any], dotted: str) -> Any:
+    """``cfg`` at a dotted key (``algorithm=x`` reads ``algorithm.name``); KeyError when absent."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    if isinstance(node, dict) and "name" in node:
+        node = node["name"]
+    return node
+
+
+def _matches(cfg: dict[str, Any], setting: str) -> bool:
+    for key, values in setting_pairs(setting):
+        try:
+            have = _get(cfg, key)
+        except KeyError:
+            return False
+        if not any(same(have, v) for v in values.split(",")):
+            return False
+    return True
+
+
+def run_command(rd: RunDir) -> str:
+    """``fedrun`` with the run's command-line overrides (Hydra's record), or its preset when there is none."""
+    f = rd.path / ".hydra" / "overrides.yaml"
+    if f.is_file():
+        overrides = yaml.safe_load(f.read_text()) or []
+        return " ".join(["fedrun", *(shlex.quote(str(o)) for o in overrides)])
+    cfg = rd.read_config() or {}
+    preset = (cfg.get("tags") or {}).get("preset")
+    return f"fedrun experiment={preset}" if preset else "fedrun"
+
+
+def _fail(rd: RunDir, field: str, message: str) -> ConfigError:
+    return ConfigError(f"{rd.path}: {field}", message)
+
+
+def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str, Any]:
+    """One run's facts: preset, row, seed, command, commit, wall time and its cells ({column: (metric,
+    setting, value in points)}). :class:`ConfigError` naming the run and field when it cannot be evidence."""
+    try:
+        cfg, summary = rd.read_config(), rd.read_summary()
+    except UnreadableRunFile as e:
+        raise _fail(rd, "run files", str(e)) from None
+    if cfg is None or summary is None:
+        raise _fail(rd, "run files", "no config.yaml or summary.json; valid: a fedrun run directory")
+    s = summary.fields
+    if s.get("status") != "completed":
+        raise _fail(rd, "status", f"{s.get('status')!r}; valid: completed (evidence is full-length runs)")
+    if s.get("data_standin"):
+        raise _fail(rd, "data_standin", "the run trained on stand-in data; valid: runs on the real data")
+    rounds = int(_get(cfg, "fl.rounds"))
+    if not rd.metrics_file.is_file():
+        raise _fail(rd, "metrics.csv", "missing; valid: a run directory with its per-round metrics")
+    evaluated = pd.read_csv(rd.metrics_file)["round"]
+    if evaluated.empty or int(evaluated.max()) != rounds:
+        last = int(evaluated.max()) if not evaluated.empty else 0
+        raise _fail(rd, "metrics.csv", f"last evaluated round {last}, fl.rounds {rounds}; valid: a full-length run")
+    tags = cfg.get("tags") or {}
+    preset, row = tags.get("preset"), tags.get("method")
+    if preset not in target.presets:
+        raise _fail(
+            rd, "tags.preset", f"{preset!r} is not a preset of {target.name}; valid: {', '.join(target.presets)}"
+        )
+    labels = [m.label for m in target.methods]
+    if row is None:
+        raise _fail(rd, "tags.method", f"not set; valid: one of {', '.join(labels)} (++tags.method=...)")
+    cells = load_cells(target.paper)
+    mine = cells[(cells["preset"] == preset) & (cells["row"] == row)]
+    mine = mine[[_matches(cfg, st) for st in mine["setting"]]]
+    if columns:
+        mine = mine[mine["column"].isin(columns)]
+    if mine.empty:
+        have = cells[cells["preset"] == preset]
+        raise _fail(
+            rd,
+            "cells",
+            f"no cell of {target.paper} for preset {preset}, row {row!r} and this run's settings"
+            f"{' in ' + ', '.join(columns) if columns else ''}; valid rows: {', '.join(dict.fromkeys(have['row']))}",
+        )
+    out: dict[str, tuple[str, str, str, float | None]] = {}
+    for _, c in mine.iterrows():
+        metric = c["metric"]
+        if metric not in s:
+            raise _fail(rd, f"summary.{metric}", "missing from summary.json")
+        v = s[metric]
+        value = None if v is None else round(float(v) * PERCENT.get(metric, 100.0), 2)
+        out[c["column"]] = (c["table"], metric, c["setting"], value)
+    return {
+        "preset": preset,
+        "row": row,
+        "seed": int(cfg["seed"]),
+        "command": run_command(rd),
+        "code": s.get("code"),
+        "wall_time_s": round(float(s.get("wall_time_s", 0.0))),
+        "cells": out,
+        "data": cfg.get("data", {}).get("name"),
+    }
+
+
+def build_record(
+    run_dirs: list[Path],
+    record_id: str,
+    target_name: str,
+    load: str,
+    columns: list[str] | None = None,
+    commit: str | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """The evidence record of ``run_dirs`` (one preset, one table; ``note``: what the runs do not say, e.g. a
+    setting since changed); :class:`ConfigError` on a bad input."""
+    if target_name not in BY_NAME:
+        raise ConfigError("--target", f"unknown target {target_name!r}; valid: {', '.join(BY_NAME)}")
+    target = BY_NAME[target_name]
+    if not run_dirs:
+        raise ConfigError("RUN_DIR", "none given; valid: one or more finished run directories")
+    for d in run_dirs:
+        if not d.is_dir():
+            raise ConfigError("RUN_DIR", f"{d}: no such directory")
+    runs = [read_run(RunDir(d), target, columns) for d in run_dirs]
+    for field in ("preset", "data"):
+        if len({r[field] for r in runs}) > 1:
+            raise ConfigError(
+                field, f"the runs differ ({', '.join(sorted({str(r[field]) for r in runs}))}); valid: one per record"
+            )
+    tables = {t for r in runs for t, *_ in r["cells"].values()}
+    if len(tables) > 1:
+        raise ConfigError("--column", f"the cells span tables {', '.join(sorted(tables))}; valid: one table per record")
+    codes = {json.dumps(r["code"], sort_keys=True) for r in runs if r["code"]}
+    recorded = [json.loads(c) for c in codes]
+    if any("commit" not in c for c in recorded) or len(recorded) > 1:
+        raise ConfigError(
+            "code", f"the runs ran different or unversioned code: {sorted(codes)}; valid: runs of one commit"
+        )
+    commit_note = None
+    if recorded:
+        code = recorded[0]
+        if commit and not code["commit"].startswith(commit):
+            raise ConfigError("--commit", f"{commit} but the runs recorded {code['commit']}; valid: leave it out")
+        if any(r["code"] is None for r in runs):
+            raise ConfigError("code", "some runs recorded their commit and some did not; valid: one record each")
+        commit = code["commit"]
+        if code["dirty"]:
+            commit_note = "run from a checkout with uncommitted changes to tracked files"
+    elif commit is None:
+        raise ConfigError("--commit", "the runs did not record their code (run before fedrun did); valid: --commit SHA")
+    else:
+        commit_note = "given with --commit; the runs did not record their commit"
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    wall: dict[str, dict[str, int]] = {}
+    for r in runs:
+        for column, (_, metric, setting, value) in r["cells"].items():
+            cell = cells.setdefault(
+                (r["row"], column),
+                {"row": r["row"], "column": column, "metric": metric, "setting": setting, "values": {}},
+            )
+            if str(r["seed"]) in cell["values"]:
+                raise ConfigError("seed", f"two runs of {r['row']} seed {r['seed']}; valid: one run per row and seed")
+            cell["values"][str(r["seed"])] = value
+        wall.setdefault(r["row"], {})[str(r["seed"])] = r["wall_time_s"]
+    commands = [r["command"] for r in runs]
+    record: dict[str, Any] = {
+        "id": record_id,
+        "paper": target.paper,
+        "table": tables.pop(),
+        "target": target.name,
+        "preset": runs[0]["preset"],
+        "command": commands[0] if len(commands) == 1 else commands,
+        "commit": commit,
+        **({"commit_note": commit_note} if commit_note else {}),
+        **({"note": note} if note else {}),
+        "data": f"real {runs[0]['data']} (no stand-in)",
+        "seeds": sorted({r["seed"] for r in runs}),
+        "wall_time_s": wall,
+        "load": load,
+        "full_length": True,
+        "cells": list(cells.values()),
+    }
+    return record
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m fedrun.papers.record", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path, metavar="RUN_DIR", help="finished run directories")
+    ap.add_argument("--id", required=True, help="the record's id (and file name under fedrun/papers/evidence/)")
+    ap.add_argument("--target", required=True, help="the reproduction target, e.g. fedcos-table4")
+    ap.add_argument(
+        "--load", required=True, help="the machine's load while the runs ran (cores, threads, load average)"
+    )
+    ap.add_argument("--column", action="append", help="only this column of the table (repeatable)")
+    ap.add_argument("--commit", help="the code's commit, for runs that did not record it")
+    ap.add_argument("--note", help="what the runs do not say (e.g. a setting changed since they ran)")
+    ap.add_argument("--out", type=Path, help="write the record here (default: print it)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print (or ``--out``: write atomically) the evidence record of the given runs; 2 on a bad input."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        record = build_record(args.dirs, args.id, args.target, args.load, args.column, args.commit, args.note)
+    except ConfigError as e:
+        print(f"fedrun.papers.record: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+    if args.out:
+        atomic_write(args.out, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

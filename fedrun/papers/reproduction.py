@@ -1,0 +1,203 @@
+"""The documentation's reproduction pages, generated from what fedrun ships about the five papers.
+
+- ``reproduction.md``: every cell of the evidence records (``fedrun/papers/evidence/*.json``, full-length runs
+  on real data) as ours | paper | difference, with the record's command, commit, seeds, wall time and load;
+- ``papers/<paper>.md``: the paper's reproduce targets (:mod:`fedrun.papers.targets`: presets, method rows,
+  swept settings, seeds) and each preset with its header comment (which cites the paper) and its values;
+- :func:`status_line`: the README's one line on the reproduction, which a test compares with the README so it
+  cannot go stale.
+
+The site's build hook (``docs/hooks.py``) calls :func:`doc_pages`, which adds the registries' reference pages
+(:mod:`fedrun.config.catalogue`). ``python -m fedrun.papers.reproduction`` prints the status line.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedrun.config import catalogue, location
+from fedrun.papers.scorecard import PAPERS, TOLERANCE, evidence_runs, load_evidence, scorecard
+from fedrun.papers.targets import BY_NAME, TARGETS, Target
+
+PAGE = "reproduction.md"
+
+
+def anchor(name: str) -> str:
+    """A heading's id for ``name`` (Markdown's ids drop dots: ``dir0.3`` would not match a link)."""
+    return name.replace(".", "-")
+
+
+def record_card(record: dict[str, Any]) -> pd.DataFrame:
+    """The scorecard lines (ours, ours_std, n, paper, difference, reproduced) of one evidence record's cells."""
+    return scorecard(evidence_runs([record]), BY_NAME[record["target"]])
+
+
+def counts(records: list[dict[str, Any]] | None = None) -> tuple[int, int, int]:
+    """(records, paper cells measured, cells reproduced: within 1.5 points of the paper or our seed spread)."""
+    records = load_evidence() if records is None else records
+    cards = [record_card(r) for r in records]
+    measured = sum(int((c["n"] > 0).sum()) for c in cards if not c.empty)
+    within = sum(int(c.loc[c["n"] > 0, "reproduced"].sum()) for c in cards if not c.empty)
+    return len(records), measured, within
+
+
+def status_line(records: list[dict[str, Any]] | None = None) -> str:
+    """The README's status of the reproduction, one line, from the evidence records as they are now."""
+    n_records, measured, within = counts(records)
+    return (
+        f"**Reproduction status:** {measured} paper cells measured full-length on real data ({n_records} evidence "
+        f"records), {within} of them within {TOLERANCE} points of the paper or of our seed spread; every cell with "
+        "its command: [docs/reproducing.md](docs/reproducing.md#measured-cells)."
+    )
+
+
+def _num(v: float, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+def _wall(record: dict[str, Any]) -> str:
+    walls = record.get("wall_time_s", {})
+    return "; ".join(
+        f"{row}: " + ", ".join(f"{s:,} s (seed {seed})" for seed, s in w.items()) for row, w in walls.items()
+    )
+
+
+def record_section(record: dict[str, Any]) -> str:
+    """One evidence record: its cells, then how they were run."""
+    card = record_card(record)
+    title = f"{record['paper']} Table {record['table']}: `{record['preset']}`"
+    out = [f"## {title}", ""]
+    rows = ["| row | column | ours | per seed | paper | difference | within |", "|---|---|---|---|---|---|---|"]
+    values = {(c["row"], c["column"]): c["values"] for c in record["cells"]}
+    for _, c in card.iterrows():
+        std = f" ± {c['ours_std']:.2f}" if not math.isnan(c["ours_std"]) else ""
+        seeds = ", ".join(f"{v:.2f}" for v in values.get((c["row"], c["column"]), {}).values())
+        within = ("yes" if c["reproduced"] else "no") if c["n"] else "-"
+        rows.append(
+            f"| {c['row']} | {c['column']} | {_num(c['ours'])}{std} | {seeds} | {_num(c['paper'])} "
+            f"| {_num(c['difference'], '{:+.2f}')} | {within} |"
+        )
+    out += rows + [""]
+    out += [f"- command: `{record['command']}`"]
+    commit = f"`{record['commit']}`" + (
+        f" ({catalogue.prose(record['commit_note'])})" if record.get("commit_note") else ""
+    )
+    out += [f"- commit: {commit}"]
+    out += [f"- seeds: {', '.join(map(str, record.get('seeds', [])))}; data: {record.get('data', '')}"]
+    out += [f"- wall time: {_wall(record)}", f"- load: {catalogue.prose(record.get('load', ''))}"]
+    out += [f"- target: `make reproduce-{record['target']}`, metric `{record['cells'][0]['metric']}`", ""]
+    return "\n".join(out)
+
+
+def reproduction_page(records: list[dict[str, Any]] | None = None) -> str:
+    """``reproduction.md``: the status, then every evidence record's cells and provenance."""
+    records = load_evidence() if records is None else records
+    n_records, measured, within = counts(records)
+    out = [
+        "# Measured cells",
+        "",
+        f"Generated from the evidence records in `fedrun/papers/evidence/` ({n_records} records): {measured} cells "
+        f"of the papers' tables measured full-length on real data, {within} within {TOLERANCE} points of the "
+        "paper's value or of our spread over seeds. *ours* is the mean over seeds (± sample std when there are "
+        "several); *within* applies that rule. `fedrun-report --paper <target>` prints the same card from these "
+        "records. How the targets and presets are set up: [Reproducing the papers](reproducing.md).",
+        "",
+    ]
+    out += [record_section(r) for r in records]
+    return "\n".join(out)
+
+
+def used_by() -> dict[str, list[str]]:
+    """Per algorithm name, the paper targets whose rows run it (for the method pages)."""
+    out: dict[str, list[str]] = {}
+    for t in TARGETS:
+        for meth in t.methods:
+            alg = next((o.split("=", 1)[1] for o in meth.overrides if o.startswith("algorithm=")), None)
+            if alg:
+                line = f"[{t.paper}](../../papers/{t.paper.lower()}.md) `{t.name}`: row *{meth.label}*"
+                out.setdefault(alg, []).append(line)
+    return out
+
+
+def _target_section(t: Target) -> list[str]:
+    out = [f"### `{t.name}`", "", f"`make reproduce-{t.name}`; `make reproduce-{t.name}-smoke` for the shrunk sweep."]
+    out += ["", f"- runs: {t.runs():,} ({t.runs(True):,} in the -smoke sweep); seeds: {', '.join(map(str, t.seeds))}"]
+    out += [f"- presets: {', '.join(f'[`{p}`](#{anchor(p)})' for p in t.presets)}"]
+    if t.sweep:
+        out += [f"- swept: {'; '.join(f'`{k}={v}`' for k, v in t.sweep)}"]
+    if t.select:
+        out += [f"- `{t.select}` picked per method and setting by the best mean over seeds"]
+    if t.note:
+        out += [f"- note: {catalogue.prose(t.note)}"]
+    out += ["", "| row | overrides |", "|---|---|"]
+    for meth in t.methods:
+        extra = "".join(f"; on `{p}`: `{' '.join(o)}`" for p, o in meth.per_preset)
+        out.append(f"| {meth.label} | `{' '.join(meth.overrides)}`{extra} |")
+    return [*out, ""]
+
+
+def preset_section(preset: str, conf_dir: Path | None = None) -> list[str]:
+    """A preset: its header comment (the paper's setting and where each value comes from), then its values."""
+    path = (conf_dir or location.CONF_DIR) / "experiment" / f"{preset}.yaml"
+    header, _ = catalogue.yaml_comments(path)
+    body = "\n".join(
+        line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")
+    )
+    return [f"### `{preset}` {{ #{anchor(preset)} }}", "", catalogue.paragraphs(header), "", "```yaml", body, "```", ""]
+
+
+def paper_page(paper: str, records: list[dict[str, Any]]) -> str:
+    """``papers/<paper>.md``: the paper's targets, its measured cells and its presets."""
+    targets = [t for t in TARGETS if t.paper == paper]
+    presets = list(dict.fromkeys(p for t in targets for p in t.presets))
+    mine = [r for r in records if r["paper"] == paper]
+    out = [f"# {paper}", ""]
+    out += [
+        f"Generated from `fedrun/papers/targets.py` and `conf/experiment/`: {len(targets)} targets over "
+        f"{len(presets)} presets. What departs from the paper, and why: [Reproducing the papers](../reproducing.md).",
+        "",
+        "## Measured cells",
+        "",
+    ]
+    if mine:
+        out += [
+            f"- [{r['paper']} Table {r['table']}: `{r['preset']}`](../{PAGE}) ({len(r['cells'])} cells)" for r in mine
+        ]
+    else:
+        out += ["No full-length cell of this paper has been measured on real data yet."]
+    out += ["", "## Targets", ""]
+    for t in targets:
+        out += _target_section(t)
+    out += ["## Presets", ""]
+    for p in presets:
+        out += preset_section(p)
+    return "\n".join(out)
+
+
+def papers_index() -> str:
+    """``papers/index.md``: one line per paper with its targets."""
+    out = ["# The papers", "", "Generated from `fedrun/papers/targets.py`: each paper's reproduce targets.", ""]
+    out += ["| paper | targets |", "|---|---|"]
+    for paper in PAPERS:
+        names = ", ".join(f"`{t.name}`" for t in TARGETS if t.paper == paper)
+        out.append(f"| [{paper}]({paper.lower()}.md) | {names} |")
+    return "\n".join(out) + "\n"
+
+
+def doc_pages(records: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """Every generated page of the documentation site, by path under ``docs/``."""
+    records = load_evidence() if records is None else records
+    out = catalogue.pages(used_by())
+    out[PAGE] = reproduction_page(records)
+    out["papers/index.md"] = papers_index()
+    for paper in PAPERS:
+        out[f"papers/{paper.lower()}.md"] = paper_page(paper, records)
+    return out
+
+
+if __name__ == "__main__":
+    print(status_line())

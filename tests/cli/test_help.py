@@ -1,0 +1,67 @@
+"""``fedrun --help`` lists each config group's options with their one-line docs; ``fedrun --version`` is fedrun's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedrun import __version__
+from fedrun.cli import help as cli_help
+from fedrun.config import location
+from tests.conftest import main_exit_code
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_version_is_fedruns_not_hydras(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    assert main_exit_code(monkeypatch, ["fedrun", "--version"]) == 0
+    assert capsys.readouterr().out == f"fedrun {__version__}\n"
+
+
+def test_version_from_the_console_script_entry_point() -> None:
+    """``python -m fedrun.cli --version`` (fedrun/cli/__main__.py) answers before the heavy imports."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedrun.cli", "--version"], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert (proc.returncode, proc.stdout) == (0, f"fedrun {__version__}\n"), proc.stderr
+
+
+def test_help_lists_every_option_of_every_group_with_its_doc(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    assert main_exit_code(monkeypatch, ["fedrun", "--help", "algorithm=fedprox"]) == 0
+    out = capsys.readouterr().out
+    for group, _ in cli_help.GROUPS:
+        assert f"\n{group}: " in out, group
+        for path in (location.CONF_DIR / group).glob("*.yaml"):
+            doc = cli_help.header_doc(path)
+            assert doc, f"{path} has no header comment"
+            assert f" {path.stem} " in out and doc in out, path
+    assert "  * fedprox " in out and "  * fedavg " not in out  # the option this command line composes
+    assert "== Config (override any key" in out and "mu: 0.01" in out  # Hydra's $CONFIG, of this command line
+    assert "Show Hydra's version" not in out  # Hydra's flags (its --version line) are on --hydra-help
+
+
+def test_a_new_option_appears_by_itself(tmp_path: Path) -> None:
+    (tmp_path / "algorithm").mkdir()
+    (tmp_path / "algorithm" / "fedtoy.yaml").write_text("# FedToy: a toy method, $5 a round.\nlr: 1\n")
+    text = cli_help.groups_text({"algorithm": "fedtoy"}, conf_dir=tmp_path)
+    assert text == "algorithm: the federated method\n  * fedtoy  FedToy: a toy method, $5 a round."
+
+
+def test_a_yaml_without_header_falls_back_to_the_registry(tmp_path: Path) -> None:
+    (tmp_path / "algorithm").mkdir()
+    (tmp_path / "algorithm" / "fedavg.yaml").write_text("defaults:\n  - _self_\n")
+    doc = cli_help.group_options("algorithm", conf_dir=tmp_path)[0][1]
+    assert doc and doc == cli_help.registry_doc("algorithm", "fedavg")
+
+
+def test_hydra_help_and_cfg_stay_hydras(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    assert main_exit_code(monkeypatch, ["fedrun", "--hydra-help"]) == 0
+    assert "Hydra (1.3" in capsys.readouterr().out
+    assert main_exit_code(monkeypatch, ["fedrun", "--cfg", "job", "algorithm=fedprox"]) == 0
+    out = capsys.readouterr().out
+    assert "name: fedprox" in out and "help_groups" not in out

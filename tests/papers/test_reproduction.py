@@ -1,0 +1,48 @@
+"""The reproduction page and the README's status line are generated from the evidence records."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from fedrun.papers import reproduction
+from fedrun.papers.scorecard import load_evidence
+from tests.conftest import REPO
+
+
+def test_the_readmes_status_line_is_what_the_evidence_records_give_now() -> None:
+    line = reproduction.status_line()
+    readme = (REPO / "README.md").read_text().splitlines()
+    assert line in readme, f"README.md's status line is stale; paste this line:\n{line}"
+
+
+def test_the_status_counts_follow_the_records() -> None:
+    records = load_evidence()
+    n, measured, within = reproduction.counts(records)
+    assert n == len(records) and measured == sum(len(r["cells"]) for r in records) and within <= measured
+    far = copy.deepcopy(records[0])
+    far["id"] += "_far"
+    for cell in far["cells"]:
+        cell["values"] = {seed: v - 10 for seed, v in cell["values"].items()}  # 10 points below the paper's
+    n2, measured2, within2 = reproduction.counts([*records, far])
+    assert (n2, measured2, within2) == (n + 1, measured + len(far["cells"]), within)
+    assert f"{measured2} paper cells" in reproduction.status_line([*records, far])
+
+
+def test_the_page_lists_every_recorded_cell_with_its_command_commit_seeds_and_wall_time() -> None:
+    records = load_evidence()
+    page = reproduction.reproduction_page(records)
+    for rec in records:
+        assert f"`{rec['preset']}`" in page and rec["command"] in page and f"`{rec['commit']}`" in page
+        for cell in rec["cells"]:
+            assert re.search(rf"\| {re.escape(cell['row'])} \| {re.escape(cell['column'])} \| ", page), cell
+    assert "5,201 s (seed 8)" in page  # FedLAW Table 3's FedAvg, seed 8
+
+
+def test_every_paper_has_a_page_with_its_targets_and_presets() -> None:
+    pages = reproduction.doc_pages()
+    fedlaw = pages["papers/fedlaw.md"]
+    assert "### `fedlaw-table3`" in fedlaw and "### `fedlaw_table3_fmnist_mlp` { #fedlaw_table3_fmnist_mlp }" in fedlaw
+    assert "Metric: mean test accuracy of the last 10 rounds" in fedlaw  # the preset's header comment
+    assert "[`fedgam_table3_mnist_dir0.3`](#fedgam_table3_mnist_dir0-3)" in pages["papers/fedgam.md"]
+    assert "reproduction.md" in pages and "reference/methods/fedlaw.md" in pages
