@@ -43,7 +43,8 @@ ALLOWED_TARGETS = (
     "optuna.samplers.",
     "fedrun.cli.main.sqlite_storage",
 )
-FEDRUN_CALLBACKS: tuple[str, ...] = ()  # fedrun registers no Hydra callback (it reports a sweep in cli.main)
+# fedrun's own Hydra callbacks, by name and target (conf/config.yaml): a sweep's console (fedrun/cli/sweeps.py)
+FEDRUN_CALLBACKS = {"fedrun_sweep": "fedrun.cli.sweeps.SweepCallback"}
 REQUIRED_GROUPS = ("algorithm", "data", "partition", "model", "hardware")  # a run needs one option of each
 NAMED_GROUPS = ("algorithm", "data", "partition", "model")  # the option's file sets <group>.name
 GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
@@ -165,12 +166,15 @@ def check_no_code(cfg: DictConfig) -> None:
     """The ``hydra`` node names no code but Hydra's plugins: no foreign callbacks, targets or logging factories."""
     callbacks = OmegaConf.select(cfg, "hydra.callbacks") or {}
     for name in callbacks:
-        if name not in FEDRUN_CALLBACKS:
-            why = "refused: a config never runs code (fedrun registers no callback)"
+        node = OmegaConf.to_container(callbacks[name], resolve=False) if OmegaConf.is_dict(callbacks[name]) else None
+        if name not in FEDRUN_CALLBACKS or node != {"_target_": FEDRUN_CALLBACKS[name]}:
+            why = f"refused: a config never runs code (fedrun's callbacks: {', '.join(FEDRUN_CALLBACKS)}, as shipped)"
             raise ConfigError(f"hydra.callbacks.{name}", why)
     hydra_node = OmegaConf.to_container(cfg.hydra, resolve=False)
     for path, value in _walk(hydra_node, "hydra"):
         leaf = path.rsplit(".", 1)[-1]
+        if path.startswith("hydra.callbacks."):
+            continue  # checked above
         if leaf == "_target_" and not (isinstance(value, str) and value.startswith(ALLOWED_TARGETS)):
             why = "is not a Hydra plugin (a config never runs code)"
             raise ConfigError(path, f"refused: {shorten(str(value))!r} {why}")

@@ -90,6 +90,7 @@ def _run_and_report(func: Any) -> Any:
     try:
         result = func()
     except Exception as ex:  # noqa: BLE001 - every composition error is bad input
+        sweeps.close_console()  # a sweep's live table, before the one line
         if _no_completed_trial(ex):
             why = "each job's summary.json or error.txt says why"
             print(f"fedrun: error: no trial of the study completed ({why})", file=sys.stderr)
@@ -101,6 +102,8 @@ def _run_and_report(func: Any) -> Any:
             sys.exit(EXIT_BAD_INPUT if ex.errno in BAD_DIR_ERRNOS else EXIT_RUN_FAILED)
         print(f"fedrun: error: {error_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    finally:
+        sweeps.close_console()  # also an interrupted sweep's, before main's one line
     if isinstance(result, list) and sweeps.report_multirun(result):  # Optuna's sweeper returns None
         sys.exit(EXIT_RUN_FAILED)
     return result
@@ -202,7 +205,7 @@ def _job(cfg: DictConfig) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     if not multirun:
         return execute(cfg, run_dir, multirun)
-    label = f"job {hc.job.num} [{','.join(hc.overrides.task)}]"
+    label = f"job {hc.job.num} [{run_dir.name}]"
     sweep_dir = Path(hc.sweep.dir).resolve()
     if sweep_dir not in run_dir.resolve().parents:  # hydra.sweep.subdir resolved to a path outside the sweep dir
         why = f"{label} would run in {run_dir}, outside {sweep_dir}; valid: a folder below hydra.sweep.dir"
@@ -253,13 +256,15 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
                     remove_stale_temps(Path(spec.cache_dir))
                 prior = check_run_dir(rd, spec.raw)
                 if prior in FINISHED:
-                    print(f"fedrun: {name}: already {prior}; skipped (a new run needs a new run dir)", file=sys.stderr)
+                    if not (multirun and sweeps.reporting()):  # a sweep's console shows the skip
+                        why = "a new run needs a new run dir"
+                        print(f"fedrun: {name}: already {prior}; skipped ({why})", file=sys.stderr)
                     if prior != "completed" and not multirun:
                         sys.exit(1)
                     redraw_curves(run_dir, spec)
                     done = rd.summary()
                     return done.test_acc(spec.output.objective) if done else None
-                with run_log(rd, echo=name if multirun else None):
+                with run_log(rd, echo=sweeps.round_echo(name) if multirun else None):
                     summary = run(spec, rd)
     except (ConfigError, DataError, ResumeError) as e:
         _reject(rd, str(e), multirun)
@@ -285,7 +290,7 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
             sys.exit(1)
         return None
     out = Console()
-    if multirun:
+    if multirun and not sweeps.reporting():  # a sweep's console shows how each job ended
         acc = summary.get("test_acc_last_k")
         shown = "-" if acc is None else f"{100 * acc:.2f}%"
         print(f"{label}: {summary['status']}, last-k acc {shown}", flush=True)

@@ -30,6 +30,9 @@ from fedrun.storage.rundir import METRICS_FILE, RunDir
 from fedrun.storage.tracking import Trackers
 
 log = logging.getLogger("fedrun")
+# the ``extra`` attribute that carries an evaluated round's row on its log record: a sweep's live table
+# (fedrun/cli/sweeps.py) follows the running job's round and accuracy by it
+ROW_RECORD = "fedrun_row"
 
 
 class _QuietFileHandler(logging.FileHandler):
@@ -145,7 +148,7 @@ class RoundMonitor:
         write_metrics(self.run_dir / METRICS_FILE, [*self.st.rows, row])
         self.st.rows.append(row)
         self.trackers.log(row)
-        log.info(round_line(row, self.spec.fl.rounds))
+        log.info(round_line(row, self.spec.fl.rounds), extra={ROW_RECORD: row})
         self.progress.update(self.task, acc=f"acc {row['test_acc']:.4f}")
 
     def advance(self) -> None:

@@ -52,6 +52,11 @@ def test_joblib_multirun_of_4_jobs_matches_single_runs(
     launcher = yaml.safe_load((sweep / "multirun.yaml").read_text())["hydra"]["launcher"]
     assert launcher["_target_"].endswith("JoblibLauncher") and launcher["n_jobs"] == 2
     assert len(read_index(sweep)) == 4  # each job's directory (named by its config) is in the sweep's index
+    # the jobs run in joblib's processes: each prints its end line there, the sweep its directory at start and end
+    ends = [ln for ln in res.stdout.splitlines() if ": completed, acc " in ln]
+    assert sorted(ln.split(" ")[0] for ln in ends) == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], res.stdout
+    assert f"sweep of 4 jobs in {sweep}" in res.stdout
+    assert f"sweep done (4 completed): {sweep}; its table: fedrun-report table {sweep}" in res.stdout
     for seed in range(4):
         (job,) = find_jobs(sweep, f"seed={seed}")
         summary = json.loads((job / "summary.json").read_text())

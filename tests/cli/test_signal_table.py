@@ -102,3 +102,30 @@ def test_the_command_routes_signals_before_its_heavy_imports() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_sweep_stopped_mid_job_prints_one_line(tmp_path: Path, sig: signal.Signals) -> None:
+    """sweep-signal: a signal inside a job (its first round recorded) ends the sweep with 128+n and one line that
+    names the job's folder. Before: two more lines, the job's 'interrupted: ...' log line on stderr and its
+    'job 0 [<every override>]: interrupted, last-k acc ...' line on stdout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    sweep = tmp_path / "sweep"
+    args = [*SWEEP, f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/c"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedrun.cli", *args], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not list(sweep.glob("*/metrics.csv")):
+        assert proc.poll() is None and time.monotonic() < deadline, "job 0 recorded no round"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    (job,) = [p.name for p in sweep.iterdir() if p.is_dir()]
+    assert err.splitlines() == [
+        f"fedrun: stopped by {sig.name}; the same command (same hydra.sweep.dir) resumes a sweep"
+        f" (stopped in job 0 [{job}])"
+    ], err
+    assert "interrupted" not in out and out.splitlines()[-1] == f"[1/2] {job}: started", out

@@ -28,15 +28,19 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
     sweep = tmp_path / "run"
     args = ["-m", *SMALL, "fl.lr=0.05,-1"]  # job 0 is fine, job 1 has a bad value
     cache = f"cache_dir={tmp_path / 'cache'}"
-    # each job's directory is named by its config (fedrun/cli/sweeps.py): known before the sweep starts
-    good, bad = (sweep / job_dir_name(compose_cfg([*SMALL, lr, cache]), []) for lr in ("fl.lr=0.05", "fl.lr=-1"))
+    # each job's directory is named by what varies and its config (fedrun/cli/sweeps.py): known before it starts
+    good, bad = (
+        sweep / job_dir_name(compose_cfg([*SMALL, lr, cache]), [lr], {"fl.lr"}) for lr in ("fl.lr=0.05", "fl.lr=-1")
+    )
     proc = _start([*args, f"hydra.sweep.dir={sweep}", cache], tmp_path)
     _kill_after_first_checkpoint(proc, good / CHECKPOINT_FILE)
     assert not bad.exists()  # the sweep died inside job 0
 
     res = run_cli(*args)  # the same sweep command, the same sweep dir
     assert res.returncode == 1, res.stderr  # one job failed
-    assert f"fedrun: 1 of 2 jobs failed (failed: 1); `fedrun-report {sweep}` lists them" in res.stderr
+    assert f"fedrun: 1 of 2 jobs failed (failed: 1); `fedrun-report table {sweep}` lists them" in res.stderr
+    assert good.name.startswith("fl.lr=0.05-") and bad.name.startswith("fl.lr=-1-")
+    assert "[2/2] " + bad.name + ": refused" in res.stdout
     assert "Traceback" not in res.stderr
     assert find_jobs(sweep, "fl.lr=0.05") == [good] and find_jobs(sweep, "fl.lr=-1") == [bad]
     job0 = json.loads((good / "summary.json").read_text())

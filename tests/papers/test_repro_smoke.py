@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,13 @@ def test_fedcos_table2_smoke_prints_the_gain_layout(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr[-2000:]
+    # one line per run, then the table; before: two lines per run of every override on stdout, and each run's
+    # start, rounds and end on stderr (~277 KB for a whole -smoke target)
+    assert r.stderr == ""
+    runs = [ln for ln in r.stdout.splitlines() if re.match(r"\[\d/2\] ", ln)]
+    assert len(runs) == 2 and all(re.search(r": completed, acc \d+\.\d\d% \(\d+\.\d s\)$", ln) for ln in runs), runs
+    assert re.match(r"\[1/2\] FedAvg fedcos_table2_fmnist_mlp [0-9a-f]{8}: ", runs[0])  # nothing varies: the hash
+    assert r.stdout.splitlines()[0] == f"sweep of 2 jobs in {out / 'fedcos_table2_fmnist_mlp'}"
     lines = {ln.split("|")[1].strip(): ln for ln in r.stdout.splitlines() if ln.startswith("| Fed")}
     assert set(lines) == {"FedAvg", "FedCos(0.02)"}
     assert "(+" in lines["FedCos(0.02)"] or "(-" in lines["FedCos(0.02)"]  # "acc (gain)" over FedAvg
