@@ -427,10 +427,11 @@ _FIT_CACHE: dict[tuple[str, str, DataSignature], str | None] = {}
 def fit_error(model: str, params: Any, data: DataSignature) -> str | None:
     """Why model ``model`` with hyperparameters ``params`` cannot train on data of signature ``data``; None if it can.
 
-    The model is built as its registry entry builds it, on PyTorch's meta device (no memory, no initialisation),
-    moved to uninitialised CPU memory, and run on a batch of two zero inputs of the data's kind (float images or
-    features, int64 token ids): what that raises (the model's own input check, or PyTorch's error, e.g. a dtype
-    or shape mismatch) is the why, as is an output that is not one score per class. Nothing is trained, and the
+    The model is built as its registry entry builds it and run on a batch of two zero inputs of the data's kind
+    (float images or features, int64 token ids) on PyTorch's meta device, which computes shapes and no numbers
+    (no memory, no initialisation); for token ids, which the meta kernels let a float layer take, it is run again
+    on CPU with zero weights. What that raises (the model's own input check, or PyTorch's error: a shape or
+    dtype mismatch) is the why, as is an output that is not one score per class. Nothing is trained, and the
     answer is kept for the process (validating a sweep's jobs checks each pair once).
     """
     key = (model, repr(params), data)
@@ -442,13 +443,17 @@ def fit_error(model: str, params: Any, data: DataSignature) -> str | None:
 def _probe(build: Any, params: Any, data: DataSignature) -> str | None:
     import torch  # only here: the rest of validation runs without it
 
+    dtype = torch.int64 if data.inputs == "tokens" else torch.float32
     try:
         with torch.device("meta"):
-            module = build(params, data.input_shape, data.num_classes)
-        module = module.to_empty(device="cpu").eval()
-        dtype = torch.int64 if data.inputs == "tokens" else torch.float32
-        with torch.no_grad():
+            module = build(params, data.input_shape, data.num_classes).eval()
             out = module(torch.zeros((2, *data.input_shape), dtype=dtype))
+        if data.inputs == "tokens":  # the meta kernels let a float layer take integer ids: run it for real
+            module = module.to_empty(device="cpu")
+            with torch.no_grad():
+                for t in (*module.parameters(), *module.buffers()):
+                    t.zero_()
+                out = module(torch.zeros((2, *data.input_shape), dtype=dtype))
     except ConfigError as e:
         return e.message
     except Exception as e:  # noqa: BLE001 - whatever the model raises on this input is why it does not fit
