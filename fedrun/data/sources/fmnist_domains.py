@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedrun.config.registry import DATASETS, in_range
-from fedrun.core.errors import ConfigError
+from fedrun.core.errors import ConfigError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.mnist import MNISTParams, load_fmnist
 from fedrun.data.standin import image_dataset, signature
@@ -87,7 +87,10 @@ def standin_fmnist_domains(p: FMNISTDomainsParams, rng: np.random.Generator) -> 
 )
 def load_fmnist_domains(p: FMNISTDomainsParams) -> Dataset:
     """Fashion-MNIST rendered as ``p.domains`` (synthetic domain shift; see the module docstring)."""
-    base = load_fmnist(MNISTParams(root=p.root, download=p.download))
+    try:
+        base = load_fmnist(MNISTParams(root=p.root, download=p.download))
+    except DataMissing as e:
+        raise DataMissing(f"fmnist_domains renders Fashion-MNIST; {e}") from None
     rng = np.random.default_rng(p.seed)
     return Dataset(
         name="fmnist_domains",
