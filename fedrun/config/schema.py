@@ -429,10 +429,11 @@ def fit_error(model: str, params: Any, data: DataSignature) -> str | None:
 
     The model is built as its registry entry builds it and run on a batch of two zero inputs of the data's kind
     (float images or features, int64 token ids) on PyTorch's meta device, which computes shapes and no numbers
-    (no memory, no initialisation); for token ids, which the meta kernels let a float layer take, it is run again
-    on CPU with zero weights. What that raises (the model's own input check, or PyTorch's error: a shape or
-    dtype mismatch) is the why, as is an output that is not one score per class. Nothing is trained, and the
-    answer is kept for the process (validating a sweep's jobs checks each pair once).
+    (no memory, no initialisation); for token ids, which the meta kernels let a float layer take, and for a model
+    using an operation without a meta kernel, it is run again on CPU with zero weights. What that raises (the
+    model's own input check, or PyTorch's error: a shape or dtype mismatch) is the why, as is an output that is
+    not one score per class. Nothing is trained, and the answer is kept for the process (validating a sweep's
+    jobs checks each pair once).
     """
     key = (model, repr(params), data)
     if key not in _FIT_CACHE:
@@ -447,8 +448,14 @@ def _probe(build: Any, params: Any, data: DataSignature) -> str | None:
     try:
         with torch.device("meta"):
             module = build(params, data.input_shape, data.num_classes).eval()
-            out = module(torch.zeros((2, *data.input_shape), dtype=dtype))
-        if data.inputs == "tokens":  # the meta kernels let a float layer take integer ids: run it for real
+            try:
+                out = module(torch.zeros((2, *data.input_shape), dtype=dtype))
+                real = data.inputs == "tokens"  # the meta kernels let a float layer take integer ids
+            except (NotImplementedError, RuntimeError) as e:
+                if "meta" not in str(e):  # an operation without a meta kernel (.item()...): run it for real
+                    raise
+                real = True
+        if real:
             module = module.to_empty(device="cpu")
             with torch.no_grad():
                 for t in (*module.parameters(), *module.buffers()):

@@ -278,3 +278,27 @@ def test_presets_keep_their_models() -> None:
         m = re.search(r"override /model: (\w+)", path.read_text())
         if m:
             assert compose_cfg([f"experiment={path.stem}"]).model.name == m.group(1), path.stem
+
+
+class _ItemModel(torch.nn.Module):
+    """A model with a data-dependent branch (``.item()``, which has no meta kernel) and a fixed 7-class head."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(width, 7)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) if x.abs().sum().item() >= 0 else -self.fc(x)
+
+
+def test_a_new_model_is_checked_by_running_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model the meta device cannot run is run for real; a head of the wrong size is refused by its output."""
+    from fedrun.config.registry import Entry
+    from fedrun.config.schema import fit_error
+
+    monkeypatch.setitem(MODELS._entries, "item7", Entry("item7", lambda p, shape, c: _ItemModel(shape[0]), None))
+    assert fit_error("item7", None, DataSignature((60,), 7, "features")) is None
+    assert fit_error("item7", None, DataSignature((60,), 10, "features")) == (
+        "it gives [7] per input, not the 10 class scores"
+    )
+    assert "dtype" in (fit_error("item7", None, DataSignature((60,), 7, "tokens")) or "")

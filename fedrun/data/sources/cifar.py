@@ -51,7 +51,7 @@ def _locate(name: str, p: CIFARParams) -> Path:
         return root / folder
     looked = ", ".join(str(d) for d in (root / folder, root / name / folder, root / name.upper() / folder))
     raise DataMissing(
-        f"{name}: folder {folder}/ not found under data.root={root} (looked for {looked}); put it at {root / folder}/"
+        f"{name}: folder {folder} not found under data.root={root} (looked for {looked}); put it at {root / folder}/"
         f" ({FILES[name]}: extract {_URLS[name][0]} into {root}), or run with data.download=true on a machine"
         " with a network"
     )
