@@ -27,6 +27,28 @@ from fedrun.core.errors import ConfigError
 
 T = TypeVar("T")
 
+INPUT_KINDS = ("images", "features", "tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSignature:
+    """What a model meets of a dataset, known from its parameters before any file is read: the shape of one
+    input, the number of classes, and the kind of input: ``images`` (stored as uint8 [C, H, W], float after
+    scaling), ``features`` (float [D]) or ``tokens`` (int64 ids [T] below ``num_classes``: next-token data)."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    inputs: str
+
+    def __post_init__(self) -> None:
+        assert self.inputs in INPUT_KINDS, self.inputs
+
+    def describe(self) -> str:
+        """E.g. ``images [3, 32, 32], 10 classes`` or ``token ids [80], 80 symbols``."""
+        what = {"images": "images", "features": "features", "tokens": "token ids"}[self.inputs]
+        classes = f"{self.num_classes} {'symbols' if self.inputs == 'tokens' else 'classes'}"
+        return f"{what} {list(self.input_shape)}, {classes}"
+
 
 @dataclasses.dataclass(frozen=True)
 class Entry(Generic[T]):
@@ -36,6 +58,7 @@ class Entry(Generic[T]):
     standin: Callable[..., Any] | None = (
         None  # data sources: (params, rng) -> a stand-in Dataset (fedrun/data/standin.py)
     )
+    signature: Callable[[Any], DataSignature] | None = None  # data sources: params -> what models meet
 
 
 class Registry(Generic[T]):
@@ -48,15 +71,21 @@ class Registry(Generic[T]):
         self._loaded = False
 
     def register(
-        self, name: str, params: type | None = None, standin: Callable[..., Any] | None = None
+        self,
+        name: str,
+        params: type | None = None,
+        standin: Callable[..., Any] | None = None,
+        signature: Callable[[Any], DataSignature] | None = None,
     ) -> Callable[[T], T]:
         """Register ``obj`` as ``name`` with its hyperparameter dataclass ``params``; a data source also with
-        the builder of its stand-in (``standin(params, rng) -> Dataset``, fedrun/data/standin.py)."""
+        the builder of its stand-in (``standin(params, rng) -> Dataset``, fedrun/data/standin.py) and its
+        ``signature(params) -> DataSignature``, from which every model is checked against it before any
+        work (fedrun/config/schema.py :func:`~fedrun.config.schema.check_model_fits_data`)."""
 
         def deco(obj: T) -> T:
             if name in self._entries and self._entries[name].obj is not obj:
                 raise RuntimeError(f"{self.kind} '{name}' registered twice")
-            self._entries[name] = Entry(name, obj, params, standin)
+            self._entries[name] = Entry(name, obj, params, standin, signature)
             return obj
 
         return deco

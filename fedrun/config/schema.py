@@ -27,6 +27,7 @@ from fedrun.config.registry import (
     ENGINES,
     MODELS,
     PARTITIONS,
+    DataSignature,
     build_params,
     in_range,
     positive,
@@ -455,6 +456,85 @@ def check_step_scalars(spec: RunSpec) -> None:
                 )
 
 
+_FIT_CACHE: dict[tuple[str, str, DataSignature], str | None] = {}
+
+
+def fit_error(model: str, params: Any, data: DataSignature) -> str | None:
+    """Why model ``model`` with hyperparameters ``params`` cannot train on data of signature ``data``; None if it can.
+
+    The model is built as its registry entry builds it and run on a batch of two zero inputs of the data's kind
+    (float images or features, int64 token ids) on PyTorch's meta device, which computes shapes and no numbers
+    (no memory, no initialisation); for token ids, which the meta kernels let a float layer take, and for a model
+    using an operation without a meta kernel, it is run again on CPU with zero weights. What that raises (the
+    model's own input check, or PyTorch's error: a shape or dtype mismatch) is the why, as is an output that is
+    not one score per class. Nothing is trained, and the answer is kept for the process (validating a sweep's
+    jobs checks each pair once).
+    """
+    key = (model, repr(params), data)
+    if key not in _FIT_CACHE:
+        _FIT_CACHE[key] = _probe(MODELS.get(model).obj, params, data)
+    return _FIT_CACHE[key]
+
+
+def _probe(build: Any, params: Any, data: DataSignature) -> str | None:
+    import torch  # only here: the rest of validation runs without it
+
+    dtype = torch.int64 if data.inputs == "tokens" else torch.float32
+    try:
+        with torch.device("meta"):
+            module = build(params, data.input_shape, data.num_classes).eval()
+            try:
+                out = module(torch.zeros((2, *data.input_shape), dtype=dtype))
+                real = data.inputs == "tokens"  # the meta kernels let a float layer take integer ids
+            except (NotImplementedError, RuntimeError) as e:
+                if "meta" not in str(e):  # an operation without a meta kernel (.item()...): run it for real
+                    raise
+                real = True
+        if real:
+            module = module.to_empty(device="cpu")
+            with torch.no_grad():
+                for t in (*module.parameters(), *module.buffers()):
+                    t.zero_()
+                out = module(torch.zeros((2, *data.input_shape), dtype=dtype))
+    except ConfigError as e:
+        return e.message
+    except Exception as e:  # noqa: BLE001 - whatever the model raises on this input is why it does not fit
+        return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, data.num_classes):
+        got = list(out.shape[1:]) if isinstance(out, torch.Tensor) else type(out).__name__
+        return f"it gives {got} per input, not the {data.num_classes} class scores"
+    return None
+
+
+def models_for(data: DataSignature) -> list[str]:
+    """The registered models that train on data of signature ``data`` at their default hyperparameters."""
+    fits = []
+    for name in MODELS.names():
+        cls = MODELS.get(name).params
+        if fit_error(name, build_params(cls, {}, "model") if cls is not None else None, data) is None:
+            fits.append(name)
+    return fits
+
+
+def check_model_fits_data(spec: RunSpec) -> None:
+    """Refuse, before any file is read, a model that cannot train on the dataset: one line naming both, the
+    dataset's input, why, and the models that fit it. Driven by the dataset's registered signature
+    (:class:`~fedrun.config.registry.DataSignature`) and the model's own builder (:func:`fit_error`), so a new
+    dataset or model is covered; a dataset that registered no signature (a user's) is not checked here."""
+    entry = DATASETS.get(spec.data.name)
+    if entry.signature is None:
+        return
+    data = entry.signature(spec.data.params)
+    why = fit_error(spec.model.name, spec.model.params, data)
+    if why is None:
+        return
+    d, m = spec.data.name, spec.model.name
+    valid = ", ".join(models_for(data)) or "none of the registered models"
+    raise ConfigError(
+        "model.name", f"model={m} does not fit data={d} ({data.describe()}): {why}; valid with data={d}: {valid}"
+    )
+
+
 def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
     """Check every field and build the typed run spec; raises ConfigError naming the first bad field."""
     raw = resolve(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
@@ -487,4 +567,5 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
     if extra:
         raise ConfigError(sorted(extra)[0], "unknown top-level key")
     check_step_scalars(spec)
+    check_model_fits_data(spec)
     return spec

@@ -29,14 +29,16 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from fedrun.config.registry import DATASETS
-from fedrun.core.errors import DataMissing
+from fedrun.config.registry import DATASETS, DataSignature
+from fedrun.core.errors import ConfigError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split, pad_images
 
 N_TRAIN, N_TEST = 2000, 500
 MAX_BYTES = 80 * 2**20  # images held (train + test): PACS at 224 px gets 445 + 111
 
 Loader = Callable[[DataParams], Dataset]
+# the third way out of a missing dataset, after placing its files and data.download=true (each source's message)
+STANDIN_WAY = "or data.standin=true for a dry run on stand-in data of the same shape (its numbers mean nothing)"
 
 
 def with_standin(name: str, loader: Loader) -> Loader:
@@ -47,12 +49,30 @@ def with_standin(name: str, loader: Loader) -> Loader:
         try:
             data = loader(p)
         except DataMissing as e:
-            if not getattr(p, "standin", False) or DATASETS.get(name).standin is None:
+            if DATASETS.get(name).standin is None:
                 raise
+            if not getattr(p, "standin", False):
+                raise DataMissing(f"{e}; {STANDIN_WAY}") from None
             data = dataclasses.replace(standin(name, p), standin=str(e))
         return pad_images(data, getattr(p, "image_size", None))
 
     return load
+
+
+def signature(name: str, classes: int, shape: tuple[int, ...], p: DataParams, inputs: str = "images") -> DataSignature:
+    """Dataset ``name``'s signature (fedrun/config/registry.py :class:`DataSignature`) for loader parameters
+    ``p``: images of ``shape`` as ``data.image_size`` pads them, by the rule of :func:`~fedrun.data.base.pad_images`,
+    whose errors it raises before any file is read."""
+    size = getattr(p, "image_size", None)
+    if size is not None and inputs != "images":
+        raise ConfigError("data.image_size", f"{name} is not image data (input {list(shape)}); valid: null")
+    if size is not None:
+        c, h, w = shape
+        if h > size or w > size:
+            why = f"{size} is smaller than {name}'s {h}x{w} images; valid: null or >= {max(h, w)}"
+            raise ConfigError("data.image_size", why)
+        shape = (c, size, size)
+    return DataSignature(tuple(shape), classes, inputs)
 
 
 def standin(name: str, p: DataParams) -> Dataset:

@@ -48,7 +48,34 @@ BAD = [
     (["data.max_train_samples=50", "fl.clients=100"], "fl.clients", "100 clients"),
     (["fl.rounds=abc"], "fl.rounds", ""),
     (["fl.nope=1"], "nope", ""),
+    (["data=shakespeare", "model=mlp"], "model.name", "valid with data=shakespeare: lstm"),  # was a torch error, exit 1
+    (["data=cifar10", "model=lstm"], "model.name", "simplecnn"),
 ]
+
+HEADLINE = ("algorithm=fedlaw", "data=cifar10", "partition.alpha=0.1")  # the README's first command (issue 23)
+
+
+def test_headline_command_offline_names_the_three_ways(run_cli, tmp_path: Path) -> None:
+    """Without CIFAR-10's files: one line, exit 2, naming where the files go, data.download=true and
+    data.standin=true; its model is the papers' SimpleCNN, not the MLP."""
+    r = run_cli(*HEADLINE, f"data.root={tmp_path / 'data'}")
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fedrun: error: cifar10: "), r.stderr
+    line = lines[0]
+    assert f"put it at {tmp_path / 'data' / 'cifar-10-batches-py'}/ (data_batch_1" in line
+    assert "data.download=true" in line and "data.standin=true for a dry run" in line
+    config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
+    assert "name: simplecnn" in config and "name: mlp" not in config
+
+
+def test_a_dataset_without_model_runs_and_records_its_papers_model(run_cli, tmp_path: Path) -> None:
+    """data=cifar10 on stand-in data trains FedLAW's SimpleCNN, and config.yaml says so."""
+    r = run_cli("data=cifar10", "data.standin=true", "fl.clients=2", "fl.rounds=1", "output.plots=false")
+    assert r.returncode == 0, r.stderr
+    assert "cifar10 / simplecnn" in r.stdout
+    config = (tmp_path / "run" / "config.yaml").read_text()
+    assert "model:\n  name: simplecnn\n" in config
 
 
 @pytest.mark.parametrize(("overrides", "field", "hint"), BAD, ids=[" ".join(b[0]) for b in BAD])

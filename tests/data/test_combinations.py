@@ -26,9 +26,8 @@ def test_cli_pachinko_without_coarse_labels(run_cli) -> None:  # noqa: ANN001
     ],
 )
 def test_impossible_combinations(make_spec, overrides: tuple[str, ...], field: str) -> None:  # noqa: ANN001
-    spec = make_spec("data.max_train_samples=1000", "data.max_test_samples=100", *overrides)
-    with pytest.raises(ConfigError) as e:
-        build_experiment(spec)
+    with pytest.raises(ConfigError) as e:  # a model/data mismatch already while validating, before any file is read
+        build_experiment(make_spec("data.max_train_samples=1000", "data.max_test_samples=100", *overrides))
     assert e.value.field == field
     assert "\n" not in str(e.value)
 

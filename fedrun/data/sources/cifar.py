@@ -20,7 +20,7 @@ from fedrun.data.sources.files import (
     read_bytes,
     safe_unpickle,
 )
-from fedrun.data.standin import image_dataset
+from fedrun.data.standin import image_dataset, signature
 
 _URLS = {
     "cifar10": ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),
@@ -28,6 +28,7 @@ _URLS = {
 }
 MEAN = {"cifar10": (0.4914, 0.4822, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
 STD = {"cifar10": (0.2470, 0.2435, 0.2616), "cifar100": (0.2673, 0.2564, 0.2762)}
+FILES = {"cifar10": "data_batch_1 ... data_batch_5, test_batch, batches.meta", "cifar100": "train, test, meta"}
 
 
 @dataclass
@@ -48,9 +49,11 @@ def _locate(name: str, p: CIFARParams) -> Path:
             download(url, archive, digest)
         extract_tar(archive, root)
         return root / folder
+    looked = ", ".join(str(d) for d in (root / folder, root / name / folder, root / name.upper() / folder))
     raise DataMissing(
-        f"{name}: folder {folder} not found under {root} (looked in {root / folder}, {root / name / folder}); "
-        f"download {_URLS[name][0]} and extract it there, or run with data.download=true on a machine with a network"
+        f"{name}: folder {folder} not found under data.root={root} (looked for {looked}); put it at {root / folder}/"
+        f" ({FILES[name]}: extract {_URLS[name][0]} into {root}), or run with data.download=true on a machine"
+        " with a network"
     )
 
 
@@ -101,7 +104,9 @@ def standin_cifar100(p: CIFARParams, rng: np.random.Generator) -> Dataset:
     return d
 
 
-@DATASETS.register("cifar10", CIFARParams, standin=standin_cifar10)
+@DATASETS.register(
+    "cifar10", CIFARParams, standin=standin_cifar10, signature=lambda p: signature("cifar10", 10, (3, 32, 32), p)
+)
 def load_cifar10(p: CIFARParams) -> Dataset:
     d = _locate("cifar10", p)
     train = _split([_batch(d / f"data_batch_{i}", "labels", p.verify, 10) for i in range(1, 6)])
@@ -109,7 +114,12 @@ def load_cifar10(p: CIFARParams) -> Dataset:
     return Dataset("cifar10", train, test, 10, (3, 32, 32), MEAN["cifar10"], STD["cifar10"])
 
 
-@DATASETS.register("cifar100", CIFARParams, standin=standin_cifar100)
+@DATASETS.register(
+    "cifar100",
+    CIFARParams,
+    standin=standin_cifar100,
+    signature=lambda p: signature("cifar100", 100, (3, 32, 32), p),
+)
 def load_cifar100(p: CIFARParams) -> Dataset:
     """CIFAR-100 with fine labels as ``y`` and the 20 superclasses kept as ``coarse``."""
     d = _locate("cifar100", p)

@@ -25,12 +25,14 @@ from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, load_pickled_pair, read_image_folder, to_chw_uint8
-from fedrun.data.standin import image_dataset
+from fedrun.data.standin import image_dataset, signature
 
 FEDBN_FOLDERS = {"mnist": "MNIST", "svhn": "SVHN", "usps": "USPS", "synth": "SynthDigits", "mnistm": "MNIST_M"}
 HINT = (
-    "get FedBN's preprocessed Digit-Five (github.com/med-air/FedBN, 'digit_dataset') and put it at "
-    "{root}/digit_dataset, or give {root}/digit5/<domain>.npz dumps or image folders"
+    "put FedBN's preprocessed Digit-Five (github.com/med-air/FedBN, 'digit_dataset') at"
+    " {root}/digit_dataset/<MNIST|SVHN|USPS|SynthDigits|MNIST_M>/partitions/*.pkl, or give"
+    " {root}/digit5/<domain>.npz (x_train, y_train, x_test, y_test) or {root}/digit5/<domain>/{{train,test}}/<0-9>/"
+    " image folders; data.download=true cannot fetch Digit-Five (no automatic download)"
 )
 
 
@@ -106,7 +108,7 @@ def load_domain(root: Path, name: str) -> tuple[Arrays, Arrays]:
                 if len(x) != len(y) or (len(y) and (y.min() < 0 or y.max() > 9)):
                     raise DataError(f"digit5/{name}: {len(x)} images, {len(y)} labels, labels must be 0-9")
             return got
-    raise DataMissing(f"digit5: domain {name} not found under {root}; " + HINT.format(root=root))
+    raise DataMissing(f"digit5: domain {name} not found under data.root={root}; " + HINT.format(root=root))
 
 
 def _stack(parts: list[Arrays]) -> Split:
@@ -120,7 +122,9 @@ def standin_digit5(p: Digit5Params, rng: np.random.Generator) -> Dataset:
     return image_dataset("digit5", 10, (3, 28, 28), (0.5,) * 3, (0.5,) * 3, rng, list(p.domains))
 
 
-@DATASETS.register("digit5", Digit5Params, standin=standin_digit5)
+@DATASETS.register(
+    "digit5", Digit5Params, standin=standin_digit5, signature=lambda p: signature("digit5", 10, (3, 28, 28), p)
+)
 def load_digit5(p: Digit5Params) -> Dataset:
     """All requested domains concatenated, with a domain id per sample (train and test)."""
     if p.download:

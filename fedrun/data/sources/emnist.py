@@ -19,18 +19,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedrun.config.registry import DATASETS, in_range
+from fedrun.config.registry import DATASETS, DataSignature, in_range
 from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels, load_idx_split
 from fedrun.data.sources.leaf import read_leaf_files
-from fedrun.data.standin import balanced, image_dataset
+from fedrun.data.standin import balanced, image_dataset, signature
 
 MEAN, STD = (0.1736,), (0.3317,)
 CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
 HINT = (
-    "download gzip.zip from https://www.nist.gov/itl/products-and-services/emnist-dataset and extract its "
-    "emnist-*-ubyte.gz files to {root}/emnist/gzip"
+    "put the four IDX files of the split (emnist-{split}-train-images-idx3-ubyte.gz, -train-labels-idx1-ubyte.gz,"
+    " -test-images-idx3-ubyte.gz, -test-labels-idx1-ubyte.gz) in {root}/emnist/gzip/ (download gzip.zip from"
+    " https://www.nist.gov/itl/products-and-services/emnist-dataset and extract them there); data.download=true"
+    " cannot fetch EMNIST (no automatic download of the 560 MB zip)"
+)
+LEAF_HINT = (
+    "put LEAF's FEMNIST json in {root}/femnist/data/train/ and {root}/femnist/data/test/ (run LEAF's"
+    " data/femnist/preprocess.sh, github.com/TalwalkarLab/leaf, and copy its data/train and data/test there);"
+    " data.download=true cannot fetch FEMNIST (no automatic download)"
 )
 
 
@@ -76,13 +83,17 @@ def standin_emnist(p: EMNISTParams, rng: np.random.Generator) -> Dataset:
     return d
 
 
-@DATASETS.register("emnist", EMNISTParams, standin=standin_emnist)
+def signature_emnist(p: EMNISTParams) -> DataSignature:
+    return signature("emnist", 62 if p.source == "leaf" else CLASSES[p.split], (1, 28, 28), p)
+
+
+@DATASETS.register("emnist", EMNISTParams, standin=standin_emnist, signature=signature_emnist)
 def load_emnist(p: EMNISTParams) -> Dataset:
     """EMNIST ``split`` (28x28 grey), optionally a random ``fraction`` of it; writers with ``source=leaf``."""
     if p.source == "leaf":
         return load_femnist(p)
     if p.download:
-        raise DataError("emnist: no automatic download (a 560 MB zip); " + HINT.format(root=p.root))
+        raise DataError("emnist: no automatic download (a 560 MB zip); " + HINT.format(root=p.root, split=p.split))
     root = Path(p.root)
     dirs = [root / "emnist" / "gzip", root / "emnist", root / "EMNIST" / "raw", root / "gzip", root]
     stem = f"emnist-{p.split}"
@@ -94,7 +105,8 @@ def load_emnist(p: EMNISTParams) -> Dataset:
     }
     lo = 1 if p.split == "letters" else 0  # letters are 1-26 in the files
     labels = (lo, lo + CLASSES[p.split])
-    a = load_idx_split("emnist", dirs, files, None, root, False, HINT.format(root=root), labels=labels)
+    hint = HINT.format(root=root, split=p.split)
+    a = load_idx_split("emnist", dirs, files, None, root, False, hint, labels=labels)
     rng = np.random.default_rng(p.seed)
     splits = []
     for part in ("train", "test"):
@@ -139,8 +151,8 @@ def load_femnist(p: EMNISTParams) -> Dataset:
     base = next((d for d in (root / "femnist" / "data", root / "femnist") if (d / "train").is_dir()), None)
     if base is None or not (base / "test").is_dir():
         raise DataMissing(
-            f"emnist (source=leaf): femnist/data/train and test not found under {root}; run LEAF's "
-            "data/femnist/preprocess.sh (github.com/TalwalkarLab/leaf) and copy data/train, data/test there"
+            f"emnist (source=leaf): femnist/data/train/ and test/ not found under data.root={root}; "
+            + LEAF_HINT.format(root=root)
         )
     train = read_leaf_files(base / "train")
     test = read_leaf_files(base / "test")

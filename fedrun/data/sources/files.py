@@ -229,7 +229,7 @@ def load_idx_split(
             path = download_dir / f"{stem}.gz"
         if path is None:
             looked = ", ".join(str(d) for d in dirs)
-            raise DataMissing(f"{name}: {stem}[.gz] not found (looked in {looked}); {hint}")
+            raise DataMissing(f"{name}: {stem}[.gz] not found under data.root (looked in {looked}); {hint}")
         raw = read_idx_bytes(path, stem, verify)
         if verify:
             check_md5(path, raw, digest)

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from fedrun.config.registry import DATASETS, in_range
-from fedrun.core.errors import ConfigError
+from fedrun.core.errors import ConfigError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.mnist import MNISTParams, load_fmnist
-from fedrun.data.standin import image_dataset
+from fedrun.data.standin import image_dataset, signature
 
 STYLES = ("plain", "rotate", "invert", "noise", "colour")
 
@@ -79,10 +79,18 @@ def standin_fmnist_domains(p: FMNISTDomainsParams, rng: np.random.Generator) -> 
     return image_dataset("fmnist_domains", 10, (3, 28, 28), (0.5,) * 3, (0.5,) * 3, rng, list(p.domains))
 
 
-@DATASETS.register("fmnist_domains", FMNISTDomainsParams, standin=standin_fmnist_domains)
+@DATASETS.register(
+    "fmnist_domains",
+    FMNISTDomainsParams,
+    standin=standin_fmnist_domains,
+    signature=lambda p: signature("fmnist_domains", 10, (3, 28, 28), p),
+)
 def load_fmnist_domains(p: FMNISTDomainsParams) -> Dataset:
     """Fashion-MNIST rendered as ``p.domains`` (synthetic domain shift; see the module docstring)."""
-    base = load_fmnist(MNISTParams(root=p.root, download=p.download))
+    try:
+        base = load_fmnist(MNISTParams(root=p.root, download=p.download))
+    except DataMissing as e:
+        raise DataMissing(f"fmnist_domains renders Fashion-MNIST; {e}") from None
     rng = np.random.default_rng(p.seed)
     return Dataset(
         name="fmnist_domains",

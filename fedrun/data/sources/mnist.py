@@ -11,7 +11,7 @@ import torch
 from fedrun.config.registry import DATASETS
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import load_idx_split
-from fedrun.data.standin import image_dataset
+from fedrun.data.standin import image_dataset, signature
 
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -25,6 +25,7 @@ FMNIST_FILES = {
 }
 NORM = {"fmnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}  # (mean, std) of the training images
 MNIST_FILES = {k: (stem, None) for k, (stem, _) in FMNIST_FILES.items()}
+IDX_NAMES = ", ".join(f"{stem}.gz" for stem, _ in FMNIST_FILES.values())
 
 
 @dataclass
@@ -53,7 +54,9 @@ def standin_mnist(p: MNISTParams, rng: np.random.Generator) -> Dataset:
     return image_dataset("mnist", 10, (1, 28, 28), (NORM["mnist"][0],), (NORM["mnist"][1],), rng)
 
 
-@DATASETS.register("fmnist", MNISTParams, standin=standin_fmnist)
+@DATASETS.register(
+    "fmnist", MNISTParams, standin=standin_fmnist, signature=lambda p: signature("fmnist", 10, (1, 28, 28), p)
+)
 def load_fmnist(p: MNISTParams) -> Dataset:
     root = Path(p.root)
     dirs = [root / "fashion-mnist", root / "FashionMNIST" / "raw", root / "fmnist", root, DEBIAN_FMNIST]
@@ -65,13 +68,16 @@ def load_fmnist(p: MNISTParams) -> Dataset:
         download_dir=root / "fashion-mnist",
         allow_download=p.download,
         verify=p.verify,
-        hint="install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "
-        "or run with data.download=true on a machine with a network",
+        hint=f"put the four IDX files ({IDX_NAMES}) in {root / 'fashion-mnist'}/ or install the Debian package"
+        " dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or run with data.download=true on a"
+        " machine with a network",
     )
     return _dataset("fmnist", arrays, *NORM["fmnist"])
 
 
-@DATASETS.register("mnist", MNISTParams, standin=standin_mnist)
+@DATASETS.register(
+    "mnist", MNISTParams, standin=standin_mnist, signature=lambda p: signature("mnist", 10, (1, 28, 28), p)
+)
 def load_mnist(p: MNISTParams) -> Dataset:
     root = Path(p.root)
     dirs = [root / "mnist", root / "MNIST" / "raw", root]
@@ -83,7 +89,7 @@ def load_mnist(p: MNISTParams) -> Dataset:
         download_dir=root / "mnist",
         allow_download=p.download,
         verify=p.verify,
-        hint=f"put the four IDX files under {root / 'mnist'} or run with data.download=true on a machine with a"
-        " network",
+        hint=f"put the four IDX files ({IDX_NAMES}) in {root / 'mnist'}/, or run with data.download=true on a"
+        " machine with a network",
     )
     return _dataset("mnist", arrays, *NORM["mnist"])

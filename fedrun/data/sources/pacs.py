@@ -25,7 +25,7 @@ from fedrun.core.errors import ConfigError, DataError, DataMissing
 from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.files import check_labels
 from fedrun.data.sources.images import load_npz, read_image_folder, to_chw_uint8
-from fedrun.data.standin import image_dataset
+from fedrun.data.standin import image_dataset, signature
 
 DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
 CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
@@ -68,9 +68,11 @@ def load_domain(root: Path, name: str, p: PACSParams) -> tuple[np.ndarray, np.nd
             check_labels(npz, y, 0, len(CLASSES))
             return to_chw_uint8(z["x"], p.crop, name=str(npz)).numpy(), y.astype(np.int64)
     raise DataMissing(
-        f"pacs: domain {name} not found under {root} (looked for PACS/{name}/<class>/ and PACS/{name}.npz); "
-        "download PACS (the 'kfold' images, https://domaingeneralization.github.io) and extract it to "
-        f"{root / 'PACS'}"
+        f"pacs: domain {name} not found under data.root={root} (looked for PACS/{name}/<class>/ and"
+        f" PACS/{name}.npz); put PACS's images at {root / 'PACS'}/<domain>/<class>/*.jpg (domains"
+        f" {', '.join(DOMAINS)}; classes {', '.join(CLASSES)}: the 'kfold' images of"
+        " https://domaingeneralization.github.io) or <domain>.npz files (x, y) there; data.download=true cannot"
+        " fetch PACS (no automatic download)"
     )
 
 
@@ -84,7 +86,12 @@ def standin_pacs(p: PACSParams, rng: np.random.Generator) -> Dataset:
     return image_dataset("pacs", len(CLASSES), shape, IMAGENET_MEAN, IMAGENET_STD, rng, list(p.domains))
 
 
-@DATASETS.register("pacs", PACSParams, standin=standin_pacs)
+@DATASETS.register(
+    "pacs",
+    PACSParams,
+    standin=standin_pacs,
+    signature=lambda p: signature("pacs", len(CLASSES), (3, p.crop, p.crop), p),
+)
 def load_pacs(p: PACSParams) -> Dataset:
     """PACS with a random ``test_fraction`` of each domain held out and a domain id per sample."""
     if p.download:

@@ -41,6 +41,7 @@ from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.sources.leaf import LEAF_SEQ_LEN, read_leaf_users
 from fedrun.data.sources.shakespeare_build import INSTALL_HINT, Roles, load_roles
 from fedrun.data.sources.shakespeare_plays import ALL_LETTERS, SPACE, encode
+from fedrun.data.standin import signature
 
 __all__ = ["ALL_LETTERS", "SPACE", "ShakespeareParams", "encode", "load_shakespeare"]
 
@@ -48,8 +49,9 @@ SOURCES = ("auto", "leaf", "gutenberg")
 SPLITS = ("contiguous", "random")
 TOKENS = torch.int32  # vocabulary ids of the windows: 80 symbols, half the memory of int64
 HINT = (
-    "run LEAF's data/shakespeare/preprocess.sh (github.com/TalwalkarLab/leaf) and copy its data/train and "
-    "data/test folders to {root}/shakespeare/data/, or " + INSTALL_HINT
+    "put LEAF's json in {root}/shakespeare/data/train/ and {root}/shakespeare/data/test/ (run LEAF's"
+    " data/shakespeare/preprocess.sh, github.com/TalwalkarLab/leaf, and copy its data/train and data/test"
+    " there), or install the plays: " + INSTALL_HINT + "; data.download=true cannot fetch them (no automatic download)"
 )
 
 
@@ -288,7 +290,12 @@ def standin_shakespeare(p: ShakespeareParams, rng: np.random.Generator) -> Datas
     )
 
 
-@DATASETS.register("shakespeare", ShakespeareParams, standin=standin_shakespeare)
+@DATASETS.register(
+    "shakespeare",
+    ShakespeareParams,
+    standin=standin_shakespeare,
+    signature=lambda p: signature("shakespeare", len(ALL_LETTERS), (p.seq_len,), p, inputs="tokens"),
+)
 def load_shakespeare(p: ShakespeareParams) -> Dataset:
     """LEAF's json under ``data.root`` if there (``source=auto|leaf``), else the ``shakespeare`` package's plays."""
     if p.download:
@@ -300,13 +307,14 @@ def load_shakespeare(p: ShakespeareParams) -> Dataset:
             return from_leaf_json(folder, p)
         if p.source == "leaf":
             raise DataMissing(
-                f"shakespeare: train/ and test/ LEAF folders not found under {root}; " + HINT.format(root=root)
+                f"shakespeare: train/ and test/ LEAF folders not found under data.root={root}; "
+                + HINT.format(root=root)
             )
     try:
         roles = load_roles(root)
     except DataMissing:
         raise DataMissing(
-            f"shakespeare: neither LEAF's train/ and test/ folders under {root} nor the 'shakespeare' package; "
-            + HINT.format(root=root)
+            f"shakespeare: neither LEAF's train/ and test/ folders under data.root={root} nor the 'shakespeare'"
+            " package; " + HINT.format(root=root)
         ) from None
     return from_package(roles, p)

@@ -16,6 +16,7 @@ import torch
 
 from fedrun.config.registry import DATASETS, positive
 from fedrun.data.base import DataParams, Dataset, Split
+from fedrun.data.standin import signature
 
 
 @dataclass
@@ -38,7 +39,9 @@ class SyntheticParams(DataParams):
         positive("classes", self.classes)
 
 
-@DATASETS.register("synthetic", SyntheticParams)
+@DATASETS.register(
+    "synthetic", SyntheticParams, signature=lambda p: signature("synthetic", p.classes, (p.dim,), p, inputs="features")
+)
 def load_synthetic(p: SyntheticParams) -> Dataset:
     rng = np.random.default_rng(p.seed)
     sizes = (rng.lognormal(p.mean_size, 2.0, p.devices).astype(int) + 50).clip(max=5000)
