@@ -32,7 +32,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -367,7 +367,7 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
         saved = OmegaConf.load(cfg_file)
         if not isinstance(saved, DictConfig) or not OmegaConf.is_dict(saved.get("algorithm")):
             _fail(f"resume: {cfg_file} is not a fedrun config (a mapping of config keys)")
-        cfg = OmegaConf.merge(saved, OmegaConf.from_dotlist(overrides))
+        cfg = cast(DictConfig, OmegaConf.merge(saved, OmegaConf.from_dotlist(overrides)))
     except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
         _fail(f"resume: {one_line(str(e))}")
     for o in overrides:  # `algorithm=fedprox`: a group option would replace the saved run's whole section

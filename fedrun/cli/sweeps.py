@@ -274,7 +274,7 @@ def report_multirun(returns: Any) -> int:
     if not jobs:
         return 0
     bad: dict[str, int] = {}
-    sweep_dir = None
+    sweep_dir: Path | str = "."  # every job's parent: set by the loop (jobs is not empty)
     for r in jobs:
         run_dir = Path(r.hydra_cfg.hydra.runtime.output_dir)  # type: ignore[union-attr]  # set on every job
         sweep_dir = run_dir.parent
@@ -538,7 +538,8 @@ def planned_jobs(config: DictConfig) -> int | None:
     from fedrun.cli import hydra_patches
 
     params = OmegaConf.select(config, "hydra.sweeper.params")
-    lines = [f"{k}={v}" for k, v in (OmegaConf.to_container(params) if isinstance(params, DictConfig) else {}).items()]
+    space = OmegaConf.to_container(params) if isinstance(params, DictConfig) else {}
+    lines = [f"{k!s}={v}" for k, v in (space.items() if isinstance(space, dict) else [])]
     try:
         parsed = OverridesParser.create().parse_overrides([*lines, *config.hydra.overrides.task])
         return len(hydra_patches.sweep_jobs(parsed))

@@ -106,7 +106,7 @@ def plot_diagnostics(
     fig, axes = plt.subplots(
         len(cols), 1, figsize=(7, 2.3 * len(cols)), sharex=True, squeeze=False, layout="constrained"
     )
-    handles = {}  # every run in the legend, also one lacking the first panel's column
+    handles: dict[str, Any] = {}  # every run in the legend, also one lacking the first panel's column
     for ax, col in zip(axes[:, 0], cols, strict=True):
         for name, df in runs.items():
             if col in df:

@@ -97,7 +97,7 @@ def _plt() -> Any:  # matplotlib.pyplot, imported lazily and headless
 def _length(text: Any, renderer: Any) -> float:  # text: a matplotlib Text
     """The extent of ``text`` along its own direction, in pixels (a rotated y label: its height)."""
     box = text.get_window_extent(renderer)
-    return box.height if round(text.get_rotation()) % 180 == 90 else box.width
+    return float(box.height if round(text.get_rotation()) % 180 == 90 else box.width)
 
 
 def _wrap(text: Any, room: float, renderer: Any) -> bool:  # text: a matplotlib Text
@@ -217,7 +217,7 @@ def png_notice(path: Path) -> str:
     from PIL import Image
 
     with Image.open(path) as im:
-        return str(im.text.get(PNG_NOTICE_KEY, ""))  # type: ignore[attr-defined]
+        return str(im.text.get(PNG_NOTICE_KEY, ""))
 
 
 def partition_title(name: str, params: dict[str, Any], clients: int, seed: int) -> str:
