@@ -82,7 +82,11 @@ def record_section(record: dict[str, Any]) -> str:
             f"| {_num(c['difference'], '{:+.2f}')} | {within} |"
         )
     out += rows + [""]
-    out += [f"- command: `{record['command']}`"]
+    commands = record["command"] if isinstance(record["command"], list) else [record["command"]]
+    if len(commands) == 1:
+        out += [f"- command: `{commands[0]}`"]
+    else:
+        out += ["- commands:", *(f"    - `{c}`" for c in commands)]
     commit = f"`{record['commit']}`" + (
         f" ({catalogue.prose(record['commit_note'])})" if record.get("commit_note") else ""
     )
