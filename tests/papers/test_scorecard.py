@@ -106,7 +106,7 @@ def test_report_paper_flag_prints_the_evidence_scorecard(capsys) -> None:  # noq
     assert report_main(["--paper", "fedcos-table2"]) == 0
     out = capsys.readouterr().out
     assert "| II      | FedAvg       | Totally non-IID | 74.11  | 74.91   | -0.80" in out
-    assert "reproduced: 3 of 3 compared cells" in out
+    assert "reproduced: 5 of 5 compared cells" in out
 
 
 def test_report_paper_flag_refuses_an_unknown_target(capsys, tmp_path) -> None:  # noqa: ANN001
