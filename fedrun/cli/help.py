@@ -56,17 +56,15 @@ def print_version_if_asked(argv: list[str]) -> None:
 
 
 def header_doc(path: Path) -> str:
-    """The first line of a YAML file's header comment (``# @package`` lines skipped), or ''."""
+    """The first line of a YAML file's header comment (``# @package`` lines skipped), or '': the header as the
+    generated reference pages read it (:func:`fedrun.config.catalogue.yaml_comments`)."""
+    from fedrun.config.catalogue import yaml_comments
+
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        header, _ = yaml_comments(path)
     except (OSError, UnicodeDecodeError):
         return ""
-    for line in lines:
-        text = line.strip()
-        if text.startswith("# @package"):
-            continue
-        return text.lstrip("#").strip() if text.startswith("#") else ""
-    return ""
+    return header.splitlines()[0] if header else ""
 
 
 def registry_doc(group: str, name: str) -> str:
