@@ -39,11 +39,6 @@ def require_tracker(name: str) -> None:
         raise MissingExtra(name, module, extra)
 
 
-def require_tensorboard() -> None:
-    """Raise a one-line ConfigError when the tensorboard package is not installed."""
-    require_tracker("tensorboard")
-
-
 def require_trackers(tensorboard: bool, mlflow: bool, wandb: bool) -> None:
     """Check that every chosen tracker's package is installed (config validation, before any work)."""
     for name, chosen in (("tensorboard", tensorboard), ("mlflow", mlflow), ("wandb", wandb)):
