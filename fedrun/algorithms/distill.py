@@ -13,10 +13,13 @@
 
 FedLAW App. C: server optimiser Adam(betas (0.5, 0.999)), E_s = 100 (Server-FT 2), no temperature. Its
 lr is not stated: the default is FedLAW's lr_s 0.005. A fresh Adam each round (as FedLAW's own server
-optimisation). ``optimizer=sgd`` is FedLAW code's distillation optimiser: the central node's
-``torch.optim.SGD`` (momentum 0.9, weight decay 5e-4, the clients' initial lr, never decayed: set
-``server_lr`` to it), built once (``nodes.py`` line 32) so its momentum buffer carries over from round to
-round; here it lives in the server state.
+optimisation). ``optimizer=sgd`` is what FedLAW's code runs for all three (``server_funct.py``
+``server_finetune``, ``feddf``, ``fedbe`` step ``central_node.optimizer``): the central node's
+``torch.optim.SGD`` from ``utils.py`` init_optimizer, momentum 0.9, weight decay ``args.local_wd_rate``
+(``server_weight_decay``) and the clients' initial lr (``server_lr``), never decayed (``lr_scheduler`` only
+touches the clients' optimisers), built once (``nodes.py`` line 32) so its momentum buffer carries over from
+round to round; here it lives in the server state. FedLAW's table presets run this form
+(fedrun/papers/targets.py LAW_SERVER_SGD).
 
 BatchNorm statistics (the paper is silent; FedLAW's code decides, ``server_funct.py`` lines 289-307,
 363-386, 757-795): the student starts from the FedAvg state dict, i.e. the size-weighted mean of the
@@ -40,7 +43,7 @@ from fedrun.config.schema import one_of
 from fedrun.core.rng import torch_gen
 from fedrun.core.tree import Tensors, Tree, clone, unstack, weighted_mean, zeros_like
 
-SGD_MOMENTUM, SGD_WEIGHT_DECAY = 0.9, 5e-4  # FedLAW code's central optimiser (args.momentum, local_wd_rate)
+SGD_MOMENTUM = 0.9  # FedLAW code's central optimiser (args.momentum)
 
 
 class Teacher(NamedTuple):
@@ -54,16 +57,19 @@ class Teacher(NamedTuple):
 
 @dataclass
 class DistillParams(AlgoParams):
-    """``server_lr`` [?] (not stated; FedLAW's lr_s), ``server_epochs`` E_s (FedLAW App. C: 100)."""
+    """``server_lr`` [?] (not stated; FedLAW's lr_s), ``server_epochs`` E_s (FedLAW App. C: 100);
+    ``server_weight_decay``: the ``optimizer=sgd`` form's weight decay (FedLAW code: the clients' 5e-4)."""
 
     server_lr: float = 0.005
     server_epochs: int = 100
     optimizer: str = "adam"
     beta1: float = 0.5
     beta2: float = 0.999
+    server_weight_decay: float = 5e-4
 
     def __post_init__(self) -> None:
         positive("server_lr", self.server_lr)
+        positive("server_weight_decay", self.server_weight_decay, allow_zero=True)
         positive("server_epochs", self.server_epochs, allow_zero=True)
         one_of("optimizer", self.optimizer, ("adam", "sgd"))
         # the server's torch.optim.Adam refuses a beta of 1: its bias correction divides by 1 - beta^t = 0
@@ -91,7 +97,7 @@ class ServerTrained(ProxyMethod):
         hp = self.hp
         if hp.optimizer == "adam":
             return adam(tensors, hp.server_lr, (hp.beta1, hp.beta2))
-        return torch.optim.SGD(tensors, lr=hp.server_lr, momentum=SGD_MOMENTUM, weight_decay=SGD_WEIGHT_DECAY)
+        return torch.optim.SGD(tensors, lr=hp.server_lr, momentum=SGD_MOMENTUM, weight_decay=hp.server_weight_decay)
 
     def server_loss(self, params: Tensors, batch: Batch, teachers: list[Teacher]) -> torch.Tensor:
         raise NotImplementedError

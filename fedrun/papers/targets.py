@@ -133,14 +133,24 @@ def cos_methods(mus: tuple[float, ...], prox: float) -> tuple[Method, ...]:
 #   decays x0.99 a round (utils.py lr_scheduler). mu = 1e-3 (App. C; args.py --mu default).
 # - FedDyn: client_funct.py client_feddyn / server_funct.py feddyn (variant=law: the unsquared penalty, h updated
 #   with the size weights, the first selected client's BatchNorm buffers); alpha = 0.01 as App. C states.
+# - FedDF, FedBE, Server-FT: server_funct.py feddf / fedbe / server_finetune step central_node.optimizer, the
+#   SGD that utils.py init_optimizer builds once for the server node (nodes.py line 32): the clients' initial lr
+#   (never decayed: lr_scheduler touches client nodes only), momentum 0.9 kept across rounds, weight decay
+#   args.local_wd_rate. The paper's App. C Adam is for FedLAW's own lambda/gamma. Hydra interpolations take the
+#   preset's fl.lr and fl.weight_decay (0.08 / 5e-4 for FMNIST and CIFAR-10, 0.01 / 5e-5 for CIFAR-100).
 LAW_PROX = ("algorithm=fedprox", "algorithm.mu=0.001", "fl.momentum=0", "fl.weight_decay=0")
+LAW_SERVER_SGD = (
+    "algorithm.optimizer=sgd",
+    "algorithm.server_lr=${fl.lr}",
+    "algorithm.server_weight_decay=${fl.weight_decay}",
+)
 LAW_METHODS = (
     m("FedAvg", "algorithm=fedavg"),
     m("FedProx", *LAW_PROX),
     m("FedDyn", "algorithm=feddyn", "algorithm.alpha=0.01", "algorithm.variant=law"),
-    m("FedDF", "algorithm=feddf"),
-    m("FedBE", "algorithm=fedbe"),
-    m("Server-FT", "algorithm=serverft"),
+    m("FedDF", "algorithm=feddf", *LAW_SERVER_SGD),
+    m("FedBE", "algorithm=fedbe", *LAW_SERVER_SGD),
+    m("Server-FT", "algorithm=serverft", *LAW_SERVER_SGD),
     m("FedLAW", "algorithm=fedlaw"),
     m("FedLAW (SWA)", "algorithm=fedlaw_swa"),
 )

@@ -118,6 +118,40 @@ def test_serverft_lowers_the_proxy_loss_of_fedavg() -> None:
     assert ServerFTParams().server_epochs == 2 and DistillParams().server_epochs == 100
 
 
+def test_serverft_sgd_is_the_codes_persistent_central_optimiser() -> None:
+    # FedLAW code (server_funct.server_finetune): the FedAvg state dict is loaded into the central model, whose
+    # SGD(lr, momentum 0.9, weight decay) is built once, so round 2 starts from round 1's momentum buffer. Two
+    # rounds of two full-batch epochs against that plain-torch loop.
+    model, env = tiny_env()
+    assert env.proxy is not None
+    env = dataclasses.replace(env, proxy=ProxySet(env.proxy.split, C, 128))  # the 80 proxy samples: one batch
+    hp = ServerFTParams(server_epochs=2, server_lr=0.08, optimizer="sgd", server_weight_decay=5e-5)
+    algo = make(ServerFT, hp, env, model)
+    ref = copy.deepcopy(model.module)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.08, momentum=0.9, weight_decay=5e-5)
+    proxy = algo.proxy_batch()
+    params, state = model.init_params(), None
+    for rnd in range(2):
+        _, uploads, weights, info = cohort(model, 3)
+        uploads = {"params": {k: v * (1 + rnd) for k, v in uploads["params"].items()}}
+        state = algo.server_init(params) if state is None else state
+        params, state, _ = algo.aggregate(params, state, uploads, weights, info._replace(round=rnd))
+        w = weights.to(torch.float32)
+        with torch.no_grad():
+            for p, v in zip(ref.parameters(), uploads["params"].values(), strict=True):
+                p.copy_((w.reshape(-1, *[1] * (v.dim() - 1)) * v).sum(0))
+        for _ in range(2):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ref(proxy["x"]), proxy["y"]).backward()
+            opt.step()
+        for k, p in ref.named_parameters():
+            torch.testing.assert_close(params[k], p.detach(), atol=1e-6, rtol=1e-5)
+    # a fresh optimiser each round (no kept momentum) would differ in round 2
+    fresh = make(ServerFT, hp, env, model)
+    again = fresh.aggregate(params, fresh.server_init(params), uploads, weights, info)[0]
+    assert any(not torch.allclose(again[k], params[k], atol=1e-6) for k in params)
+
+
 def test_proxy_methods_refuse_to_run_without_a_proxy_set(make_spec) -> None:  # noqa: ANN001 - fixture
     model, env = tiny_env()
     for cls in (FedDF, FedBE, ServerFT):

@@ -58,3 +58,16 @@ def test_fedlaw_rows_override_only_fedprox_optimiser_and_feddyn_variant(make_spe
         assert avg.fl.momentum == 0.9 and avg.fl.weight_decay > 0 and prox.fl.lr == avg.fl.lr
         dyn = make_spec(f"experiment={preset}", *row("FedDyn"))
         assert (dyn.algorithm.params.variant, dyn.algorithm.params.alpha) == ("law", 0.01)
+
+
+@pytest.mark.parametrize("label", ["FedDF", "FedBE", "Server-FT"])
+def test_fedlaw_proxy_rows_step_the_codes_central_sgd(make_spec, label: str) -> None:
+    # server_funct.py feddf / fedbe / server_finetune step central_node.optimizer: SGD at the clients' initial lr
+    # and weight decay (CIFAR-100: 0.01 / 5e-5), not the paper's Adam 0.005 of FedLAW's own weights
+    seen = set()
+    for preset in LAW_PRESETS:
+        spec = make_spec(f"experiment={preset}", *row(label))
+        hp = spec.algorithm.params
+        assert (hp.optimizer, hp.server_lr, hp.server_weight_decay) == ("sgd", spec.fl.lr, spec.fl.weight_decay)
+        seen.add((spec.fl.lr, spec.fl.weight_decay))
+    assert {(0.08, 5e-4), (0.01, 5e-5)} <= seen
