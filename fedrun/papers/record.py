@@ -134,6 +134,16 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
     }
 
 
+def wall_key(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """The row a run's wall time is listed under; with the run's setting added when another run of the same row
+    and seed differs in it (FedIMA's ``ima.enabled=false`` and ``true``), so neither time overwrites the other."""
+    twins = [r for r in runs if r is not run and (r["row"], r["seed"]) == (run["row"], run["seed"])]
+    if not twins:
+        return str(run["row"])
+    settings = sorted({cell[2] for cell in run["cells"].values()})
+    return f"{run['row']} ({'; '.join(settings)})"
+
+
 def build_record(
     run_dirs: list[Path],
     record_id: str,
@@ -193,7 +203,7 @@ def build_record(
             if str(r["seed"]) in cell["values"]:
                 raise ConfigError("seed", f"two runs of {r['row']} seed {r['seed']}; valid: one run per row and seed")
             cell["values"][str(r["seed"])] = value
-        wall.setdefault(r["row"], {})[str(r["seed"])] = r["wall_time_s"]
+        wall.setdefault(wall_key(r, runs), {})[str(r["seed"])] = r["wall_time_s"]
     commands = [r["command"] for r in runs]
     record: dict[str, Any] = {
         "id": record_id,

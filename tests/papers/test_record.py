@@ -127,3 +127,12 @@ def test_the_command_writes_the_record_and_refuses_bad_input_in_one_line(tmp_pat
     assert err.count("\n") == 1 and not out2.exists()
     assert main([str(a), str(a), "--id", "r", "--target", "fedcos-table4", "--load", "l"]) == 2
     assert "two runs of FedAvg seed 0" in capsys.readouterr().err
+
+
+def test_runs_of_one_row_and_seed_in_two_settings_keep_both_wall_times(tmp_path: Path) -> None:
+    ten = fake_run(tmp_path, "ten", "FedAvg", "fedavg", participation=0.1, wall_time_s=100.0)
+    twenty = fake_run(tmp_path, "twenty", "FedAvg", "fedavg", participation=0.2, wall_time_s=200.0)
+    rec = build_record([ten, twenty], "two_settings", "fedcos-table4", "2 cores")
+    walls = rec["wall_time_s"]
+    assert sorted(w["0"] for w in walls.values()) == [100, 200]
+    assert all(k.startswith("FedAvg (") and "fl.participation=0." in k for k in walls)
