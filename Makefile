@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SHAKESPEARE := $(VENV)/.shakespeare-stamp
 
-.PHONY: help install data run test lint docs bench gpu-check clean reproduce-list package-check
+.PHONY: help install data run test lint docs docs-check bench gpu-check clean reproduce-list package-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,7 @@ data: install
 ## The default experiment: FedAvg, Fashion-MNIST, MLP 784-200-200-10, 20 clients, Dirichlet(0.5)
 run: install data
 	$(BIN)/fedrun
+	@echo "fedrun, fedrun-report and fedrun-reproduce are in $(BIN), not on your PATH: source $(BIN)/activate (or call $(BIN)/fedrun)"
 
 ## The test suite on two worker processes (pytest-xdist): about half the wall time of one on a 2-core machine
 test: install data
@@ -73,9 +74,15 @@ lint: install
 	$(BIN)/ruff format --check fedrun tests scripts
 	$(BIN)/mypy
 
-## The documentation site (mkdocs.yml, docs/; generated pages: docs/hooks.py) into site/; --strict: a broken link fails
+## The documentation site (mkdocs.yml, docs/; generated pages: docs/hooks.py) into site/, to open from disk (site/index.html)
+##   --strict: a broken link fails; scripts/check_site.py: a page linking to a directory or to nothing fails
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	$(BIN)/python scripts/check_site.py site
+
+## make docs, then headless Chromium (where installed) opens site/ from disk: screenshots in outputs/docs-check/
+docs-check: docs
+	scripts/docs_screenshots.sh site outputs/docs-check
 
 ## The wheel installs anywhere: build it, install it into a fresh venv, run it from another directory (CI runs it)
 package-check: install data
