@@ -31,6 +31,7 @@ from fedrun.papers.scorecard import PERCENT, load_cells, same, setting_pairs
 from fedrun.papers.targets import BY_NAME, Target
 from fedrun.storage.atomic import atomic_write
 from fedrun.storage.rundir import RunDir, UnreadableRunFile
+from fedrun.storage.status import Status
 
 
 def _get(cfg: dict[str, Any], dotted: str) -> Any:
@@ -58,7 +59,7 @@ def _matches(cfg: dict[str, Any], setting: str) -> bool:
 
 def run_command(rd: RunDir) -> str:
     """``fedrun`` with the run's command-line overrides (Hydra's record), or its preset when there is none."""
-    f = rd.path / ".hydra" / "overrides.yaml"
+    f = rd.hydra_overrides_file
     if f.is_file():
         overrides = yaml.safe_load(f.read_text()) or []
         return " ".join(["fedrun", *(shlex.quote(str(o)) for o in overrides)])
@@ -79,19 +80,21 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
     except UnreadableRunFile as e:
         raise _fail(rd, "run files", str(e)) from None
     if cfg is None or summary is None:
-        raise _fail(rd, "run files", "no config.yaml or summary.json; valid: a fedrun run directory")
-    s = summary.fields
-    if s.get("status") != "completed":
-        raise _fail(rd, "status", f"{s.get('status')!r}; valid: completed (evidence is full-length runs)")
-    if s.get("data_standin"):
+        files = f"{rd.config_file.name} or {rd.summary_file.name}"
+        raise _fail(rd, "run files", f"no {files}; valid: a fedrun run directory")
+    s = summary.fields  # the cells' metrics, by the names the paper's cells give
+    if not summary.completed:
+        raise _fail(rd, "status", f"{s.get('status')!r}; valid: {Status.COMPLETED} (evidence is full-length runs)")
+    if summary.data_standin:
         raise _fail(rd, "data_standin", "the run trained on stand-in data; valid: runs on the real data")
     rounds = int(_get(cfg, "fl.rounds"))
     if not rd.metrics_file.is_file():
-        raise _fail(rd, "metrics.csv", "missing; valid: a run directory with its per-round metrics")
+        raise _fail(rd, rd.metrics_file.name, "missing; valid: a run directory with its per-round metrics")
     evaluated = pd.read_csv(rd.metrics_file)["round"]
     if evaluated.empty or int(evaluated.max()) != rounds:
         last = int(evaluated.max()) if not evaluated.empty else 0
-        raise _fail(rd, "metrics.csv", f"last evaluated round {last}, fl.rounds {rounds}; valid: a full-length run")
+        why = f"last evaluated round {last}, fl.rounds {rounds}; valid: a full-length run"
+        raise _fail(rd, rd.metrics_file.name, why)
     tags = cfg.get("tags") or {}
     preset, row = tags.get("preset"), tags.get("method")
     if preset not in target.presets:
@@ -118,7 +121,7 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
     for _, c in mine.iterrows():
         metric = c["metric"]
         if metric not in s:
-            raise _fail(rd, f"summary.{metric}", "missing from summary.json")
+            raise _fail(rd, f"summary.{metric}", f"missing from {rd.summary_file.name}")
         v = s[metric]
         value = None if v is None else round(float(v) * PERCENT.get(metric, 100.0), 2)
         out[c["column"]] = (c["table"], metric, c["setting"], value)
@@ -127,8 +130,8 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
         "row": row,
         "seed": int(cfg["seed"]),
         "command": run_command(rd),
-        "code": s.get("code"),
-        "wall_time_s": round(float(s.get("wall_time_s", 0.0))),
+        "code": dict(summary.code) if summary.code is not None else None,
+        "wall_time_s": round(summary.wall_time_s or 0.0),
         "cells": out,
         "data": cfg.get("data", {}).get("name"),
     }
