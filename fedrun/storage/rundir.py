@@ -275,7 +275,7 @@ class RunDir:
     def write_error_log(self, text: str) -> None:
         atomic_write(self.error_log, text)
 
-    def set_status(self, status: Status, error: str, only_running: bool = False) -> None:
+    def set_status(self, status: Status | str, error: str, only_running: bool = False) -> None:
         """Set ``status`` and ``error`` in summary.json, keeping what it says of the run (with ``only_running``:
         only when it says ``running``); nothing unless this process started the run (:meth:`start`), and silently
         nothing when summary.json cannot be read or written."""

@@ -114,6 +114,10 @@ class Summary:
                 object.__setattr__(self, f.name, f.metadata["read"](raw.get(f.name)))
         object.__setattr__(self, "extra", MappingProxyType({k: v for k, v in raw.items() if k not in KNOWN}))
 
+    def __reduce__(self) -> tuple[type[Summary], tuple[int, dict[str, Any]]]:
+        # pickled (and copied) as what it is built from: its read-only mappings do not pickle
+        return (Summary, (self.format, dict(self.fields)))
+
     @classmethod
     def of(cls, fields: Mapping[str, Any]) -> Summary:
         """The summary of a JSON object as fedrun writes it (its ``format``, 0 when it has none)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,7 @@ def test_a_summary_is_frozen() -> None:
         s.fields["status"] = "failed"  # type: ignore[index]
     with pytest.raises(TypeError):
         s.extra["new"] = 1  # type: ignore[index]
+    assert pickle.loads(pickle.dumps(s)) == s and pickle.loads(pickle.dumps(s)).extra == s.extra
     failed = s.replace(status=Status.FAILED, error="boom")
     assert (failed.status, failed.error, s.status, s.error) == (Status.FAILED, "boom", Status.COMPLETED, None)
 

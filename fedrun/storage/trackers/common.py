@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.storage.atomic import write_json
-from fedrun.storage.rundir import SUMMARY_FILE
-from fedrun.storage.rundir import TRACKING_FILE as STATE_FILE
+from fedrun.storage.rundir import SUMMARY_FILE, TRACKING_FILE
+
+STATE_FILE = TRACKING_FILE
 
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
