@@ -30,7 +30,7 @@ from fedrun.core.errors import ConfigError
 from fedrun.papers.scorecard import PERCENT, load_cells, same, setting_pairs
 from fedrun.papers.targets import BY_NAME, Target
 from fedrun.storage.atomic import atomic_write
-from fedrun.storage.rundir import RunDir, UnreadableRunFile
+from fedrun.storage.rundir import RunDir, Summary, UnreadableRunFile
 from fedrun.storage.status import Status
 
 
@@ -72,9 +72,9 @@ def _fail(rd: RunDir, field: str, message: str) -> ConfigError:
     return ConfigError(f"{rd.path}: {field}", message)
 
 
-def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str, Any]:
-    """One run's facts: preset, row, seed, command, commit, wall time and its cells ({column: (metric,
-    setting, value in points)}). :class:`ConfigError` naming the run and field when it cannot be evidence."""
+def evidence_files(rd: RunDir) -> tuple[dict[str, Any], Summary]:
+    """The config and summary of a run that can be evidence: completed, on the real data, every round of
+    ``fl.rounds`` evaluated. :class:`ConfigError` naming the run and field otherwise."""
     try:
         cfg, summary = rd.read_config(), rd.read_summary()
     except UnreadableRunFile as e:
@@ -82,9 +82,9 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
     if cfg is None or summary is None:
         files = f"{rd.config_file.name} or {rd.summary_file.name}"
         raise _fail(rd, "run files", f"no {files}; valid: a fedrun run directory")
-    s = summary.fields  # the cells' metrics, by the names the paper's cells give
     if not summary.completed:
-        raise _fail(rd, "status", f"{s.get('status')!r}; valid: {Status.COMPLETED} (evidence is full-length runs)")
+        status = summary.fields.get("status")
+        raise _fail(rd, "status", f"{status!r}; valid: {Status.COMPLETED} (evidence is full-length runs)")
     if summary.data_standin:
         raise _fail(rd, "data_standin", "the run trained on stand-in data; valid: runs on the real data")
     rounds = int(_get(cfg, "fl.rounds"))
@@ -95,6 +95,14 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
         last = int(evaluated.max()) if not evaluated.empty else 0
         why = f"last evaluated round {last}, fl.rounds {rounds}; valid: a full-length run"
         raise _fail(rd, rd.metrics_file.name, why)
+    return cfg, summary
+
+
+def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str, Any]:
+    """One run's facts: preset, row, seed, command, commit, wall time and its cells ({column: (metric,
+    setting, value in points)}). :class:`ConfigError` naming the run and field when it cannot be evidence."""
+    cfg, summary = evidence_files(rd)
+    s = summary.fields  # the cells' metrics, by the names the paper's cells give
     tags = cfg.get("tags") or {}
     preset, row = tags.get("preset"), tags.get("method")
     if preset not in target.presets:
@@ -147,6 +155,49 @@ def wall_key(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     return f"{run['row']} ({'; '.join(settings)})"
 
 
+def _commit(runs: list[dict[str, Any]], commit: str | None) -> tuple[str | None, str | None]:
+    """The commit the runs ran (recorded, or ``commit`` given for runs of before fedrun recorded it) and a note on
+    it; :class:`ConfigError` when the runs ran different, unversioned or unrecorded code."""
+    codes = {json.dumps(r["code"], sort_keys=True) for r in runs if r["code"]}
+    recorded = [json.loads(c) for c in codes]
+    if any("commit" not in c for c in recorded) or len(recorded) > 1:
+        raise ConfigError(
+            "code", f"the runs ran different or unversioned code: {sorted(codes)}; valid: runs of one commit"
+        )
+    commit_note = None
+    if recorded:
+        code = recorded[0]
+        if commit and not code["commit"].startswith(commit):
+            raise ConfigError("--commit", f"{commit} but the runs recorded {code['commit']}; valid: leave it out")
+        if any(r["code"] is None for r in runs):
+            raise ConfigError("code", "some runs recorded their commit and some did not; valid: one record each")
+        commit = code["commit"]
+        if code["dirty"]:
+            commit_note = "run from a checkout with uncommitted changes to tracked files"
+    elif commit is None:
+        raise ConfigError("--commit", "the runs did not record their code (run before fedrun did); valid: --commit SHA")
+    else:
+        commit_note = "given with --commit; the runs did not record their commit"
+    return commit, commit_note
+
+
+def _cells(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, dict[str, int]]]:
+    """The record's cells ((row, column) -> its values by seed) and wall times (row -> seconds by seed)."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    wall: dict[str, dict[str, int]] = {}
+    for r in runs:
+        for column, (_, metric, setting, value) in r["cells"].items():
+            cell = cells.setdefault(
+                (r["row"], column),
+                {"row": r["row"], "column": column, "metric": metric, "setting": setting, "values": {}},
+            )
+            if str(r["seed"]) in cell["values"]:
+                raise ConfigError("seed", f"two runs of {r['row']} seed {r['seed']}; valid: one run per row and seed")
+            cell["values"][str(r["seed"])] = value
+        wall.setdefault(wall_key(r, runs), {})[str(r["seed"])] = r["wall_time_s"]
+    return cells, wall
+
+
 def build_record(
     run_dirs: list[Path],
     record_id: str,
@@ -175,38 +226,8 @@ def build_record(
     tables = {t for r in runs for t, *_ in r["cells"].values()}
     if len(tables) > 1:
         raise ConfigError("--column", f"the cells span tables {', '.join(sorted(tables))}; valid: one table per record")
-    codes = {json.dumps(r["code"], sort_keys=True) for r in runs if r["code"]}
-    recorded = [json.loads(c) for c in codes]
-    if any("commit" not in c for c in recorded) or len(recorded) > 1:
-        raise ConfigError(
-            "code", f"the runs ran different or unversioned code: {sorted(codes)}; valid: runs of one commit"
-        )
-    commit_note = None
-    if recorded:
-        code = recorded[0]
-        if commit and not code["commit"].startswith(commit):
-            raise ConfigError("--commit", f"{commit} but the runs recorded {code['commit']}; valid: leave it out")
-        if any(r["code"] is None for r in runs):
-            raise ConfigError("code", "some runs recorded their commit and some did not; valid: one record each")
-        commit = code["commit"]
-        if code["dirty"]:
-            commit_note = "run from a checkout with uncommitted changes to tracked files"
-    elif commit is None:
-        raise ConfigError("--commit", "the runs did not record their code (run before fedrun did); valid: --commit SHA")
-    else:
-        commit_note = "given with --commit; the runs did not record their commit"
-    cells: dict[tuple[str, str], dict[str, Any]] = {}
-    wall: dict[str, dict[str, int]] = {}
-    for r in runs:
-        for column, (_, metric, setting, value) in r["cells"].items():
-            cell = cells.setdefault(
-                (r["row"], column),
-                {"row": r["row"], "column": column, "metric": metric, "setting": setting, "values": {}},
-            )
-            if str(r["seed"]) in cell["values"]:
-                raise ConfigError("seed", f"two runs of {r['row']} seed {r['seed']}; valid: one run per row and seed")
-            cell["values"][str(r["seed"])] = value
-        wall.setdefault(wall_key(r, runs), {})[str(r["seed"])] = r["wall_time_s"]
+    commit, commit_note = _commit(runs, commit)
+    cells, wall = _cells(runs)
     commands = [r["command"] for r in runs]
     record: dict[str, Any] = {
         "id": record_id,
