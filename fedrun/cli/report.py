@@ -22,30 +22,28 @@ cells have), duplicates (two run directories with the same config: counted once)
 ones (a summary that disagrees with its ranges or metrics.csv: fedrun/report/collect.py). Folders that are not
 fedrun runs are left out and named on stderr, one line each ("foreign: DIR: why").
 
-Where the files go, for every subcommand (tables, curves, heatmaps, landscapes): ``--out PATH`` (its folder is made
-when missing; an existing folder gets the default file name), else ``reports/`` in
-the common parent of the run directories (beside the runs, never inside one), else, when that cannot be written (a
-read-only archive), ``reports/`` in the current directory. ``--out`` inside a run directory is refused (exit 2).
-An existing report is never overwritten: the next free ``NAME_2``, ``NAME_3``... is used, unless ``--force``. The
-table is always printed; a file that cannot be written is one line naming its path, and the exit code is then 1
+Where the files go, for every subcommand (tables, curves, heatmaps, landscapes): ``--out PATH``, else ``reports/``
+beside the run directories (never inside one), else ``reports/`` in the current directory; an existing report is
+never overwritten unless ``--force`` (fedrun/report/output.py). ``--out`` inside a run directory is refused (exit 2).
+The table is always printed; a file that cannot be written is one line naming its path, and the exit code is then 1
 (0: table and files; 2: bad input, no table).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from fedrun.core.errors import DataError
 from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
-from fedrun.report.collect import DAMAGED, FOREIGN, Unreadable, collect_runs
-from fedrun.report.partition import report_partition
+from fedrun.report import output
+from fedrun.report.collect import FOREIGN, Unreadable, collect_runs
+from fedrun.report.listing import listing, n_note
+from fedrun.report.partition import partition_table, report_partition
 from fedrun.report.pooling import (
     DEFAULT_OVER,
     Duplicate,
@@ -53,16 +51,12 @@ from fedrun.report.pooling import (
     check_pooling,
     drop_duplicates,
     empty_cells,
-    label,
     missing_runs,
     varying_keys,
 )
 from fedrun.report.provenance import standin_note
 from fedrun.report.select import select_best
 from fedrun.report.tables import METRICS, make_table
-from fedrun.storage.atomic import atomic_write
-from fedrun.storage.lock import LOCK_FILE
-from fedrun.storage.rundir import CHECKPOINT_FILE, ERROR_FILE, METRICS_FILE, SUMMARY_FILE
 
 ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
 LAYOUT_SPLIT = {"fedima": ["ima.enabled"]}  # keys a layout's cell shows side by side, not pooled
@@ -136,143 +130,6 @@ def _error(message: str) -> int:
     return 2
 
 
-class OutputUnwritable(Exception):
-    """No report file could be written: the message is the one line naming the path and why."""
-
-
-# files only a run directory holds (config.yaml and fedrun.log alone are too common a name in a project folder)
-RUN_FILES = (SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, ERROR_FILE, LOCK_FILE)
-
-
-def _inside_run(path: Path) -> Path | None:
-    """The run directory that ``path`` (or an ancestor of it) is, if any."""
-    p = Path(os.path.abspath(path))
-    for d in (p, *p.parents):
-        if any(os.path.isfile(d / name) for name in RUN_FILES):  # False, never an error, when unreadable
-            return d
-    return None
-
-
-def _default_folders(runs: list[str]) -> list[Path]:
-    """Where reports go without ``--out``, in order of preference: ``reports/`` in the common parent of the run
-    directories (moved above any run directory holding it), then ``reports/`` in the current directory (unless that
-    lies inside a run directory)."""
-    return _folders_in([Path(os.path.dirname(os.path.abspath(r))) for r in runs])
-
-
-def _sources_parents(sources: list[Path]) -> list[Path]:
-    """For figures of the directories (or checkpoint files) given on the command line: the folder holding each run
-    (a run given, or the run a file lies in), or the folder given (a sweep, whose runs are below it)."""
-    return [run.parent if (run := _inside_run(p)) is not None else Path(os.path.abspath(p)) for p in sources]
-
-
-def _folders_in(parents: list[Path]) -> list[Path]:
-    parent = Path(os.path.commonpath([os.path.abspath(p) for p in parents]))
-    while (inside := _inside_run(parent)) is not None:
-        parent = inside.parent
-    folders = [parent / "reports"]
-    cwd = Path.cwd() / "reports"
-    if _inside_run(Path.cwd()) is None and cwd not in folders:
-        folders.append(cwd)
-    return folders
-
-
-def _claim(prefix: Path, suffixes: tuple[str, ...], force: bool) -> Path:
-    """``prefix``, or with ``force`` unset and a file of it existing, the first free ``prefix_2``, ``prefix_3``...:
-    its first file is created exclusively, so two reports at once never share it. Raises OSError."""
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    if force:
-        return prefix
-    n = 1
-    while True:
-        p = prefix if n == 1 else prefix.with_name(f"{prefix.name}_{n}")
-        if not any(p.with_name(p.name + s).exists() or p.with_name(p.name + s).is_symlink() for s in suffixes):
-            try:
-                os.close(os.open(p.with_name(p.name + suffixes[0]), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-                return p
-            except FileExistsError:
-                pass
-        n += 1
-
-
-def write_report(args: argparse.Namespace, runs: list[str], name: str, files: dict[str, str]) -> tuple[Path, list[str]]:
-    """Write ``files`` (suffix -> text) as ``PREFIX.suffix`` where :mod:`the docstring <fedrun.cli.report>` says;
-    returns (the prefix, notes for stderr). Raises :class:`OutputUnwritable` when no place can be written."""
-    suffixes = tuple(files)
-    if args.out is not None:
-        candidates = [out_prefix(args.out, name, suffixes)]
-    else:
-        candidates = [f / name for f in _default_folders(runs)]
-    notes: list[str] = []
-    failures: list[str] = []
-    for prefix in candidates:
-        written: list[Path] = []
-        try:
-            claimed = _claim(prefix, suffixes, args.force)
-            written.append(claimed.with_name(claimed.name + suffixes[0]))
-            for suffix, text in files.items():
-                atomic_write(claimed.with_name(claimed.name + suffix), text)
-                written.append(claimed.with_name(claimed.name + suffix))
-        except OSError as e:
-            failures.append(f"{getattr(e, 'filename', None) or prefix.parent}: {e.strerror or _why(e)}")
-            for f in [] if args.force else written:  # nothing half-written; --force had overwritten anyway
-                with contextlib.suppress(OSError):
-                    f.unlink()
-            continue
-        if failures:
-            notes.append(f"fedrun-report: cannot write {failures[0]}; wrote to {claimed.parent} instead")
-        if claimed != prefix:
-            notes.append(
-                f"fedrun-report: {prefix.name}{suffixes[0]} exists; wrote {claimed.name}.* (--force overwrites)"
-            )
-        return claimed, notes
-    hint = "" if args.out is not None else " (give --out)"
-    raise OutputUnwritable(f"fedrun-report: cannot write the report: {'; '.join(failures)}{hint}")
-
-
-def out_prefix(out: Path, name: str, suffixes: tuple[str, ...]) -> Path:
-    """The file prefix that ``--out`` names: ``out/name`` for an existing folder, else ``out`` without the suffix it
-    was given with (``--out fig.png`` -> ``fig``)."""
-    if out.is_dir():
-        return Path(os.path.abspath(out)) / name
-    path = Path(os.path.abspath(out))
-    for suffix in suffixes:
-        if path.name.endswith(suffix) and len(path.name) > len(suffix):
-            return path.with_name(path.name[: -len(suffix)])
-    return path
-
-
-def claim_figure(out: Path | None, sources: list[Path], name: str, suffixes: tuple[str, ...], force: bool) -> Path:
-    """The prefix of a figure's files (``PREFIX.png`` and its ``suffixes``) where :mod:`the docstring
-    <fedrun.cli.report>` says, its first file created (empty) so that no other report takes it; notes on stderr.
-    Raises :class:`OutputUnwritable` when no place can be written."""
-    if out is not None:
-        candidates = [out_prefix(out, name, suffixes)]
-    else:
-        candidates = [f / name for f in _folders_in(_sources_parents(sources))]
-    failures: list[str] = []
-    for prefix in candidates:
-        try:
-            claimed = _claim(prefix, suffixes, force)
-        except OSError as e:
-            failures.append(f"{getattr(e, 'filename', None) or prefix.parent}: {e.strerror or _why(e)}")
-            continue
-        if failures:
-            print(f"fedrun-report: cannot write {failures[0]}; writing to {claimed.parent} instead", file=sys.stderr)
-        if claimed != prefix:
-            print(
-                f"fedrun-report: {prefix.name}{suffixes[0]} exists; writing {claimed.name}.* (--force overwrites)",
-                file=sys.stderr,
-            )
-        return claimed
-    hint = "" if out is not None else " (give --out)"
-    raise OutputUnwritable(f"fedrun-report: cannot write the report: {'; '.join(failures)}{hint}")
-
-
-def _why(e: BaseException) -> str:
-    return " ".join(str(e).split())[:200] or type(e).__name__
-
-
 def _keys(text: str) -> list[str]:
     return [k.strip() for k in text.split(",") if k.strip()]
 
@@ -323,8 +180,8 @@ def _tabulate(args: argparse.Namespace) -> int:
     for d in args.dirs:
         if not d.is_dir():
             return _error(f"{d}: no such directory")
-    if (bad_out := _bad_out(args)) is not None:
-        return bad_out
+    if (bad := _bad_out(args.out)) is not None:
+        return bad
     runs, unreadable = _collect(args.dirs)
     if runs.empty:
         where = ", ".join(map(str, args.dirs))
@@ -337,16 +194,10 @@ def _tabulate(args: argparse.Namespace) -> int:
         return _error(str(e))
 
 
-def _bad_out(args: argparse.Namespace) -> int | None:
+def _bad_out(out: Path | None) -> int | None:
     """``--out`` inside a run directory is refused (exit 2) before anything is read or printed."""
-    return _bad_out_path(args.out)
-
-
-def _bad_out_path(out: Path | None) -> int | None:
-    run = _inside_run(out if out.is_dir() else out.parent) if out is not None else None
-    if run is None:
-        return None
-    return _error(f"--out: {out} is inside the run dir {run}; valid: a path outside every run dir")
+    why = output.bad_out(out)
+    return None if why is None else _error(why)
 
 
 def _partition(argv: list[str]) -> int:
@@ -360,12 +211,15 @@ def _partition(argv: list[str]) -> int:
 
 
 def _partition_of(run_dir: Path, out: Path | None, force: bool) -> int:
-    if (bad := _bad_out_path(out)) is not None:
+    if (bad := _bad_out(out)) is not None:
         return bad
-    if not (run_dir / "partition.csv").is_file():  # before a file is claimed for it
-        return _error(f"{run_dir / 'partition.csv'}: not found; a fedrun run directory holds partition.csv")
+    try:
+        partition_table(run_dir)  # before a file is claimed for it
+    except DataError as e:
+        return _error(str(e))
     name = f"partition_{Path(os.path.abspath(run_dir)).name}"
-    return _draw(out, [run_dir], name, (".png", "_domains.png"), force, lambda p: _print(report_partition(run_dir, p)))
+    draw = lambda prefix: _print(report_partition(run_dir, prefix))  # noqa: E731
+    return output.draw(out, [run_dir], name, (".png", "_domains.png"), force, draw)
 
 
 def _print(text: str) -> int:
@@ -378,10 +232,10 @@ def _curves(argv: list[str]) -> int:
     from fedrun.report import curves
 
     args = curves.parse_args(argv)  # --help, and bad options, exit here
-    if (bad := _bad_out_path(args.out)) is not None:
+    if (bad := _bad_out(args.out)) is not None:
         return bad
     run = lambda prefix: curves.main([*argv, "--out", f"{prefix}.png"])  # noqa: E731 - the last --out wins
-    return _draw(args.out, args.dirs, f"curves_{args.metric}", (".png", ".csv"), args.force, run)
+    return output.draw(args.out, args.dirs, f"curves_{args.metric}", (".png", ".csv"), args.force, run)
 
 
 # what each analysis plot writes beside its PNG (fedrun/report/landscape.py)
@@ -393,47 +247,14 @@ def _analysis(argv: list[str]) -> int:
     from fedrun.report import landscape
 
     args = landscape.parse_args(argv)
-    if (bad := _bad_out_path(args.out)) is not None:
+    if (bad := _bad_out(args.out)) is not None:
         return bad
     sources = args.runs if args.command in ("coherence", "diagnostics") else args.models
-    first = _inside_run(sources[0]) or Path(os.path.abspath(sources[0]))
+    first = output.inside_run(sources[0]) or Path(os.path.abspath(sources[0]))
     name = "diagnostics" if args.command in ("coherence", "diagnostics") else f"landscape_{args.command}"
     suffixes = ANALYSIS_SUFFIXES.get(args.command, (".png",))
     run = lambda prefix: landscape.main([*argv, "--out", f"{prefix}.png"])  # noqa: E731
-    return _draw(args.out, sources, f"{name}_{first.name}", suffixes, args.force, run)
-
-
-def _draw(
-    out: Path | None,
-    sources: list[Path],
-    name: str,
-    suffixes: tuple[str, ...],
-    force: bool,
-    run: Callable[[Path], int],
-) -> int:
-    """Claim the figure's files (:func:`claim_figure`), then ``run(prefix)`` writes them. Nothing is left behind
-    when it fails (the claimed file is removed while still empty); a file it cannot write is one line naming it,
-    exit 1."""
-    try:
-        prefix = claim_figure(out, sources, name, suffixes, force)
-    except OutputUnwritable as e:
-        print(str(e), file=sys.stderr)
-        return 1
-    first = prefix.with_name(prefix.name + suffixes[0])
-    code = 1
-    try:
-        code = run(prefix)
-    except DataError as e:
-        code = _error(str(e))
-    except OSError as e:
-        why = e.strerror or _why(e)
-        print(f"fedrun-report: cannot write {getattr(e, 'filename', None) or prefix.parent}: {why}", file=sys.stderr)
-    finally:
-        if code != 0 and not force:
-            with contextlib.suppress(OSError):
-                if first.is_file() and first.stat().st_size == 0:
-                    first.unlink()
-    return code
+    return output.draw(args.out, sources, f"{name}_{first.name}", suffixes, args.force, run)
 
 
 def _collect(dirs: list[Path]) -> tuple[pd.DataFrame, list[Unreadable]]:
@@ -457,8 +278,8 @@ def _scorecard(args: argparse.Namespace) -> int:
     for d in args.dirs:
         if not d.is_dir():
             return _error(f"{d}: no such directory")
-    if (bad_out := _bad_out(args)) is not None:
-        return bad_out
+    if (bad := _bad_out(args.out)) is not None:
+        return bad
     if args.dirs:
         runs, unreadable = _collect(args.dirs)
         if runs.empty:
@@ -479,8 +300,8 @@ def _write(args: argparse.Namespace, runs: list[str], name: str, files: dict[str
     """Write the report's files after its table was printed: 0, or 1 with one line naming the path that failed."""
     sys.stdout.flush()
     try:
-        prefix, notes = write_report(args, runs, name, files)
-    except OutputUnwritable as e:
+        prefix, notes = output.write_report(args.out, args.force, runs, name, files)
+    except output.OutputUnwritable as e:
         print(str(e), file=sys.stderr)
         return 1
     for note in notes:
@@ -525,16 +346,16 @@ def _table(
         long = table.reset_index()
         caption, md_caption = (layout_caption(args.layout, runs, list(counts.values()), over, b) for b in (True, False))
         direction: dict[str, str | None] | str | None = layout_direction(args.layout, [str(c) for c in table.columns])
-        n_note = _n_note(counts, group)
+        note = n_note(counts, group)
     else:
         table, long = make_table(runs, rows, cols, args.metric, over)
         caption, md_caption = (table_caption(args.metric, runs, list(counts.values()), over, b) for b in (True, False))
         direction = "min" if args.metric in LOWER_IS_BETTER else "max"
-        n_note = ""
-    notes = [n for n in (standin_note(runs), n_note) if n]
+        note = ""
+    notes = [n for n in (standin_note(runs), note) if n]
     md = table.to_markdown(disable_numparse=True) + "\n\n" + md_caption + "".join(f"\n\n{n}" for n in notes) + chosen_md
     missing = empty_cells(runs, rows, cols) + missing_runs(runs, group, over)
-    under = _listing(runs, missing, dups, unreadable)
+    under = listing(runs, missing, dups, unreadable)
     files = {
         ".md": md + ("\n" + under if under else "") + "\n",
         ".csv": long.to_csv(index=False),
@@ -545,44 +366,6 @@ def _table(
         print(under)
     found = list(runs["run_dir"]) + [d.run_dir for d in dups]  # where the report goes: beside all of them
     return _write(args, found, f"report_{args.layout or args.metric}", files)
-
-
-def _n_note(counts: dict[tuple, int], keys: list[str]) -> str:
-    """For a layout (whose cells have sub-columns): the cells whose n differs from the common one."""
-    from fedrun.report.tables import common_n
-
-    n0 = common_n(list(counts.values()))
-    odd = [f"{label(keys, k)}: n={n}" for k, n in counts.items() if n and n != n0]
-    return f"n = {n0} completed runs per cell except: " + "; ".join(odd) if odd else ""
-
-
-def _section(title: str, items: list[str], fmt: Callable[[str], str] = lambda s: f"  {s}") -> str:
-    return f"\n{title}\n" + "\n".join(fmt(i) for i in items) if items else ""
-
-
-def _listing(runs: pd.DataFrame, missing: list[str], dups: list[Duplicate], bad: list[Unreadable]) -> str:
-    """The lines under the table: runs that did not complete or were refused, missing, duplicated, unreadable,
-    damaged (a summary that disagrees with its ranges or metrics.csv)."""
-    failed = runs[runs["status"] != "completed"]
-    damaged = [u for u in bad if u.kind == DAMAGED]
-    unreadable = [u for u in bad if u.kind != DAMAGED]
-    parts = [
-        _section(
-            f"{len(failed)} of {len(runs)} runs did not complete:",
-            [f"{r['run_dir']}: {r['status']}: {r.get('error') or ''}" for _, r in failed.iterrows()],
-        ),
-        _section(f"{len(missing)} runs missing (a cell, or a value other cells have):", missing),
-        _section(
-            f"{len(dups)} duplicate run dirs (the same config as another; counted once):",
-            [f"{d.run_dir}: same config as {d.same_as}" for d in dups],
-        ),
-        _section(f"{len(unreadable)} unreadable run dirs (left out):", [f"{u.run_dir}: {u.why}" for u in unreadable]),
-        _section(
-            f"{len(damaged)} damaged run dirs (a summary that disagrees with its run; left out):",
-            [f"{u.run_dir}: {u.why}" for u in damaged],
-        ),
-    ]
-    return "".join(parts)
 
 
 if __name__ == "__main__":

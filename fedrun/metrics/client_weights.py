@@ -24,8 +24,7 @@ import pandas as pd
 import torch
 
 from fedrun.core.tree import Tensors
-
-CLIENT_WEIGHTS_FILE = "client_weights.csv"
+from fedrun.storage.rundir import CLIENT_WEIGHTS_FILE as CLIENT_WEIGHTS_FILE
 
 
 def effective_weights(stacked: Tensors, new: Tensors) -> torch.Tensor:

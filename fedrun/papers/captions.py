@@ -15,6 +15,7 @@ import pandas as pd
 
 from fedrun.report.tables import LOWER_IS_BETTER, common_n
 from fedrun.storage.rundir import METRICS_FILE
+from fedrun.storage.status import Status
 
 STD = "mean ± sample standard deviation (n-1 denominator)"
 DEFAULT_LAST_K = 10  # fedrun.config.schema.EvalConfig.last_k
@@ -44,7 +45,7 @@ def used_last_k(runs: pd.DataFrame) -> list[tuple[int, int]]:
     without it (an old format) gives min(eval.last_k, rows of metrics.csv)."""
     if runs.empty:
         return []
-    shown = runs[runs["status"] == "completed"] if "status" in runs else runs
+    shown = runs[runs["status"] == Status.COMPLETED] if "status" in runs else runs
     shown = shown if len(shown) else runs
     out = []
     for _, r in shown.iterrows():

@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE
+from fedrun.storage.rundir import RunDir
 
 FACTORS = (("Dataset size (DS)", "ds"), ("Heterogeneity degree (HD)", "hd"), ("DS×HD", "ds_hd"))
 
 
 def client_factors(run_dir: Path) -> pd.DataFrame | None:
     """Per client: aw (accumulated lambda), ds, hd, ds_hd; None when the run did not log client weights."""
-    weights, part = run_dir / CLIENT_WEIGHTS_FILE, run_dir / "partition.csv"
+    weights, part = RunDir(run_dir).client_weights_file, RunDir(run_dir).partition_file
     if not weights.is_file() or not part.is_file():
         return None
     counts = pd.read_csv(part, index_col="client")

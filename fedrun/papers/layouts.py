@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedrun.papers.correlation import FACTORS, client_factors, correlations, format_r
+from fedrun.storage.status import Status
 
 S = "summary."
 LAYOUT_METRIC = {
@@ -43,12 +44,12 @@ def _values(grp: pd.DataFrame, key: str, scale: float = 100.0) -> np.ndarray:
     col = S + key
     if col not in grp:
         return np.array([])
-    ok = grp[grp["status"] == "completed"][col]
+    ok = grp[grp["status"] == Status.COMPLETED][col]
     return scale * pd.to_numeric(ok, errors="coerce").dropna().to_numpy(dtype=float)
 
 
 def _bad(grp: pd.DataFrame) -> str | None:
-    bad = grp[grp["status"] != "completed"]["status"]
+    bad = grp[grp["status"] != Status.COMPLETED]["status"]
     return str(bad.iloc[0]) if len(bad) else None
 
 
@@ -210,7 +211,7 @@ def fedlaw_corr(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.Data
             label = ", ".join(f"{SHORT.get(k, k.split('.')[-1])}={v}" for k, v in zip(cols, c, strict=True)) or "r"
             rs[label] = {key: [] for _, key in FACTORS}
             bad[label] = _bad(grp) or ""
-            for _, run in grp[grp["status"] == "completed"].iterrows():
+            for _, run in grp[grp["status"] == Status.COMPLETED].iterrows():
                 clients = client_factors(Path(run["run_dir"]))
                 if clients is not None:
                     for key, value in correlations(clients).items():

@@ -30,7 +30,8 @@ from fedrun.core.errors import ConfigError
 from fedrun.papers.scorecard import PERCENT, load_cells, same, setting_pairs
 from fedrun.papers.targets import BY_NAME, Target
 from fedrun.storage.atomic import atomic_write
-from fedrun.storage.rundir import RunDir, UnreadableRunFile
+from fedrun.storage.rundir import RunDir, Summary, UnreadableRunFile
+from fedrun.storage.status import Status
 
 
 def _get(cfg: dict[str, Any], dotted: str) -> Any:
@@ -58,7 +59,7 @@ def _matches(cfg: dict[str, Any], setting: str) -> bool:
 
 def run_command(rd: RunDir) -> str:
     """``fedrun`` with the run's command-line overrides (Hydra's record), or its preset when there is none."""
-    f = rd.path / ".hydra" / "overrides.yaml"
+    f = rd.hydra_overrides_file
     if f.is_file():
         overrides = yaml.safe_load(f.read_text()) or []
         return " ".join(["fedrun", *(shlex.quote(str(o)) for o in overrides)])
@@ -71,27 +72,37 @@ def _fail(rd: RunDir, field: str, message: str) -> ConfigError:
     return ConfigError(f"{rd.path}: {field}", message)
 
 
-def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str, Any]:
-    """One run's facts: preset, row, seed, command, commit, wall time and its cells ({column: (metric,
-    setting, value in points)}). :class:`ConfigError` naming the run and field when it cannot be evidence."""
+def evidence_files(rd: RunDir) -> tuple[dict[str, Any], Summary]:
+    """The config and summary of a run that can be evidence: completed, on the real data, every round of
+    ``fl.rounds`` evaluated. :class:`ConfigError` naming the run and field otherwise."""
     try:
         cfg, summary = rd.read_config(), rd.read_summary()
     except UnreadableRunFile as e:
         raise _fail(rd, "run files", str(e)) from None
     if cfg is None or summary is None:
-        raise _fail(rd, "run files", "no config.yaml or summary.json; valid: a fedrun run directory")
-    s = summary.fields
-    if s.get("status") != "completed":
-        raise _fail(rd, "status", f"{s.get('status')!r}; valid: completed (evidence is full-length runs)")
-    if s.get("data_standin"):
+        files = f"{rd.config_file.name} or {rd.summary_file.name}"
+        raise _fail(rd, "run files", f"no {files}; valid: a fedrun run directory")
+    if not summary.completed:
+        status = summary.fields.get("status")
+        raise _fail(rd, "status", f"{status!r}; valid: {Status.COMPLETED} (evidence is full-length runs)")
+    if summary.data_standin:
         raise _fail(rd, "data_standin", "the run trained on stand-in data; valid: runs on the real data")
     rounds = int(_get(cfg, "fl.rounds"))
     if not rd.metrics_file.is_file():
-        raise _fail(rd, "metrics.csv", "missing; valid: a run directory with its per-round metrics")
+        raise _fail(rd, rd.metrics_file.name, "missing; valid: a run directory with its per-round metrics")
     evaluated = pd.read_csv(rd.metrics_file)["round"]
     if evaluated.empty or int(evaluated.max()) != rounds:
         last = int(evaluated.max()) if not evaluated.empty else 0
-        raise _fail(rd, "metrics.csv", f"last evaluated round {last}, fl.rounds {rounds}; valid: a full-length run")
+        why = f"last evaluated round {last}, fl.rounds {rounds}; valid: a full-length run"
+        raise _fail(rd, rd.metrics_file.name, why)
+    return cfg, summary
+
+
+def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str, Any]:
+    """One run's facts: preset, row, seed, command, commit, wall time and its cells ({column: (metric,
+    setting, value in points)}). :class:`ConfigError` naming the run and field when it cannot be evidence."""
+    cfg, summary = evidence_files(rd)
+    s = summary.fields  # the cells' metrics, by the names the paper's cells give
     tags = cfg.get("tags") or {}
     preset, row = tags.get("preset"), tags.get("method")
     if preset not in target.presets:
@@ -118,7 +129,7 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
     for _, c in mine.iterrows():
         metric = c["metric"]
         if metric not in s:
-            raise _fail(rd, f"summary.{metric}", "missing from summary.json")
+            raise _fail(rd, f"summary.{metric}", f"missing from {rd.summary_file.name}")
         v = s[metric]
         value = None if v is None else round(float(v) * PERCENT.get(metric, 100.0), 2)
         out[c["column"]] = (c["table"], metric, c["setting"], value)
@@ -127,8 +138,8 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
         "row": row,
         "seed": int(cfg["seed"]),
         "command": run_command(rd),
-        "code": s.get("code"),
-        "wall_time_s": round(float(s.get("wall_time_s", 0.0))),
+        "code": dict(summary.code) if summary.code is not None else None,
+        "wall_time_s": round(summary.wall_time_s or 0.0),
         "cells": out,
         "data": cfg.get("data", {}).get("name"),
     }
@@ -142,6 +153,49 @@ def wall_key(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         return str(run["row"])
     settings = sorted({cell[2] for cell in run["cells"].values()})
     return f"{run['row']} ({'; '.join(settings)})"
+
+
+def _commit(runs: list[dict[str, Any]], commit: str | None) -> tuple[str | None, str | None]:
+    """The commit the runs ran (recorded, or ``commit`` given for runs of before fedrun recorded it) and a note on
+    it; :class:`ConfigError` when the runs ran different, unversioned or unrecorded code."""
+    codes = {json.dumps(r["code"], sort_keys=True) for r in runs if r["code"]}
+    recorded = [json.loads(c) for c in codes]
+    if any("commit" not in c for c in recorded) or len(recorded) > 1:
+        raise ConfigError(
+            "code", f"the runs ran different or unversioned code: {sorted(codes)}; valid: runs of one commit"
+        )
+    commit_note = None
+    if recorded:
+        code = recorded[0]
+        if commit and not code["commit"].startswith(commit):
+            raise ConfigError("--commit", f"{commit} but the runs recorded {code['commit']}; valid: leave it out")
+        if any(r["code"] is None for r in runs):
+            raise ConfigError("code", "some runs recorded their commit and some did not; valid: one record each")
+        commit = code["commit"]
+        if code["dirty"]:
+            commit_note = "run from a checkout with uncommitted changes to tracked files"
+    elif commit is None:
+        raise ConfigError("--commit", "the runs did not record their code (run before fedrun did); valid: --commit SHA")
+    else:
+        commit_note = "given with --commit; the runs did not record their commit"
+    return commit, commit_note
+
+
+def _cells(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, dict[str, int]]]:
+    """The record's cells ((row, column) -> its values by seed) and wall times (row -> seconds by seed)."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    wall: dict[str, dict[str, int]] = {}
+    for r in runs:
+        for column, (_, metric, setting, value) in r["cells"].items():
+            cell = cells.setdefault(
+                (r["row"], column),
+                {"row": r["row"], "column": column, "metric": metric, "setting": setting, "values": {}},
+            )
+            if str(r["seed"]) in cell["values"]:
+                raise ConfigError("seed", f"two runs of {r['row']} seed {r['seed']}; valid: one run per row and seed")
+            cell["values"][str(r["seed"])] = value
+        wall.setdefault(wall_key(r, runs), {})[str(r["seed"])] = r["wall_time_s"]
+    return cells, wall
 
 
 def build_record(
@@ -172,38 +226,8 @@ def build_record(
     tables = {t for r in runs for t, *_ in r["cells"].values()}
     if len(tables) > 1:
         raise ConfigError("--column", f"the cells span tables {', '.join(sorted(tables))}; valid: one table per record")
-    codes = {json.dumps(r["code"], sort_keys=True) for r in runs if r["code"]}
-    recorded = [json.loads(c) for c in codes]
-    if any("commit" not in c for c in recorded) or len(recorded) > 1:
-        raise ConfigError(
-            "code", f"the runs ran different or unversioned code: {sorted(codes)}; valid: runs of one commit"
-        )
-    commit_note = None
-    if recorded:
-        code = recorded[0]
-        if commit and not code["commit"].startswith(commit):
-            raise ConfigError("--commit", f"{commit} but the runs recorded {code['commit']}; valid: leave it out")
-        if any(r["code"] is None for r in runs):
-            raise ConfigError("code", "some runs recorded their commit and some did not; valid: one record each")
-        commit = code["commit"]
-        if code["dirty"]:
-            commit_note = "run from a checkout with uncommitted changes to tracked files"
-    elif commit is None:
-        raise ConfigError("--commit", "the runs did not record their code (run before fedrun did); valid: --commit SHA")
-    else:
-        commit_note = "given with --commit; the runs did not record their commit"
-    cells: dict[tuple[str, str], dict[str, Any]] = {}
-    wall: dict[str, dict[str, int]] = {}
-    for r in runs:
-        for column, (_, metric, setting, value) in r["cells"].items():
-            cell = cells.setdefault(
-                (r["row"], column),
-                {"row": r["row"], "column": column, "metric": metric, "setting": setting, "values": {}},
-            )
-            if str(r["seed"]) in cell["values"]:
-                raise ConfigError("seed", f"two runs of {r['row']} seed {r['seed']}; valid: one run per row and seed")
-            cell["values"][str(r["seed"])] = value
-        wall.setdefault(wall_key(r, runs), {})[str(r["seed"])] = r["wall_time_s"]
+    commit, commit_note = _commit(runs, commit)
+    cells, wall = _cells(runs)
     commands = [r["command"] for r in runs]
     record: dict[str, Any] = {
         "id": record_id,

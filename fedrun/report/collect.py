@@ -32,6 +32,7 @@ from fedrun.config.schema import FedrunConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
 from fedrun.storage.rundir import CONFIG_FILE, ERROR_FILE, METRICS_FILE, SUMMARY_FILE, RunDir, Summary
+from fedrun.storage.status import Status
 
 # columns of load_runs' frame that are not config keys
 META = ("status", "error", "run_dir", "fingerprint")
@@ -41,8 +42,6 @@ VOLATILE_PREFIXES = ("output.", "checkpoint.", "tracking.", "data.root", "data.d
 VOLATILE_KEYS = ("output", "checkpoint", "tracking", "cache_dir")
 
 
-# the statuses fedrun writes into summary.json (fedrun/run/, fedrun/storage/rundir.py)
-STATUSES = ("running", "completed", "diverged", "interrupted", "failed")
 # the top-level keys of a fedrun config (``experiment`` is the preset group Hydra leaves in the composed config)
 CONFIG_KEYS = frozenset(FedrunConfig.__dataclass_fields__) | {"experiment"}
 # how far a summary's accuracy may lie from the one recomputed from metrics.csv (both are float64 written as text)
@@ -123,7 +122,7 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 def _hydra_overrides(run: Path) -> dict[str, Any]:
     """The job's Hydra overrides (``.hydra/overrides.yaml``); {} when absent or unreadable (labels only)."""
-    f = run / ".hydra" / "overrides.yaml"
+    f = RunDir(run).hydra_overrides_file
     try:
         items = load_yaml(f.read_text(), str(f), plain=True) if f.is_file() else []
         out = {}
@@ -175,7 +174,7 @@ def _is_accuracy(key: str) -> bool:
 def _last_k(s: Summary, cfg: dict[str, Any]) -> int:
     """The k of the summary's last-k mean: its ``last_k`` field, else the config's ``eval.last_k``, else 10."""
     ev = cfg.get("eval")
-    for k in (s.fields.get("last_k"), ev.get("last_k") if isinstance(ev, dict) else None):
+    for k in (s.last_k, ev.get("last_k") if isinstance(ev, dict) else None):
         if isinstance(k, int) and not isinstance(k, bool) and k > 0:
             return k
     return 10
@@ -183,12 +182,13 @@ def _last_k(s: Summary, cfg: dict[str, Any]) -> int:
 
 def damaged_summary(run: Path, s: Summary, cfg: dict[str, Any]) -> str | None:
     """Why the summary ``s`` of ``run`` cannot be believed (naming the file and the field); None when it holds."""
-    if s.status not in STATUSES:
-        return f"{SUMMARY_FILE}: status {s.fields.get('status')!r} is not one fedrun writes ({', '.join(STATUSES)})"
+    if s.status is None:
+        known = ", ".join(Status)
+        return f"{SUMMARY_FILE}: status {s.fields.get('status')!r} is not one fedrun writes ({known})"
     for key, v in s.fields.items():
         if _is_accuracy(key) and v is not None and not (_is_number(v) and 0.0 <= v <= 1.0):
             return f"{SUMMARY_FILE}: {key} = {v!r} is not an accuracy (a number in [0, 1])"
-    if s.status != "completed":
+    if not s.completed:
         return None  # its numbers are never shown
     metrics = RunDir(run).metrics_file
     if not metrics.is_file():
@@ -207,7 +207,7 @@ def damaged_summary(run: Path, s: Summary, cfg: dict[str, Any]) -> str | None:
         "test_acc_last_k": float(acc[-_last_k(s, cfg) :].mean()),
     }
     for key in RECOMPUTED:
-        v = s.fields.get(key)
+        v = getattr(s, key)
         if v is not None and abs(v - recomputed[key]) > TOLERANCE:
             return f"{SUMMARY_FILE}: {key} = {v!r}, but {METRICS_FILE} gives {recomputed[key]!r}"
     return None
@@ -230,15 +230,15 @@ def read_run(run: Path) -> dict[str, Any]:
         raise NotARun(DAMAGED, why)
     if s is not None:
         row.update({f"summary.{k}": _hashable(v) for k, v in s.fields.items() if not isinstance(v, dict)})
-        row["status"] = s.status or "unknown"
-        row["error"] = s.fields.get("error")
+        row["status"] = s.status.value if s.status else "unknown"
+        row["error"] = s.error
     else:
         row["status"] = "refused"  # bad input: error.txt (exit 2), the run never started
         try:
             row["error"] = RunDir(run).error_file.read_text(errors="replace").strip()
         except OSError as e:
             row["error"] = f"{ERROR_FILE}: {_short(e)}"
-    if row["status"] == "running":
+    if row["status"] == Status.RUNNING:
         row["status"] = "unfinished"
     row["run_dir"] = str(run)
     row["fingerprint"] = saved_config_key(cfg)[:16] if cfg else f"dir:{run}"

@@ -23,6 +23,7 @@ from fedrun.report.tables import value_key as norm
 from fedrun.storage.atomic import atomic_write
 from fedrun.storage.figures import method_styles, save_figure
 from fedrun.storage.rundir import METRICS_FILE
+from fedrun.storage.status import Status
 
 PERCENT_COLUMNS = {"test_acc", "train_acc"}
 
@@ -131,7 +132,7 @@ def main(argv: list[str]) -> int:
                 raise ValueError(f"no config key '{key}' in these runs")
         check_pooling(runs, rows + cols, over)
         has_metrics = runs["run_dir"].map(lambda d: (Path(d) / METRICS_FILE).is_file())
-        done = runs[(runs["status"] == "completed") & has_metrics]
+        done = runs[(runs["status"] == Status.COMPLETED) & has_metrics]
         if done.empty:
             raise ValueError("no completed run with a metrics.csv to draw")
         curves = group_curves(done, rows + cols, args.metric)

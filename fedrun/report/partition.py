@@ -40,16 +40,21 @@ def _partition_of(run_dir: Path) -> str | None:
         return None
 
 
+def partition_table(run_dir: Path) -> Path:
+    """The run's client-by-class table (partition.csv); DataError when there is none."""
+    path = RunDir(run_dir).partition_file
+    if not path.is_file():
+        raise DataError(f"{path}: not found; a fedrun run directory holds {path.name}")
+    return path
+
+
 def report_partition(run_dir: Path, prefix: Path | None = None) -> str:
     """Write the heatmaps for ``run_dir`` as ``<prefix>.png`` and ``<prefix>_domains.png`` (default prefix:
     ``run_dir/partition``; ``fedrun-report partition`` passes one outside the run) and return a Markdown summary
     (statistics and domain breakdown)."""
     prefix = prefix if prefix is not None else run_dir / "partition"
     png, domains_png = prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + "_domains.png")
-    path = run_dir / "partition.csv"
-    if not path.is_file():
-        raise DataError(f"{path}: not found; a fedrun run directory holds partition.csv")
-    counts, _ = _read_counts(path)
+    counts, _ = _read_counts(partition_table(run_dir))
     partition = _partition_of(run_dir)
     notice = run_dirs_note([run_dir])
     title = "samples per client and class" + (f"\n{partition}" if partition else "")
@@ -59,7 +64,7 @@ def report_partition(run_dir: Path, prefix: Path | None = None) -> str:
         f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in partition_stats(counts).items()
     ]
     written = [png]
-    dpath = run_dir / "partition_domains.csv"
+    dpath = RunDir(run_dir).partition_domains_file
     if dpath.is_file():
         dcounts, names = _read_counts(dpath)
         plot_domains(dcounts, names, domains_png, notice=notice)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fedrun.report.collect import config_columns
+from fedrun.storage.status import Status
 
 DEFAULT_OVER = ("seed",)
 
@@ -86,7 +87,7 @@ def drop_duplicates(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[Duplicate]]:
     (else the first in sweep order) is kept; the others are returned as duplicates."""
     if "fingerprint" not in runs or runs.empty:
         return runs, []
-    order = runs.assign(_done=runs["status"] != "completed", _pos=range(len(runs)))
+    order = runs.assign(_done=runs["status"] != Status.COMPLETED, _pos=range(len(runs)))
     order = order.sort_values(["_done", "_pos"], kind="stable")
     keep_pos, dups = [], []
     first: dict[str, str] = {}
@@ -133,7 +134,7 @@ def empty_cells(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> list[st
 
 def cell_counts(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, int]:
     """Completed runs per cell (the n of its mean)."""
-    return {vals: int((grp["status"] == "completed").sum()) for vals, grp in _groups(runs, keys)}
+    return {vals: int((grp["status"] == Status.COMPLETED).sum()) for vals, grp in _groups(runs, keys)}
 
 
 def value_key(vals: tuple) -> tuple:

@@ -40,8 +40,7 @@ def run_dirs_note(run_dirs: Iterable[Path]) -> str:
     rows = []
     for d in run_dirs:
         s = RunDir(d).summary()
-        fields = s.fields if s is not None else {}
-        rows.append({STANDIN: fields.get("data_standin") is True, "summary.data": fields.get("data")})
+        rows.append({STANDIN: s is not None and s.data_standin is True, "summary.data": s.data if s else None})
     return standin_note(pd.DataFrame(rows, columns=[STANDIN, "summary.data"]))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fedrun.storage.status import Status
+
 
 def select_best(runs: pd.DataFrame, key: str, group: list[str], metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs with only the chosen ``key`` value per ``group``, a table of the chosen values).
@@ -16,7 +18,7 @@ def select_best(runs: pd.DataFrame, key: str, group: list[str], metric: str) -> 
     has = runs[key].notna()
     keep, chosen = [runs[~has]], []
     swept = runs[has].assign(_score=pd.to_numeric(runs.loc[has, metric], errors="coerce"))
-    swept.loc[swept["status"] != "completed", "_score"] = float("nan")
+    swept.loc[swept["status"] != Status.COMPLETED, "_score"] = float("nan")
     for vals, grp in swept.groupby(group, dropna=False, sort=False) if group else [((), swept)]:
         scores = grp.groupby(key)["_score"].mean().dropna()
         if scores.empty:

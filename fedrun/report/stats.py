@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fedrun.storage.rundir import METRICS_FILE
+from fedrun.storage.status import Status
 
 
 def load_metrics(run_dir: Path) -> pd.DataFrame:
@@ -73,7 +74,7 @@ def std_across(
     for col in [*by, key, metric]:
         if col not in runs:
             raise ValueError(f"std_across: no column '{col}' in these runs")
-    ok = runs[runs["status"] == "completed"] if "status" in runs else runs
+    ok = runs[runs["status"] == Status.COMPLETED] if "status" in runs else runs
     per_setting = ok.groupby([*by, key], dropna=False, sort=True)[metric].mean().reset_index()
     rows = []
     for group, grp in per_setting.groupby(by, dropna=False, sort=True):

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from fedrun.report.pooling import DEFAULT_OVER, check_pooling, label, value_key
+from fedrun.storage.status import Status
 
 METRICS = {
     "last_k": "summary.test_acc_last_k",
@@ -27,7 +28,7 @@ LOWER_IS_BETTER = {"rounds_to_target"}
 
 def _cell(values: pd.Series, metric: str, statuses: pd.Series) -> tuple[str, int]:
     """(text, n): mean ± sample std (ddof 1) of the completed runs, or the status of a run that did not complete."""
-    bad = statuses[statuses != "completed"]
+    bad = statuses[statuses != Status.COMPLETED]
     if len(bad):
         return str(bad.iloc[0]), 0  # diverged / failed / refused / unfinished: never shown as a number
     v = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=float)
@@ -84,7 +85,7 @@ def make_table(
     for key_vals, grp in runs.groupby(keys, dropna=False, sort=False):
         key_vals = key_vals if isinstance(key_vals, tuple) else (key_vals,)
         cells[key_vals] = _cell(grp[col], metric, grp["status"])
-        ok = pd.to_numeric(grp[grp["status"] == "completed"][col], errors="coerce").dropna()
+        ok = pd.to_numeric(grp[grp["status"] == Status.COMPLETED][col], errors="coerce").dropna()
         numeric.append(
             {
                 **dict(zip(keys, key_vals, strict=True)),

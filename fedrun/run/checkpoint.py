@@ -23,9 +23,10 @@ from fedrun.storage.atomic import atomic_write
 from fedrun.storage.rundir import CHECKPOINT_FILE as CHECKPOINT_FILE
 from fedrun.storage.rundir import CONFIG_FILE as CONFIG_FILE
 from fedrun.storage.rundir import RunDir, UnreadableRunFile
+from fedrun.storage.status import Status
 
 FORMAT_VERSION = 1
-FINISHED = ("completed", "diverged")  # statuses a re-run skips: both are deterministic outcomes
+FINISHED = (Status.COMPLETED, Status.DIVERGED)  # statuses a re-run skips: both are deterministic outcomes
 
 
 def plain(value: Any) -> Any:
@@ -122,7 +123,7 @@ def saved_config(run_dir: Path | RunDir) -> dict[str, Any] | None:
         raise ResumeError(f"{rd.config_file}: unreadable config of an earlier run; use a new run dir") from None
 
 
-def prior_status(run_dir: Path | RunDir) -> str | None:
+def prior_status(run_dir: Path | RunDir) -> Status | None:
     """``status`` from an earlier run's summary.json in ``run_dir`` (None when there is none)."""
     return (run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)).status()
 
@@ -154,7 +155,7 @@ def check_run_dir(run_dir: Path | RunDir, raw: dict[str, Any]) -> str | None:
         raise ResumeError(f"{run_dir} holds a run with a different config ({shown}); use a new run dir")
     status = rd.status() or "unfinished"
     done, rounds = (old.get("fl") or {}).get("rounds"), (raw.get("fl") or {}).get("rounds")
-    if status != "completed" or not isinstance(done, int) or not isinstance(rounds, int) or rounds == done:
+    if status != Status.COMPLETED or not isinstance(done, int) or not isinstance(rounds, int) or rounds == done:
         return status
     if rounds < done:
         raise ResumeError(

@@ -21,6 +21,7 @@ from fedrun.run.state import RunState, open_state, save_state
 from fedrun.run.summary import Outcome, describe_run, final_summary, summary_line
 from fedrun.storage.figures import plot_curves
 from fedrun.storage.rundir import RunDir
+from fedrun.storage.status import Status
 
 __all__ = ["lr_at", "run"]
 
@@ -56,7 +57,7 @@ def _run(
     info = describe_run(experiment, run_dir)
     fp = fingerprint(spec.raw)
     t0 -= state.elapsed  # timings continue from where a killed run stopped
-    rd.write_summary({**info, "status": "running"})
+    rd.write_summary({**info, "status": Status.RUNNING})
     log.info(start_line(spec, info, state.start))
     outcome, client_acc = Outcome(), client_accuracy(experiment)
     t_loop = time.perf_counter()
@@ -77,11 +78,11 @@ def _run(
         # rounds are 1-based in metrics.csv and summary.json; the last good checkpoint stays in place
         where = f"round {e.round_idx + 1}" + (f", client {e.client}" if e.client is not None else "")
         extra = {"diverged_round": e.round_idx + 1, "diverged_client": e.client}
-        outcome = Outcome("diverged", f"diverged at {where}: {e.what}", extra)
+        outcome = Outcome(Status.DIVERGED, f"diverged at {where}: {e.what}", extra)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (fedrun/host/interrupts.py): the last checkpoint stays
-        outcome = Outcome("interrupted", f"interrupted by {signal_name(e)}", {"signal": signal_name(e)})
+        outcome = Outcome(Status.INTERRUPTED, f"interrupted by {signal_name(e)}", {"signal": signal_name(e)})
     if state.rows and spec.output.plots:  # before summary.json says how the run ended
-        plot_curves(state.rows, run_dir / "accuracy.png", f"{spec.algorithm.name} on {spec.data.name}")
+        plot_curves(state.rows, rd.accuracy_plot, f"{spec.algorithm.name} on {spec.data.name}")
     summary = final_summary(info, state, spec, outcome, t0, t_loop, run_dir)
     rd.write_summary(summary)
     monitor.finish(summary)

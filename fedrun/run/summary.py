@@ -16,6 +16,8 @@ from fedrun.config.registry import ENGINES
 from fedrun.data.partition import class_counts, domain_breakdown, domain_counts, partition_stats
 from fedrun.run.state import RunState
 from fedrun.storage.figures import partition_title, write_domain_table, write_partition
+from fedrun.storage.status import Status
+from fedrun.storage.summary import Summary
 
 if TYPE_CHECKING:
     from fedrun.config.schema import RunSpec
@@ -119,7 +121,7 @@ class Outcome:
     """How the round loop ended: ``completed``, ``diverged`` (with where) or ``interrupted`` (with the signal,
     from which fedrun.cli.main exits or stops a sweep once the summary is written)."""
 
-    status: str = "completed"
+    status: Status = Status.COMPLETED
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -153,11 +155,13 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
 
-def summary_line(s: dict[str, Any]) -> str:
+def summary_line(summary: Summary | dict[str, Any]) -> str:
     """The log line of a run's end: status, rounds, accuracies, time (and the error of a run that did not complete)."""
+    s = summary if isinstance(summary, Summary) else Summary.of(summary)
+    best_round = "-" if s.best_round is None else s.best_round
     line = (
-        f"{s['status']}: {s['rounds_completed']} rounds, final test_acc {_pct(s.get('test_acc_final'))},"
-        f" mean of last {s.get('last_k', 0)} {_pct(s.get('test_acc_last_k'))},"
-        f" best {_pct(s.get('test_acc_best'))} (round {s.get('best_round', '-')}), {s['wall_time_s']:.1f} s"
+        f"{s.status}: {s.rounds_completed} rounds, final test_acc {_pct(s.test_acc_final)},"
+        f" mean of last {s.last_k or 0} {_pct(s.test_acc_last_k)},"
+        f" best {_pct(s.test_acc_best)} (round {best_round}), {s.wall_time_s or 0.0:.1f} s"
     )
-    return line + (f"; {s['error']}" if s.get("error") else "")
+    return line + (f"; {s.error}" if s.error else "")

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from fedrun.storage.atomic import atomic_write
+from fedrun.storage.rundir import RunDir
 
 # 20 colours told apart in print: matplotlib's tab10, then the dark shades of tab20b/tab20c
 PALETTE = (
@@ -76,9 +77,10 @@ def write_partition(
     df.insert(0, "total", counts.sum(1))
     if corrupted is not None:
         df.insert(1, "corrupted", np.isin(np.arange(len(counts)), corrupted).astype(np.int64))
-    atomic_write(run_dir / "partition.csv", df.to_csv())
+    rd = RunDir(run_dir)
+    atomic_write(rd.partition_file, df.to_csv())
     if plots:
-        plot_partition(counts, run_dir / "partition.png", _heatmap_title(title))
+        plot_partition(counts, rd.partition_plot, _heatmap_title(title))
 
 
 def _heatmap_title(partition: str | None) -> str:
@@ -288,7 +290,7 @@ def write_domain_table(run_dir: Path, counts: np.ndarray, names: list[str] | Non
     df = pd.DataFrame(counts, columns=[f"domain_{n}" for n in names])
     df.index.name = "client"
     df.insert(0, "total", counts.sum(1))
-    atomic_write(run_dir / "partition_domains.csv", df.to_csv())
+    atomic_write(RunDir(run_dir).partition_domains_file, df.to_csv())
 
 
 def plot_domains(counts: np.ndarray, names: list[str], path: Path, notice: str = "") -> None:

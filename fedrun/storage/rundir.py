@@ -22,11 +22,9 @@ The contract of a run directory (tests/storage/test_rundir.py, tests/cli/test_ru
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,10 @@ from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
 from fedrun.storage.atomic import TEMP_NAME, atomic_write, write_json, write_metrics
 from fedrun.storage.lock import LOCK_FILE, run_dir_lock
+from fedrun.storage.status import Status
+from fedrun.storage.summary import SUMMARY_FORMAT as SUMMARY_FORMAT
+from fedrun.storage.summary import Summary as Summary
+from fedrun.storage.summary import UnreadableRunFile as UnreadableRunFile
 
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
@@ -45,67 +47,24 @@ LOG_FILE = "fedrun.log"
 ERROR_FILE = "error.txt"  # a run refused on bad input: the one line, for fedrun-report
 ERROR_LOG = "error.log"  # a run that failed: the traceback
 HYDRA_DIR = ".hydra"  # Hydra's record of the job (hydra.output_subdir)
-SUMMARY_FORMAT = 1  # summary.json's "format"; 0: a summary of before the field
+HYDRA_CONFIG = "config.yaml"  # in HYDRA_DIR: the job's composed config
+HYDRA_OVERRIDES = "overrides.yaml"  # in HYDRA_DIR: the job's command-line overrides
+ACCURACY_PLOT = "accuracy.png"  # test (and train) accuracy against the round (output.plots)
+PARTITION_FILE = "partition.csv"  # samples per client and class
+PARTITION_PLOT = "partition.png"  # its heatmap (output.plots)
+PARTITION_DOMAINS_FILE = "partition_domains.csv"  # samples per client and domain (a dataset with domains)
+CLIENT_WEIGHTS_FILE = "client_weights.csv"  # each cohort client's weight per round (eval.client_weights)
+TRACKING_FILE = "tracking.json"  # the trackers' run ids and last logged rounds (fedrun/storage/trackers/)
+TB_DIR = "tb"  # TensorBoard's event files (tracking.tensorboard)
 # files whose presence makes a directory a fedrun run's (one it may continue, skip or refuse to overwrite)
 RUN_MARKERS = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
+# files only a run directory holds (config.yaml and fedrun.log alone are too common a name in a project folder):
+# a folder holding one of them is a run's, where fedrun-report never writes
+OWN_FILES = (SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, ERROR_FILE, LOCK_FILE)
 # what fedrun (or Hydra for it) writes other than atomically, so a symlink there would be written through
 WRITTEN_IN_PLACE = (HYDRA_DIR, LOG_FILE, LOCK_FILE)
 # the files fedrun writes into a run directory (a directory by one of these names is in the way)
 FILES = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
-
-
-class UnreadableRunFile(ValueError):
-    """A run file that exists but cannot be read as fedrun's (truncated, not JSON/YAML, the wrong shape, a newer
-    format); the message starts with the file's name."""
-
-
-@dataclass(frozen=True)
-class Summary:
-    """summary.json: ``format`` (0 for a summary of before the field) and its other fields."""
-
-    format: int
-    fields: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str) -> Summary:
-        """The summary in ``text``; :class:`UnreadableRunFile` when it is not a fedrun summary this fedrun reads."""
-        try:
-            blob = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            raise UnreadableRunFile(f"{SUMMARY_FILE}: {_short(e)}") from None
-        if not isinstance(blob, dict) or not isinstance(blob.get("status", ""), str):
-            raise UnreadableRunFile(f"{SUMMARY_FILE}: not a fedrun summary (a JSON object with a status)")
-        fmt = blob.pop("format", 0)
-        if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 0:
-            raise UnreadableRunFile(f"{SUMMARY_FILE}: format {fmt!r} is not a summary format (0 to {SUMMARY_FORMAT})")
-        if fmt > SUMMARY_FORMAT:
-            raise UnreadableRunFile(
-                f"{SUMMARY_FILE}: format {fmt} is newer than this fedrun reads (0 to {SUMMARY_FORMAT}); upgrade fedrun"
-            )
-        return cls(fmt, blob)
-
-    @property
-    def status(self) -> str | None:
-        """``completed``, ``diverged``, ``interrupted``, ``failed`` or ``running``; None when the summary has none."""
-        value = self.fields.get("status")
-        return value if isinstance(value, str) else None
-
-    @property
-    def engine(self) -> str | None:
-        """The engine the run used (its registry name)."""
-        value = self.fields.get("engine")
-        return value if isinstance(value, str) else None
-
-    @property
-    def threads(self) -> int | None:
-        """torch's intra-op threads the run used (a positive count)."""
-        value = self.fields.get("threads")
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-    def test_acc(self, which: str) -> float | None:
-        """``test_acc_<which>`` (``final``, ``last_k``, ``best``) of a completed run; None otherwise."""
-        value = self.fields.get(f"test_acc_{which}") if self.status == "completed" else None
-        return None if value is None else float(value)
 
 
 def _short(e: BaseException) -> str:
@@ -184,8 +143,48 @@ class RunDir:
         return self.path / ERROR_FILE
 
     @property
+    def error_log(self) -> Path:
+        return self.path / ERROR_LOG
+
+    @property
+    def hydra_dir(self) -> Path:
+        return self.path / HYDRA_DIR
+
+    @property
     def hydra_config_file(self) -> Path:
-        return self.path / HYDRA_DIR / "config.yaml"
+        return self.path / HYDRA_DIR / HYDRA_CONFIG
+
+    @property
+    def hydra_overrides_file(self) -> Path:
+        return self.path / HYDRA_DIR / HYDRA_OVERRIDES
+
+    @property
+    def accuracy_plot(self) -> Path:
+        return self.path / ACCURACY_PLOT
+
+    @property
+    def partition_file(self) -> Path:
+        return self.path / PARTITION_FILE
+
+    @property
+    def partition_plot(self) -> Path:
+        return self.path / PARTITION_PLOT
+
+    @property
+    def partition_domains_file(self) -> Path:
+        return self.path / PARTITION_DOMAINS_FILE
+
+    @property
+    def client_weights_file(self) -> Path:
+        return self.path / CLIENT_WEIGHTS_FILE
+
+    @property
+    def tracking_file(self) -> Path:
+        return self.path / TRACKING_FILE
+
+    @property
+    def tb_dir(self) -> Path:
+        return self.path / TB_DIR
 
     # -- readers
     def read_summary(self) -> Summary | None:
@@ -195,9 +194,9 @@ class RunDir:
             return None
         try:
             text = f.read_text()
-        except (OSError, UnicodeDecodeError) as e:
+            return Summary.parse(text)
+        except (OSError, UnicodeDecodeError, UnreadableRunFile) as e:
             raise UnreadableRunFile(f"{SUMMARY_FILE}: {_short(e)}") from None
-        return Summary.parse(text)
 
     def summary(self) -> Summary | None:
         """summary.json, or None when there is none or it cannot be read."""
@@ -206,7 +205,7 @@ class RunDir:
         except UnreadableRunFile:
             return None
 
-    def status(self) -> str | None:
+    def status(self) -> Status | None:
         """The run's status from summary.json (None when there is none, or it cannot be read)."""
         s = self.summary()
         return s.status if s else None
@@ -266,27 +265,27 @@ class RunDir:
         atomic_write(self.config_file, config_yaml)
         self.started = True
 
-    def write_summary(self, fields: dict[str, Any]) -> None:
-        """summary.json, atomically, in the current format."""
-        write_json(self.summary_file, {**fields, "format": SUMMARY_FORMAT})
+    def write_summary(self, summary: Summary | Mapping[str, Any]) -> None:
+        """summary.json, atomically, in the current format (a :class:`Summary`, or the fields of one)."""
+        write_json(self.summary_file, (summary if isinstance(summary, Summary) else Summary(0, summary)).to_json())
 
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
         write_metrics(self.metrics_file, rows)
 
     def write_error_log(self, text: str) -> None:
-        atomic_write(self.path / ERROR_LOG, text)
+        atomic_write(self.error_log, text)
 
-    def set_status(self, status: str, error: str, only_running: bool = False) -> None:
+    def set_status(self, status: Status | str, error: str, only_running: bool = False) -> None:
         """Set ``status`` and ``error`` in summary.json, keeping what it says of the run (with ``only_running``:
         only when it says ``running``); nothing unless this process started the run (:meth:`start`), and silently
         nothing when summary.json cannot be read or written."""
         if not self.started:
             return
         old = self.summary()
-        if only_running and (old is None or old.status != "running"):
+        if only_running and (old is None or old.status is not Status.RUNNING):
             return
         with contextlib.suppress(OSError):
-            self.write_summary({**(old.fields if old else {}), "status": status, "error": error})
+            self.write_summary((old or Summary(SUMMARY_FORMAT)).replace(status=status, error=error))
 
     def refuse(self, message: str) -> None:
         """Bad input: remove what this attempt wrote, except Hydra's record of a job in a directory this attempt made

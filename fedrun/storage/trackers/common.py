@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.storage.atomic import write_json
+from fedrun.storage.rundir import SUMMARY_FILE, TRACKING_FILE
 
-STATE_FILE = "tracking.json"
+STATE_FILE = TRACKING_FILE
 
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
@@ -74,5 +75,5 @@ def status_of(summary: dict[str, Any]) -> str:
 
 def artifacts(run_dir: Path) -> list[Path]:
     """The files a tracker attaches at the end: summary.json and the plots."""
-    files = [run_dir / "summary.json", *sorted(run_dir.glob("*.png"))]
+    files = [run_dir / SUMMARY_FILE, *sorted(run_dir.glob("*.png"))]
     return [f for f in files if f.is_file() and not f.is_symlink()]

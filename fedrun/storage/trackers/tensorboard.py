@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fedrun.storage.rundir import TB_DIR as TB_DIR
 from fedrun.storage.trackers.common import scalars
-
-TB_DIR = "tb"
 
 
 class TensorBoardTracker:
