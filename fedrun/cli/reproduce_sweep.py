@@ -93,6 +93,7 @@ def _run_sweep(sweep_dir: Path, varying: list[str], jobs: list[list[str]], conso
         tags = [o.partition("=")[2].strip("'\"") for o in job if override_key(o).startswith("tags.")]
         name = " ".join([*tags, run_dir.name])
         entry = console.job_started(len(console.jobs), name, OmegaConf.select(cfg, "fl.rounds"), run_dir)
-        execute(cfg, run_dir, multirun=True, label=f"job {entry.num} [{run_dir.name}]")  # an interrupt stops all
+        label = f"job {entry.num} [{run_dir.name}]"
+        execute(cfg, run_dir, multirun=True, label=label, record=".hydra")  # an interrupt stops all
         console.job_ended(entry, run_dir)
     return True
