@@ -30,7 +30,6 @@ import re
 import signal
 import sys
 import traceback
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
@@ -40,11 +39,10 @@ from hydra.types import RunMode
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from rich.console import Console
-from rich.table import Table
 
 from fedrun.cli import compose_checks, hydra_patches, sweeps
 from fedrun.cli import help as cli_help
+from fedrun.cli.outcome_lines import tell, waiting
 from fedrun.config import location as conf_location
 from fedrun.config.schema import store_schemas
 from fedrun.core import safe_yaml
@@ -61,9 +59,9 @@ from fedrun.run.attempt import (
     Outcome,
     attempt,
     objective,  # noqa: F401 - a sweeper's value (tests, fedrun-reproduce)
-    resume_hint,
     write_failed,
 )
+from fedrun.run.sweep_index import record_job
 from fedrun.storage.atomic import WriteError
 from fedrun.storage.rundir import RunDir
 
@@ -165,26 +163,6 @@ def sqlite_storage(path: str) -> str:
     return f"sqlite:///{file}"
 
 
-def print_summary(s: dict[str, Any], console: Console) -> None:
-    t = Table(title=f"fedrun: {s['algorithm']} / {s['data']} / {s['model']} / {s['partition']}  ({s['status']})")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
-    t.add_row("final test accuracy", pct(s.get("test_acc_final")))
-    t.add_row(f"mean of last {s.get('last_k', 0)} rounds", pct(s.get("test_acc_last_k")))
-    t.add_row("best test accuracy (round)", f"{pct(s.get('test_acc_best'))} ({s.get('best_round', '-')})")
-    if "round_to_target" in s:
-        t.add_row("round reaching target", str(s["round_to_target"] or "never"))
-    t.add_row("rounds", str(s["rounds_completed"]))
-    t.add_row("wall time", f"{s['wall_time_s']:.1f} s")
-    t.add_row("client samples/s", f"{s['samples_per_s']:,.0f}")
-    t.add_row("engine / device", f"{s['engine']} / {s['device']}")
-    if s.get("data_standin"):
-        t.add_row("data", f"STAND-IN: {s['data']} files not found, seeded random data (data.standin)")
-    console.print(t)
-    console.print(f"run directory: {s['run_dir']}")
-
-
 CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf (fedrun/config/location.py)
 
 
@@ -202,7 +180,7 @@ def _job(cfg: DictConfig) -> float | None:
         why = f"{label} would run in {run_dir}, outside {sweep_dir}; valid: a folder below hydra.sweep.dir"
         print(f"fedrun: error: hydra.sweep.subdir: {why}", file=sys.stderr)
         return None
-    sweeps.record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
+    record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
     return execute(cfg, run_dir, multirun, label, record)  # an interrupted job re-raises: the sweep stops
 
 
@@ -245,7 +223,7 @@ def execute(
         record=record,
         absolute=to_absolute_path,
         echo=sweeps.round_echo(name) if multirun else None,
-        wait=_waiting(name) if multirun else None,
+        wait=waiting(name) if multirun else None,
     )
     tell(result, run_dir, multirun, name)
     if multirun and result.outcome is Outcome.INTERRUPTED:
@@ -263,46 +241,6 @@ def _write_failed(rd: RunDir, e: WriteError, multirun: bool) -> None:
     tell(result, rd.path, multirun, str(rd.path))
     if not multirun:
         sys.exit(exit_code_of(result))
-
-
-def _waiting(name: str) -> Any:
-    """What a sweep's job says when another process (a twin sweep into the same dir) holds its run dir."""
-
-    def wait(pid: int) -> None:
-        print(f"fedrun: {name}: waiting for fedrun process {pid}, which holds its run dir", file=sys.stderr)
-
-    return wait
-
-
-def tell(result: AttemptResult, run_dir: Path, multirun: bool, name: str) -> None:
-    """How an attempt ended, in one line on stderr (and a completed single run's summary table)."""
-    outcome, summary = result.outcome, result.summary
-    if outcome in (Outcome.REFUSED, Outcome.BUSY, Outcome.UNWRITABLE, Outcome.WRITE_FAILED):
-        print(f"fedrun: error: {result.message}", file=sys.stderr)
-    elif outcome in (Outcome.SKIPPED, Outcome.SKIPPED_DIVERGED):
-        if not (multirun and sweeps.reporting()):  # a sweep's console shows the skip
-            print(f"fedrun: {name}: already {result.status}; skipped (a new run needs a new run dir)", file=sys.stderr)
-    elif summary is None:  # failed, or interrupted, before the run had a summary
-        if outcome is Outcome.FAILED:
-            print(f"fedrun: job failed: {result.message}", file=sys.stderr)
-        elif not multirun:  # the sweep's one line names the job (main)
-            print(f"fedrun: {name}: interrupted by {result.signal}; {resume_hint(run_dir)}", file=sys.stderr)
-    else:
-        _tell_ran(result, summary, run_dir, multirun, name)
-
-
-def _tell_ran(result: AttemptResult, s: Mapping[str, Any], run_dir: Path, multirun: bool, name: str) -> None:
-    if multirun and not sweeps.reporting():  # a sweep's console shows how each job ended
-        acc = s.get("test_acc_last_k")
-        shown = "-" if acc is None else f"{100 * acc:.2f}%"
-        print(f"{name}: {s['status']}, last-k acc {shown}", flush=True)
-    elif not result.quiet:
-        print_summary(dict(s), Console())
-    if result.outcome is Outcome.INTERRUPTED:
-        if not multirun:
-            print(f"fedrun: {name}: {s['error']}; {resume_hint(run_dir)}", file=sys.stderr)
-    elif result.outcome is not Outcome.COMPLETED:
-        print(f"fedrun: {name}: {s['status']}: {s.get('error', '')}", file=sys.stderr)
 
 
 def _in_job(e: KeyboardInterrupt, job: str) -> Interrupted:

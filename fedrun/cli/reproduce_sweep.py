@@ -27,7 +27,10 @@ from omegaconf import OmegaConf
 
 from fedrun.cli import compose_checks, hydra_patches
 from fedrun.cli.main import CONF_DIR, error_line, execute, one_line
-from fedrun.cli.sweeps import SweepConsole, job_dir_name, override_key, record_job, varying_keys, watching
+from fedrun.cli.sweeps import varying_keys, watching
+from fedrun.report.sweep_console import SweepConsole
+from fedrun.run.job_dirs import job_dir_name, override_key
+from fedrun.run.sweep_index import record_job
 from fedrun.storage.atomic import atomic_write
 
 

@@ -94,22 +94,23 @@ def attempt(
     def interrupted(signum: int) -> None:  # the process ends at once (a second signal, or one inside an import)
         rd.set_status(Status.INTERRUPTED, f"interrupted by {signal.Signals(signum).name}", only_running=True)
 
-    try:
-        with interrupts(label or str(run_dir), after, on_exit=interrupted):
-            return _attempt(rd, cfg, multirun, absolute, echo, wait)
-    except RunDirBusy as e:
-        return AttemptResult(Outcome.BUSY, message=str(e))
-    except (ConfigError, DataError, ResumeError) as e:
-        return _refused(rd, str(e))
-    except WriteError as e:
-        return write_failed(rd, e)
-    except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
-        rd.set_status(Status.INTERRUPTED, f"interrupted by {signal_name(e)}", only_running=True)
-        return AttemptResult(Outcome.INTERRUPTED, _status(rd), signal=signal_name(e))
-    except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
-        if not rd.started:  # e.g. a config that validation cannot even read: the directory is not this run's
-            return _refused(rd, f"{type(e).__name__}: {e}")
-        return _failed(rd, e)
+    with contextlib.ExitStack() as held:  # the run dir's lock, once taken, is held until the outcome is recorded
+        try:
+            with interrupts(label or str(run_dir), after, on_exit=interrupted):
+                return _attempt(rd, cfg, multirun, absolute, echo, lambda: held.enter_context(rd.lock(wait)))
+        except RunDirBusy as e:
+            return AttemptResult(Outcome.BUSY, message=str(e))
+        except (ConfigError, DataError, ResumeError) as e:
+            return _refused(rd, str(e))
+        except WriteError as e:
+            return write_failed(rd, e)
+        except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
+            rd.set_status(Status.INTERRUPTED, f"interrupted by {signal_name(e)}", only_running=True)
+            return AttemptResult(Outcome.INTERRUPTED, _status(rd), signal=signal_name(e))
+        except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
+            if not rd.started:  # e.g. a config that validation cannot even read: the directory is not this run's
+                return _refused(rd, f"{type(e).__name__}: {e}")
+            return _failed(rd, e)
 
 
 def _attempt(
@@ -118,9 +119,10 @@ def _attempt(
     multirun: bool,
     absolute: Callable[[str], str],
     echo: str | None,
-    wait: Callable[[int], None] | None,
+    lock: Callable[[], object],
 ) -> AttemptResult:
-    """:func:`attempt` inside its interrupt handling: the checks, the lock, then the skip or the run."""
+    """:func:`attempt` inside its interrupt handling: the checks, the lock (``lock()`` takes it, for the rest of the
+    attempt), then the skip or the run."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     rd.check_links(key)
     if rd.foreign():
@@ -138,14 +140,14 @@ def _attempt(
     from fedrun.run.loop import run
     from fedrun.run.recorder import run_log
 
-    with rd.lock(wait):
-        if spec.cache_dir:
-            remove_stale_temps(Path(spec.cache_dir))
-        prior = check_run_dir(rd, spec.raw)
-        if prior in FINISHED:
-            return _skipped(rd, spec, Status(prior))
-        with run_log(rd, echo=echo):
-            summary = run(spec, rd)
+    lock()
+    if spec.cache_dir:
+        remove_stale_temps(Path(spec.cache_dir))
+    prior = check_run_dir(rd, spec.raw)
+    if prior in FINISHED:
+        return _skipped(rd, spec, Status(prior))
+    with run_log(rd, echo=echo):
+        summary = run(spec, rd)
     return _ran(summary, spec)
 
 

@@ -12,12 +12,13 @@ import yaml
 
 from fedrun.cli import main as cli
 from fedrun.cli import report as report_cli
-from fedrun.cli.sweeps import find_jobs, job_dir_name
 from fedrun.config.schema import RunSpec
 from fedrun.report.collect import load_runs
 from fedrun.report.tables import make_table
 from fedrun.run.checkpoint import CHECKPOINT_FILE
+from fedrun.run.job_dirs import job_dir_name
 from fedrun.run.loop import run
+from fedrun.run.sweep_index import find_jobs
 from tests.conftest import compose_cfg
 from tests.run.test_resume import SMALL, _kill_after_first_checkpoint, _metrics, _start
 

@@ -20,21 +20,13 @@ import yaml
 from omegaconf import OmegaConf
 
 from fedrun.cli import sweeps
-from fedrun.cli.sweeps import (
-    LABEL_CHARS,
-    SweepConsole,
-    find_job_dir,
-    find_jobs,
-    job_dir_name,
-    job_label,
-    new_folder_name,
-    read_index,
-    record_job,
-    varying_keys,
-)
+from fedrun.cli.sweeps import varying_keys
 from fedrun.config.identity import config_key
 from fedrun.report.collect import load_runs
+from fedrun.report.sweep_console import SweepConsole
+from fedrun.run.job_dirs import LABEL_CHARS, find_job_dir, job_dir_name, job_label, new_folder_name
 from fedrun.run.recorder import ROW_RECORD
+from fedrun.run.sweep_index import find_jobs, read_index, record_job
 from tests.conftest import REPO, compose_cfg, main_exit_code
 
 TINY = [
