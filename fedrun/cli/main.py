@@ -1,10 +1,13 @@
 """``fedrun``: the Hydra entry point.
 
-Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job validates its
-config, runs, and writes its files into its own run directory (fedrun/storage/rundir.py owns its layout).
+Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job is one attempt at a run
+(fedrun/run/attempt.py: validate, skip, extend, resume, lock, run, record the outcome), whose outcome this module
+tells in one line and maps to the exit code through one table (:data:`EXIT_CODES`); the run's files go into its own
+run directory (fedrun/storage/rundir.py owns its layout).
 Bad input of any kind ends with one line on stderr naming the field and the valid choices, exit code 2, and
 nothing but ``error.txt`` (beside Hydra's ``.hydra/`` record of the job) in a new run directory; a directory
-that held anything before keeps it as it was, and one that is not empty and holds no fedrun run is refused.
+that held anything before keeps it as it was, one another process holds is not touched at all, and one that is not
+empty and holds no fedrun run is refused.
 In a multirun a failing job is recorded and the sweep goes on.
 
 Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
@@ -18,7 +21,7 @@ does not complete (bad input, failure, divergence) returns None: Optuna records 
 study goes on; a study with no completed trial at all ends with one line and exit code 1.
 
 Before Hydra acts on a composed config, fedrun/cli/compose_checks.py refuses what would run code or reach
-outside conf/. A sweep's jobs run in directories keyed by their config (fedrun/cli/sweeps.py), so a sweep can
+outside conf/. A sweep's jobs run in directories keyed by their config (fedrun/run/job_dirs.py), so a sweep can
 grow; a sweep of the basic sweeper ends with "k of N jobs failed" and exit code 1 when k > 0, and Ctrl-C
 stops it (finished jobs are kept; the same command resumes).
 """
