@@ -150,8 +150,8 @@ def first_completed(*folders: str) -> object:
     return after
 
 
-SWEEP = ("-m", "hydra.sweep.dir={t}/s", "fl.rounds=40")
-TWIN = ("-m", *TINY, "hydra.sweep.dir={t}/s", "fl.rounds=40", "cache_dir={t}/cache")
+SWEEP = ("-m", "hydra.sweep.dir={t}/s", "fl.rounds=120")
+TWIN = ("-m", *TINY, "hydra.sweep.dir={t}/s", "fl.rounds=120", "cache_dir={t}/cache")
 TEN = ("fl.rounds=30", "hydra.run.dir={t}/r")
 EXTEND = ("hydra.run.dir={t}/r", "tracking=[tensorboard]", "fl.rounds=2")
 TB_REFUSED = ("tracking.tensorboard: cannot open the TensorBoard tracker",)
