@@ -176,8 +176,10 @@ def objective(summary: Mapping[str, Any], spec: RunSpec) -> float | None:
 
 
 def _skipped(rd: RunDir, spec: RunSpec, prior: Status) -> AttemptResult:
-    """A run that finished before: its curves drawn when missing, its objective."""
-    outcome = Outcome.SKIPPED if prior is Status.COMPLETED else Outcome.SKIPPED_DIVERGED
+    """A run that finished before: a completed one's curves drawn when missing, its objective."""
+    if prior is not Status.COMPLETED:
+        return AttemptResult(Outcome.SKIPPED_DIVERGED, prior, quiet=spec.output.quiet)
+    outcome = Outcome.SKIPPED
     redraw_curves(rd, spec)
     done = rd.summary()
     objective = done.test_acc(spec.output.objective) if done else None

@@ -12,8 +12,9 @@ in one line.
 
 The contract of a run directory (tests/storage/test_rundir.py, tests/cli/test_run_dir_contract.py):
 
-- fedrun deletes only files it wrote in this attempt: a directory that is not empty and holds no fedrun run is
-  refused (:meth:`RunDir.foreign`) and left as it was;
+- fedrun deletes only files it wrote in this attempt (what appeared while it held the directory's lock, and Hydra's
+  record of the job in a foreign directory): a directory that is not empty and holds no fedrun run is refused
+  (:meth:`RunDir.foreign`) and left as it was, and one whose lock another process holds is not touched at all;
 - only the process that started or resumed a run (:attr:`RunDir.started`) writes its status;
 - fedrun never writes through a symlink that leaves the run directory (:meth:`RunDir.check_links`);
 - only fedrun's own temp files are ever cleaned up (:data:`fedrun.storage.atomic.TEMP_NAME`).
