@@ -3,12 +3,12 @@
 A reproduce target is one ``fedrun -m`` per (preset, method). Started as subprocesses, each pays Python,
 torch and Hydra start-up and loads its dataset again; for a ``-smoke`` target that dominates (80 processes
 for FedIMA Table I). Here each command's overrides are expanded with Hydra's own BasicSweeper (cartesian
-product in override order, so job ``n`` is the job ``fedrun -m`` numbers ``n``), each job's config is
-composed with Hydra's compose API and run by :func:`fedrun.cli.main.execute`, into the folder ``fedrun -m`` names
-it by (the overrides that vary, then the hash of its config, fedrun/cli/sweeps.py, recorded in the sweep's
-``index.yaml``) with ``.hydra/overrides.yaml`` and ``.hydra/config.yaml`` as Hydra writes them (a rejected
-job keeps them, so fedrun-report can still label its cell). A failing job is recorded and the sweep goes on;
-a finished run is skipped, an unfinished one resumes, as with ``fedrun -m``. Each run prints one line as it
+product in override order, so job ``n`` is the job ``fedrun -m`` numbers ``n``), each job's config is composed
+with Hydra's compose API and run by :func:`fedrun.cli.main.execute` (one attempt: fedrun/run/attempt.py), into the
+folder ``fedrun -m`` names it by (the overrides that vary, then the hash of its config, fedrun/run/job_dirs.py,
+recorded in the sweep's ``index.yaml``) with ``.hydra/overrides.yaml`` and ``.hydra/config.yaml`` as Hydra writes
+them (a rejected job keeps them, so fedrun-report can still label its cell). A failing job is recorded and the sweep
+goes on; a finished run is skipped, an unfinished one resumes, as with ``fedrun -m``. Each run prints one line as it
 ends (``[3/36] FedProx(0.1) fedcos_table2_fmnist_mlp partition.iid_fraction=0.3-1a2b3c4d: completed, acc 16.67%
 (1.6 s)``: its method and preset tags, its folder); its rounds go to its fedrun.log only.
 """

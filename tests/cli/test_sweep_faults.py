@@ -29,7 +29,7 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
     sweep = tmp_path / "run"
     args = ["-m", *SMALL, "fl.lr=0.05,-1"]  # job 0 is fine, job 1 has a bad value
     cache = f"cache_dir={tmp_path / 'cache'}"
-    # each job's directory is named by what varies and its config (fedrun/cli/sweeps.py): known before it starts
+    # each job's directory is named by what varies and its config (fedrun/run/job_dirs.py): known before it starts
     good, bad = (
         sweep / job_dir_name(compose_cfg([*SMALL, lr, cache]), [lr], {"fl.lr"}) for lr in ("fl.lr=0.05", "fl.lr=-1")
     )
