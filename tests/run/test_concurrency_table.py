@@ -4,9 +4,9 @@ run dir's lock, never a lock it does not hold, and writes nothing (no error.txt)
 not take; a sweep's job whose twin in another sweep is running waits for it and finds it done; a refused extension
 rewrites no status.
 
-The first process is real in every case: ``fedrun`` itself (a run, a sweep), or a small script that holds the lock
-and writes the files a run writes at the moment the second process has just started (once Hydra's record of its
-job appears), which is when the red team's race struck.
+The first process is a real one: ``fedrun`` itself (a run, a sweep, or the run a refused extension was to extend),
+or a small script that holds the lock and writes the files a run writes at the moment the second process has just
+started (once Hydra's record of its job appears), which is when the red team's race struck.
 """
 
 from __future__ import annotations
