@@ -46,3 +46,33 @@ def test_mypy_is_declared_and_strict_on_the_bottom_layers() -> None:
     strict = [o for o in mypy["overrides"] if layers <= set(o["module"])]
     assert len(strict) == 1 and all(strict[0].get(flag) is True for flag in STRICT)
     assert "strict" not in strict[0]  # mypy applies an override's `strict` to every module
+
+
+# ---- sizes: small modules with one job each (issue 31) -------------------------------------------------------------
+FUNCTION_LINES = 60  # no function in fedrun/ over this many lines (its decorators excluded, its docstring included)
+CLI_MODULE_LINES = 400  # no module of fedrun/cli/ over this many lines
+# Functions of other helpers' modules still over the limit when the gate came; the lead clears this list after merge
+# (an entry that is no longer too long fails too, so the list can only shrink).
+KNOWN_LONG = {"fedrun/papers/record.py::build_record", "fedrun/papers/record.py::read_run"}
+KNOWN_LARGE = {"report.py"}  # fedrun/cli/report.py, being split by another change: cleared after merge
+
+
+def _long_functions() -> set[str]:
+    import ast
+
+    found = set()
+    for path in sorted((REPO / "fedrun").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                if node.end_lineno - node.lineno + 1 > FUNCTION_LINES:
+                    found.add(f"{path.relative_to(REPO)}::{node.name}")
+    return found
+
+
+def test_no_function_in_fedrun_is_over_60_lines() -> None:
+    assert _long_functions() == KNOWN_LONG
+
+
+def test_no_cli_module_is_over_400_lines() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (REPO / "fedrun" / "cli").glob("*.py")}
+    assert {name for name, n in sizes.items() if n > CLI_MODULE_LINES} == KNOWN_LARGE

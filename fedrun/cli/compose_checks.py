@@ -33,7 +33,7 @@ from fedrun.cli.hydra_patches import ConfigLoaderImpl
 from fedrun.config.schema import config_node
 from fedrun.core.errors import ConfigError
 from fedrun.storage.rundir import FILES as RUN_FILES
-from fedrun.storage.rundir import RunDir, note_before_attempt
+from fedrun.storage.rundir import RunDir
 
 # The only code a composed config may name: Hydra's own launchers and sweepers (Hydra itself allows no
 # other plugin module), Optuna's samplers, and the SQLite helper of conf/hydra/sweeper/optuna_tpe.yaml.
@@ -300,8 +300,7 @@ def _sweep_job_dir(cfg: DictConfig) -> Path | None:
 
 def check_run_dir(run_dir: Path, output_subdir: Any, key: str = "hydra.run.dir") -> None:
     """Before Hydra writes its record into ``run_dir``: refuse symlinks there that leave it (Hydra's record, the
-    log, the lock: :meth:`~fedrun.storage.rundir.RunDir.check_links`), and note what the directory holds, so a
-    refused run removes only what this attempt wrote (:func:`~fedrun.storage.rundir.note_before_attempt`)."""
+    log, the lock: :meth:`~fedrun.storage.rundir.RunDir.check_links`) and a record folder that is one."""
     rd = RunDir(run_dir)
     rd.check_links(key)
     if output_subdir is not None:
@@ -312,7 +311,6 @@ def check_run_dir(run_dir: Path, output_subdir: Any, key: str = "hydra.run.dir")
                 f"{record} is a symlink to {os.readlink(record)}, outside the run dir, and Hydra would write its"
                 " record through it; valid: a run dir without it",
             )
-    note_before_attempt(run_dir)
 
 
 def _checked(

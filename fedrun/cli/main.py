@@ -1,10 +1,13 @@
 """``fedrun``: the Hydra entry point.
 
-Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job validates its
-config, runs, and writes its files into its own run directory (fedrun/storage/rundir.py owns its layout).
+Hydra composes the config groups and runs one job (or a sweep with ``-m``); each job is one attempt at a run
+(fedrun/run/attempt.py: validate, skip, extend, resume, lock, run, record the outcome), whose outcome this module
+tells in one line and maps to the exit code through one table (:data:`EXIT_CODES`); the run's files go into its own
+run directory (fedrun/storage/rundir.py owns its layout).
 Bad input of any kind ends with one line on stderr naming the field and the valid choices, exit code 2, and
 nothing but ``error.txt`` (beside Hydra's ``.hydra/`` record of the job) in a new run directory; a directory
-that held anything before keeps it as it was, and one that is not empty and holds no fedrun run is refused.
+that held anything before keeps it as it was, one another process holds is not touched at all, and one that is not
+empty and holds no fedrun run is refused.
 In a multirun a failing job is recorded and the sweep goes on.
 
 Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
@@ -18,7 +21,7 @@ does not complete (bad input, failure, divergence) returns None: Optuna records 
 study goes on; a study with no completed trial at all ends with one line and exit code 1.
 
 Before Hydra acts on a composed config, fedrun/cli/compose_checks.py refuses what would run code or reach
-outside conf/. A sweep's jobs run in directories keyed by their config (fedrun/cli/sweeps.py), so a sweep can
+outside conf/. A sweep's jobs run in directories keyed by their config (fedrun/run/job_dirs.py), so a sweep can
 grow; a sweep of the basic sweeper ends with "k of N jobs failed" and exit code 1 when k > 0, and Ctrl-C
 stops it (finished jobs are kept; the same command resumes).
 """
@@ -26,7 +29,6 @@ stops it (finished jobs are kept; the same command resumes).
 from __future__ import annotations
 
 import contextlib
-import errno
 import re
 import signal
 import sys
@@ -40,29 +42,34 @@ from hydra.types import RunMode
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from rich.console import Console
-from rich.table import Table
 
 from fedrun.cli import compose_checks, hydra_patches, sweeps
 from fedrun.cli import help as cli_help
+from fedrun.cli.outcome_lines import tell, waiting
 from fedrun.config import location as conf_location
-from fedrun.config.schema import RunSpec, store_schemas, validate
+from fedrun.config.schema import store_schemas
 from fedrun.core import safe_yaml
-from fedrun.core.errors import ConfigError, DataError, ResumeError
+from fedrun.core.errors import ConfigError
 from fedrun.core.extras import MissingExtra, has_module
 from fedrun.host.allocator import tune_glibc_malloc
 from fedrun.host.interrupts import Interrupted, exit_code, interrupts, signal_name
 from fedrun.host.limits import refuse_small_memory_limits
-from fedrun.storage.atomic import WriteError, remove_stale_temps
-from fedrun.storage.rundir import ERROR_LOG, SUMMARY_FORMAT, RunDir, Summary
+from fedrun.run.attempt import (
+    BAD_DIR_ERRNOS,
+    RUN_AFTER,
+    SWEEP_AFTER,
+    AttemptResult,
+    Outcome,
+    attempt,
+    objective,  # noqa: F401 - a sweeper's value (tests, fedrun-reproduce)
+    write_failed,
+)
+from fedrun.run.sweep_index import record_job
+from fedrun.storage.atomic import WriteError
+from fedrun.storage.rundir import RunDir
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
-# write errors that are bad input (the run directory as given cannot hold the run): exit 2, not a failed run
-BAD_DIR_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.EISDIR, errno.ENOTDIR)
-# what to do after a signal ended the command (fedrun/host/interrupts.py)
-SWEEP_AFTER = "the same command (same hydra.sweep.dir) resumes a sweep"
-RUN_AFTER = "re-running the same command starts the run, or resumes it from its last checkpoint"
 
 sweeps.register_resolvers()  # before Hydra resolves hydra.sweep.subdir, in every process that runs a job
 cli_help.register_resolvers()  # fedrun --help: hydra.help.template (conf/hydra/help/fedrun.yaml)
@@ -159,42 +166,6 @@ def sqlite_storage(path: str) -> str:
     return f"sqlite:///{file}"
 
 
-def objective(summary: dict[str, Any], spec: RunSpec) -> float | None:
-    """The value a completed run returns to a sweeper: summary.json's ``test_acc_<output.objective>``."""
-    return Summary(SUMMARY_FORMAT, summary).test_acc(spec.output.objective)
-
-
-def _reject(rd: RunDir, message: str, multirun: bool) -> None:
-    """Bad input: remove only what this attempt wrote (:meth:`RunDir.refuse`: a fresh run directory keeps
-    error.txt and Hydra's record of the job, ``.hydra/``, from which fedrun-report labels the refused run; one
-    that held anything before is left as it was), print one line, exit 2 (a sweep goes on)."""
-    with contextlib.suppress(OSError):
-        rd.refuse(message)
-    print(f"fedrun: error: {message}", file=sys.stderr)
-    if not multirun:
-        sys.exit(EXIT_BAD_INPUT)
-
-
-def print_summary(s: dict[str, Any], console: Console) -> None:
-    t = Table(title=f"fedrun: {s['algorithm']} / {s['data']} / {s['model']} / {s['partition']}  ({s['status']})")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
-    t.add_row("final test accuracy", pct(s.get("test_acc_final")))
-    t.add_row(f"mean of last {s.get('last_k', 0)} rounds", pct(s.get("test_acc_last_k")))
-    t.add_row("best test accuracy (round)", f"{pct(s.get('test_acc_best'))} ({s.get('best_round', '-')})")
-    if "round_to_target" in s:
-        t.add_row("round reaching target", str(s["round_to_target"] or "never"))
-    t.add_row("rounds", str(s["rounds_completed"]))
-    t.add_row("wall time", f"{s['wall_time_s']:.1f} s")
-    t.add_row("client samples/s", f"{s['samples_per_s']:,.0f}")
-    t.add_row("engine / device", f"{s['engine']} / {s['device']}")
-    if s.get("data_standin"):
-        t.add_row("data", f"STAND-IN: {s['data']} files not found, seeded random data (data.standin)")
-    console.print(t)
-    console.print(f"run directory: {s['run_dir']}")
-
-
 CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf (fedrun/config/location.py)
 
 
@@ -203,110 +174,76 @@ def _job(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     run_dir = Path(hc.runtime.output_dir)
+    record = None if hc.output_subdir is None else str(hc.output_subdir)  # Hydra wrote it for this attempt
     if not multirun:
-        return execute(cfg, run_dir, multirun)
+        return execute(cfg, run_dir, multirun, record=record)
     label = f"job {hc.job.num} [{run_dir.name}]"
     sweep_dir = Path(hc.sweep.dir).resolve()
     if sweep_dir not in run_dir.resolve().parents:  # hydra.sweep.subdir resolved to a path outside the sweep dir
         why = f"{label} would run in {run_dir}, outside {sweep_dir}; valid: a folder below hydra.sweep.dir"
         print(f"fedrun: error: hydra.sweep.subdir: {why}", file=sys.stderr)
         return None
-    sweeps.record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
-    return execute(cfg, run_dir, multirun, label)  # an interrupted job re-raises: the sweep stops
+    record_job(run_dir.parent, run_dir.name, list(hc.overrides.task))
+    return execute(cfg, run_dir, multirun, label, record)  # an interrupted job re-raises: the sweep stops
 
 
-def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "") -> float | None:
-    """Validate, then start, continue, extend or skip the run in ``run_dir``; report the outcome (exit codes).
+# the exit code of each outcome of an attempt at a run (for INTERRUPTED, 128 + the signal's number)
+EXIT_CODES = {
+    Outcome.COMPLETED: 0,
+    Outcome.SKIPPED: 0,
+    Outcome.SKIPPED_DIVERGED: EXIT_RUN_FAILED,
+    Outcome.DIVERGED: EXIT_RUN_FAILED,
+    Outcome.FAILED: EXIT_RUN_FAILED,
+    Outcome.WRITE_FAILED: EXIT_RUN_FAILED,
+    Outcome.REFUSED: EXIT_BAD_INPUT,
+    Outcome.BUSY: EXIT_BAD_INPUT,
+    Outcome.UNWRITABLE: EXIT_BAD_INPUT,
+    Outcome.INTERRUPTED: 128,
+}
 
-    The run holds ``run_dir``'s lock for its whole life (fedrun/storage/lock.py). Anything that fails before the run
-    starts (:meth:`RunDir.start`) is bad input: one line, exit 2, and the directory keeps what it held (a directory
-    that is not empty and holds no fedrun run is refused first). Once started, Ctrl-C, SIGTERM and SIGHUP end it
-    as ``interrupted`` (fedrun/host/interrupts.py): in a single run the process exits with 128 + the signal's number;
-    in a multirun the KeyboardInterrupt is re-raised once summary.json is written, so the sweep stops. A file
-    that cannot be written (full disk, read-only directory) ends the run in one line naming it: exit 1, or 2
-    for a directory that is not writable. Returns the run's :func:`objective` (also for a completed run that is
-    skipped), None for any other outcome.
+
+def exit_code_of(result: AttemptResult) -> int:
+    """The process's exit code after ``result`` (:data:`EXIT_CODES`)."""
+    code = EXIT_CODES[result.outcome]
+    return code + int(signal.Signals[result.signal or "SIGINT"]) if result.outcome is Outcome.INTERRUPTED else code
+
+
+def execute(
+    cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "", record: str | None = None
+) -> float | None:
+    """One attempt at the run in ``run_dir`` (:func:`fedrun.run.attempt.attempt`), told in one line (or the summary
+    table) and ended with its exit code (:data:`EXIT_CODES`). In a multirun nothing exits: the job returns its
+    objective (None unless it completed), and an interrupted job raises, so the sweep stops.
+
+    ``record``: the folder of Hydra's record of the job, written for this attempt (``hydra.output_subdir``).
     """
-    rd = RunDir.for_attempt(run_dir)
     name = label or str(run_dir)
-    try:
+    result = attempt(
+        cfg,
+        run_dir,
+        multirun=multirun,
+        label=label,
+        record=record,
+        absolute=to_absolute_path,
+        echo=sweeps.round_echo(name) if multirun else None,
+        wait=waiting(name) if multirun else None,
+    )
+    tell(result, run_dir, multirun, name)
+    if multirun and result.outcome is Outcome.INTERRUPTED:
+        raise _in_job(Interrupted(signal.Signals[result.signal or "SIGINT"]), name)  # the sweep stops
+    code = exit_code_of(result)
+    if code and not multirun:
+        sys.exit(code)
+    return result.objective
 
-        def interrupted(signum: int) -> None:  # the process ends at once (a second signal, or one inside an import)
-            rd.set_status("interrupted", f"interrupted by {signal.Signals(signum).name}", only_running=True)
 
-        with interrupts(name, SWEEP_AFTER if multirun else RUN_AFTER, on_exit=interrupted):
-            rd.check_links("hydra.sweep.dir" if multirun else "hydra.run.dir")
-            if rd.foreign():
-                raise ConfigError(
-                    "hydra.sweep.dir" if multirun else "hydra.run.dir",
-                    f"{run_dir} is not empty and holds no fedrun run, so fedrun leaves it as it is;"
-                    " valid: a new or empty directory, or one of a fedrun run",
-                )
-            spec = validate(cfg)
-            spec.data.params.root = to_absolute_path(spec.data.params.root)
-            spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None
-            if multirun:
-                spec.output.quiet = True
-            from fedrun.run.checkpoint import FINISHED, check_run_dir  # heavy imports after validation
-            from fedrun.run.loop import run
-            from fedrun.run.recorder import run_log
-
-            with rd.lock():
-                if spec.cache_dir:
-                    remove_stale_temps(Path(spec.cache_dir))
-                prior = check_run_dir(rd, spec.raw)
-                if prior in FINISHED:
-                    if not (multirun and sweeps.reporting()):  # a sweep's console shows the skip
-                        why = "a new run needs a new run dir"
-                        print(f"fedrun: {name}: already {prior}; skipped ({why})", file=sys.stderr)
-                    if prior != "completed" and not multirun:
-                        sys.exit(1)
-                    redraw_curves(run_dir, spec)
-                    done = rd.summary()
-                    return done.test_acc(spec.output.objective) if done else None
-                with run_log(rd, echo=sweeps.round_echo(name) if multirun else None):
-                    summary = run(spec, rd)
-    except (ConfigError, DataError, ResumeError) as e:
-        _reject(rd, str(e), multirun)
-        return None
-    except WriteError as e:
-        _write_failed(rd, e, multirun)
-        return None
-    except KeyboardInterrupt as e:  # during start-up or while finishing up: the loop's own come back in summary
-        rd.set_status("interrupted", f"interrupted by {signal_name(e)}", only_running=True)
-        if multirun:  # the sweep's one line names the job (main)
-            raise _in_job(e, name) from None
-        print(f"fedrun: {name}: interrupted by {signal_name(e)}; {_resume_hint(run_dir)}", file=sys.stderr)
-        sys.exit(exit_code(e))
-    except Exception as e:  # noqa: BLE001 - record the failure, keep a sweep going
-        if not rd.started:  # e.g. a config that validation cannot even read: the directory is not this run's
-            _reject(rd, f"{type(e).__name__}: {e}", multirun)
-            return None
-        with contextlib.suppress(OSError):
-            rd.write_error_log(traceback.format_exc())
-        rd.set_status("failed", f"{type(e).__name__}: {e}")
-        print(f"fedrun: job failed: {type(e).__name__}: {e} (traceback in {run_dir / ERROR_LOG})", file=sys.stderr)
-        if not multirun:
-            sys.exit(1)
-        return None
-    out = Console()
-    if multirun and not sweeps.reporting():  # a sweep's console shows how each job ended
-        acc = summary.get("test_acc_last_k")
-        shown = "-" if acc is None else f"{100 * acc:.2f}%"
-        print(f"{label}: {summary['status']}, last-k acc {shown}", flush=True)
-    elif not spec.output.quiet:
-        print_summary(summary, out)
-    if summary["status"] == "interrupted":
-        interrupt = Interrupted(signal.Signals[summary.get("signal", "SIGINT")])
-        if multirun:
-            raise _in_job(interrupt, name)  # the sweep stops: summary.json is written
-        print(f"fedrun: {name}: {summary['error']}; {_resume_hint(run_dir)}", file=sys.stderr)
-        sys.exit(exit_code(interrupt))
-    if summary["status"] != "completed":
-        print(f"fedrun: {name}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
-        if not multirun:
-            sys.exit(1)
-    return objective(summary, spec)
+def _write_failed(rd: RunDir, e: WriteError, multirun: bool) -> None:
+    """A run file of ``rd`` could not be written (:func:`~fedrun.run.attempt.write_failed`): its one line, and its
+    exit code outside a multirun."""
+    result = write_failed(rd, e)
+    tell(result, rd.path, multirun, str(rd.path))
+    if not multirun:
+        sys.exit(exit_code_of(result))
 
 
 def _in_job(e: KeyboardInterrupt, job: str) -> Interrupted:
@@ -314,41 +251,6 @@ def _in_job(e: KeyboardInterrupt, job: str) -> Interrupted:
     interrupt = e if isinstance(e, Interrupted) else Interrupted()
     interrupt.job = job  # type: ignore[attr-defined]
     return interrupt
-
-
-def _resume_hint(run_dir: Path) -> str:
-    if RunDir(run_dir).checkpoint_file.is_file():
-        return "re-run the same command to resume from the last checkpoint"
-    return "no checkpoint was written yet, so re-running the command starts the run over"
-
-
-def _write_failed(rd: RunDir, e: WriteError, multirun: bool) -> None:
-    """A run file could not be written: one line naming it and its folder, and the advice for its errno
-    (:func:`~fedrun.storage.atomic.write_advice`). A folder that is not writable or a directory in the way of a
-    file is bad input (exit 2); a full disk, the file size limit (or another I/O error) fails the run (exit 1),
-    marked in summary.json where that can still be written (by the process that started the run only); re-running
-    after the fix resumes from the last checkpoint."""
-    if e.errno in BAD_DIR_ERRNOS:
-        print(f"fedrun: error: {e}; {e.advice}", file=sys.stderr)
-        code = EXIT_BAD_INPUT
-    else:
-        rd.set_status("failed", str(e))
-        print(f"fedrun: error: {e}; {e.advice}, then {_resume_hint(rd.path)}", file=sys.stderr)
-        code = EXIT_RUN_FAILED
-    if not multirun:
-        sys.exit(code)
-
-
-def redraw_curves(run_dir: Path, spec: RunSpec) -> None:
-    """Draw accuracy.png of a finished run that lacks it (a run made with ``output.plots=false``, or killed
-    between its plot and its summary by an older fedrun)."""
-    png, csv = run_dir / "accuracy.png", RunDir(run_dir).metrics_file
-    if spec.output.plots and not png.is_file() and csv.is_file():
-        import pandas as pd
-
-        from fedrun.storage.figures import plot_curves
-
-        plot_curves(pd.read_csv(csv).to_dict("records"), png, f"{spec.algorithm.name} on {spec.data.name}")
 
 
 def resume(run_dir: Path, overrides: list[str]) -> None:

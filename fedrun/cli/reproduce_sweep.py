@@ -3,12 +3,12 @@
 A reproduce target is one ``fedrun -m`` per (preset, method). Started as subprocesses, each pays Python,
 torch and Hydra start-up and loads its dataset again; for a ``-smoke`` target that dominates (80 processes
 for FedIMA Table I). Here each command's overrides are expanded with Hydra's own BasicSweeper (cartesian
-product in override order, so job ``n`` is the job ``fedrun -m`` numbers ``n``), each job's config is
-composed with Hydra's compose API and run by :func:`fedrun.cli.main.execute`, into the folder ``fedrun -m`` names
-it by (the overrides that vary, then the hash of its config, fedrun/cli/sweeps.py, recorded in the sweep's
-``index.yaml``) with ``.hydra/overrides.yaml`` and ``.hydra/config.yaml`` as Hydra writes them (a rejected
-job keeps them, so fedrun-report can still label its cell). A failing job is recorded and the sweep goes on;
-a finished run is skipped, an unfinished one resumes, as with ``fedrun -m``. Each run prints one line as it
+product in override order, so job ``n`` is the job ``fedrun -m`` numbers ``n``), each job's config is composed
+with Hydra's compose API and run by :func:`fedrun.cli.main.execute` (one attempt: fedrun/run/attempt.py), into the
+folder ``fedrun -m`` names it by (the overrides that vary, then the hash of its config, fedrun/run/job_dirs.py,
+recorded in the sweep's ``index.yaml``) with ``.hydra/overrides.yaml`` and ``.hydra/config.yaml`` as Hydra writes
+them (a rejected job keeps them, so fedrun-report can still label its cell). A failing job is recorded and the sweep
+goes on; a finished run is skipped, an unfinished one resumes, as with ``fedrun -m``. Each run prints one line as it
 ends (``[3/36] FedProx(0.1) fedcos_table2_fmnist_mlp partition.iid_fraction=0.3-1a2b3c4d: completed, acc 16.67%
 (1.6 s)``: its method and preset tags, its folder); its rounds go to its fedrun.log only.
 """
@@ -27,7 +27,10 @@ from omegaconf import OmegaConf
 
 from fedrun.cli import compose_checks, hydra_patches
 from fedrun.cli.main import CONF_DIR, error_line, execute, one_line
-from fedrun.cli.sweeps import SweepConsole, job_dir_name, override_key, record_job, varying_keys, watching
+from fedrun.cli.sweeps import varying_keys, watching
+from fedrun.report.sweep_console import SweepConsole
+from fedrun.run.job_dirs import job_dir_name, override_key
+from fedrun.run.sweep_index import record_job
 from fedrun.storage.atomic import atomic_write
 
 
@@ -93,6 +96,7 @@ def _run_sweep(sweep_dir: Path, varying: list[str], jobs: list[list[str]], conso
         tags = [o.partition("=")[2].strip("'\"") for o in job if override_key(o).startswith("tags.")]
         name = " ".join([*tags, run_dir.name])
         entry = console.job_started(len(console.jobs), name, OmegaConf.select(cfg, "fl.rounds"), run_dir)
-        execute(cfg, run_dir, multirun=True, label=f"job {entry.num} [{run_dir.name}]")  # an interrupt stops all
+        label = f"job {entry.num} [{run_dir.name}]"
+        execute(cfg, run_dir, multirun=True, label=label, record=".hydra")  # an interrupt stops all
         console.job_ended(entry, run_dir)
     return True

@@ -72,7 +72,7 @@ def round_schedule(raw: dict[str, Any]) -> dict[str, int]:
 
 def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
     """The part of a composed config that decides a run's results: two configs with the same one are the same
-    run (a sweep's job directory, :mod:`fedrun.cli.sweeps`; the report's duplicates).
+    run (a sweep's job directory, :mod:`fedrun.run.job_dirs`; the report's duplicates).
 
     Sections and keys added later are left out while off (no corrupted clients, the keys of ``_OFF`` at their
     old behaviour), so runs of before they existed keep their identity. ``legacy=True`` keeps

@@ -99,15 +99,6 @@ def interrupts(
     done = threading.Event()
     main_id = threading.main_thread().ident
 
-    def watch(signum: int) -> None:
-        while not done.wait(0.005):
-            frame = sys._current_frames().get(main_id or 0)
-            if frame is None or not importing(frame):
-                if not done.is_set() and main_id is not None:
-                    resent.set()
-                    signal.pthread_kill(main_id, signum)
-                return
-
     def handler(signum: int, frame: FrameType | None) -> None:
         if resent.is_set() and deferred and signum == deferred[-1]:
             resent.clear()
@@ -119,7 +110,8 @@ def interrupts(
             if not in_import:
                 raise Interrupted(signum)
             deferred.append(signum)
-            threading.Thread(target=watch, args=(signum,), name="fedrun-interrupt", daemon=True).start()
+            args = (signum, main_id, done, resent)
+            threading.Thread(target=_resend_after_import, args=args, name="fedrun-interrupt", daemon=True).start()
             return
         where = f"{label}: " if label else ""
         _say(f"fedrun: {where}{signal.Signals(signum).name} again: stopping now, without finishing up; {after}")
@@ -139,6 +131,18 @@ def interrupts(
         done.set()
     if deferred:  # the block ended before the watcher re-sent the signal
         raise Interrupted(deferred[-1])
+
+
+def _resend_after_import(signum: int, main_id: int | None, done: threading.Event, resent: threading.Event) -> None:
+    """The watcher of a first signal that arrived inside an import: once the main thread is out of the import
+    machinery (and the block still runs), send the signal to it again (``resent`` marks that delivery)."""
+    while not done.wait(0.005):
+        frame = sys._current_frames().get(main_id or 0)
+        if frame is None or not importing(frame):
+            if not done.is_set() and main_id is not None:
+                resent.set()
+                signal.pthread_kill(main_id, signum)
+            return
 
 
 @contextmanager

@@ -41,15 +41,22 @@ def run(spec: RunSpec, run_dir: Path | RunDir, console: Console | None = None) -
         # the checkpoint is read and checked before config.yaml is written: a refused extension (an unreadable
         # checkpoint) leaves the completed run's config saying the rounds it ran
         state = open_state(experiment, rd.path)
-        if isinstance(run_dir, RunDir):
-            rd.start(OmegaConf.to_yaml(spec.raw))
-        return _run(spec, rd, experiment, state, t0, console or Console(stderr=True))
+        # the trackers open before config.yaml and the status are written: a refused one (a file where its folder
+        # goes) leaves a completed run that was to be extended saying what it was
+        monitor = RoundMonitor(spec, rd.path, state, console or Console(stderr=True))
+        try:
+            if isinstance(run_dir, RunDir):
+                rd.start(OmegaConf.to_yaml(spec.raw))
+            return _run(spec, rd, experiment, state, t0, monitor)
+        except BaseException:
+            monitor.trackers.close()  # (again, where the loop closed them: closing is idempotent)
+            raise
     finally:
         experiment.engine.close()  # Ray actors (and a cluster the engine started) end with the run, however it ends
 
 
 def _run(
-    spec: RunSpec, rd: RunDir, experiment: Experiment, state: RunState, t0: float, console: Console
+    spec: RunSpec, rd: RunDir, experiment: Experiment, state: RunState, t0: float, monitor: RoundMonitor
 ) -> dict[str, Any]:
     """The round loop of :func:`run` on a built experiment: restore, train and aggregate each round, evaluate,
     checkpoint, summarise."""
@@ -61,7 +68,6 @@ def _run(
     log.info(start_line(spec, info, state.start))
     outcome, client_acc = Outcome(), client_accuracy(experiment)
     t_loop = time.perf_counter()
-    monitor = RoundMonitor(spec, run_dir, state, console)  # opens the trackers
     try:
         with monitor:
             for rnd in range(state.start, spec.fl.rounds):

@@ -31,7 +31,7 @@ from fedrun.storage.tracking import Trackers
 
 log = logging.getLogger("fedrun")
 # the ``extra`` attribute that carries an evaluated round's row on its log record: a sweep's live table
-# (fedrun/cli/sweeps.py) follows the running job's round and accuracy by it
+# (fedrun/report/sweep_console.py) follows the running job's round and accuracy by it
 ROW_RECORD = "fedrun_row"
 
 

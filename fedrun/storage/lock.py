@@ -6,6 +6,11 @@ would interleave their files: config.yaml describing one run and metrics.csv the
 (SIGKILL included), so a crashed run never leaves the directory locked. On taking it, temp files of atomic
 writes left in the directory by a process that died mid-write are deleted: no live writer can own them.
 A lock file that is a symlink is never opened (``O_NOFOLLOW``): a lock never writes outside its folder.
+
+A process that cannot take a run directory's lock is refused in one line (:class:`RunDirBusy`), or, where its caller
+asks (a sweep's job, whose twin in another sweep into the same directory is running it), waits for the other
+process to end with it; a lock held by this very process (another open file of it) is never waited for: it could
+not be released while this process waits.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,24 +51,54 @@ def exclusive_lock(path: Path, wait: bool = True) -> Iterator[None]:
         os.close(fd)  # releases the lock; the file stays (deleting it would let two processes lock two files)
 
 
+def lock_holder(path: Path) -> int | None:
+    """The id of the process holding an ``flock`` on ``path`` (from Linux's ``/proc/locks``); None when it cannot be
+    told (no ``/proc/locks``, a lock of another namespace, an open file description lock)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].lstrip("-").isdigit():
+            pid = int(fields[4])
+            return pid if pid > 0 else None
+    return None
+
+
+def _busy(run_dir: Path) -> RunDirBusy:
+    return RunDirBusy(
+        f"{run_dir}: in use by another fedrun process (its lock {LOCK_FILE} is held); wait for it to end,"
+        " or give this run another directory"
+    )
+
+
 @contextmanager
-def run_dir_lock(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir``'s lock (creating the directory) for the ``with`` block; raise :class:`RunDirBusy` when
-    another process holds it, :class:`~fedrun.storage.atomic.WriteError` when the directory cannot be written."""
+def run_dir_lock(run_dir: Path, wait: Callable[[int], None] | None = None) -> Iterator[bool]:
+    """Hold ``run_dir``'s lock (creating the directory) for the ``with`` block, which gets whether this call created
+    the lock file. Raise :class:`RunDirBusy` when another process holds it, :class:`~fedrun.storage.atomic.WriteError`
+    when the directory cannot be written. With ``wait``, a lock held by another live process (:func:`lock_holder`)
+    is waited for instead: ``wait(pid)`` is called first (to say so)."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise WriteError(run_dir / LOCK_FILE, e) from None
+    made = not os.path.lexists(run_dir / LOCK_FILE)
     try:
         lock = exclusive_lock(run_dir / LOCK_FILE, wait=False)
         lock.__enter__()
     except BlockingIOError:
-        raise RunDirBusy(
-            f"{run_dir}: in use by another fedrun process (its lock {LOCK_FILE} is held); wait for it to end,"
-            " or give this run another directory"
-        ) from None
+        holder = lock_holder(run_dir / LOCK_FILE) if wait is not None else None
+        if wait is None or holder is None or holder == os.getpid():
+            raise _busy(run_dir) from None
+        wait(holder)
+        lock = exclusive_lock(run_dir / LOCK_FILE, wait=True)
+        lock.__enter__()
+        made = False
     try:
         remove_stale_temps(run_dir, any_pid=True)
-        yield
+        yield made
     finally:
         lock.__exit__(None, None, None)

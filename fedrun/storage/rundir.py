@@ -12,8 +12,9 @@ in one line.
 
 The contract of a run directory (tests/storage/test_rundir.py, tests/cli/test_run_dir_contract.py):
 
-- fedrun deletes only files it wrote in this attempt: a directory that is not empty and holds no fedrun run is
-  refused (:meth:`RunDir.foreign`) and left as it was;
+- fedrun deletes only files it wrote in this attempt (what appeared while it held the directory's lock, and Hydra's
+  record of the job in a foreign directory): a directory that is not empty and holds no fedrun run is refused
+  (:meth:`RunDir.foreign`) and left as it was, and one whose lock another process holds is not touched at all;
 - only the process that started or resumed a run (:attr:`RunDir.started`) writes its status;
 - fedrun never writes through a symlink that leaves the run directory (:meth:`RunDir.check_links`);
 - only fedrun's own temp files are ever cleaned up (:data:`fedrun.storage.atomic.TEMP_NAME`).
@@ -24,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ import yaml
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
 from fedrun.storage.atomic import TEMP_NAME, atomic_write, write_json, write_metrics
-from fedrun.storage.lock import LOCK_FILE, run_dir_lock
+from fedrun.storage.lock import LOCK_FILE, RunDirBusy, run_dir_lock
 from fedrun.storage.status import Status
 from fedrun.storage.summary import SUMMARY_FORMAT as SUMMARY_FORMAT
 from fedrun.storage.summary import Summary as Summary
@@ -56,6 +57,7 @@ PARTITION_DOMAINS_FILE = "partition_domains.csv"  # samples per client and domai
 CLIENT_WEIGHTS_FILE = "client_weights.csv"  # each cohort client's weight per round (eval.client_weights)
 TRACKING_FILE = "tracking.json"  # the trackers' run ids and last logged rounds (fedrun/storage/trackers/)
 TB_DIR = "tb"  # TensorBoard's event files (tracking.tensorboard)
+HYDRA_RECORD_FILES = (HYDRA_CONFIG, "hydra.yaml", HYDRA_OVERRIDES)  # what Hydra writes into HYDRA_DIR
 # files whose presence makes a directory a fedrun run's (one it may continue, skip or refuse to overwrite)
 RUN_MARKERS = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
 # files only a run directory holds (config.yaml and fedrun.log alone are too common a name in a project folder):
@@ -75,38 +77,22 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-# Entries of a run directory before this attempt touched it (None: it did not exist), noted by fedrun.cli before
-# Hydra writes its record into it; keyed by the absolute path.
-_BEFORE: dict[str, frozenset[str] | None] = {}
-
-
-def note_before_attempt(path: Path) -> None:
-    """Note what ``path`` holds now, before this attempt writes anything into it (see :meth:`RunDir.before`)."""
-    p = Path(os.path.abspath(path))
-    _BEFORE[str(p)] = frozenset(c.name for c in p.iterdir()) if p.is_dir() else None
-
-
 class RunDir:
     """One run directory: its files' paths, typed readers and writers, its lock, and what this attempt wrote.
 
-    :attr:`started` is set by :meth:`start`, when this process starts or resumes the run; from then on (and
-    only then) it writes the run's status.
+    What this attempt wrote is what appeared while it held the directory's lock (:meth:`lock`; no other fedrun
+    process writes then), and Hydra's record of the job, ``record`` (``.hydra``: written for this attempt before it
+    began, when Hydra launched the job; None when Hydra wrote none). :attr:`started` is set by :meth:`start`, when
+    this process starts or resumes the run; from then on (and only then) it writes the run's status.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, record: str | None = None) -> None:
         self.path = Path(path)
+        self.record = record
         self.started = False
-        self.before = self._listing()  # what the directory held before this attempt (None: it did not exist)
-
-    @classmethod
-    def for_attempt(cls, path: Path | str) -> RunDir:
-        """The run directory of this attempt to run: what it held before is what :func:`note_before_attempt` noted
-        (before Hydra wrote its record into it), else what it holds now."""
-        rd = cls(path)
-        noted = _BEFORE.pop(os.path.abspath(rd.path), ...)
-        if noted is not ...:
-            rd.before = noted
-        return rd
+        self.before = self._listing()  # what the directory held before this attempt wrote into it (None: no dir)
+        self._held = False  # this attempt holds the lock
+        self._made_lock = False  # ...and made the lock file for it
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -288,24 +274,60 @@ class RunDir:
             self.write_summary((old or Summary(SUMMARY_FORMAT)).replace(status=status, error=error))
 
     def refuse(self, message: str) -> None:
-        """Bad input: remove what this attempt wrote, except Hydra's record of a job in a directory this attempt made
-        (from which fedrun-report labels the refused run), and, when the directory holds no earlier run, say why in
-        error.txt. A directory that held anything before this attempt keeps it byte for byte."""
+        """Bad input: remove what this attempt wrote (but keep Hydra's record of a job in a directory that is not
+        foreign: fedrun-report labels the refused run from it) and, when the directory holds no run, say why in
+        error.txt. Only under the directory's lock (taken here for the purpose when this attempt does not hold it,
+        and then nothing but error.txt is written): a directory another process holds is left as it is, and one that
+        held anything before this attempt keeps it byte for byte. A foreign directory gets no lock and no error.txt;
+        only Hydra's record of this attempt leaves it."""
         if not self.path.is_dir():
             return
-        before = self.before
+        if self.foreign():
+            self._remove_record()
+            return
+        if self._held:
+            self._refuse_held(message)
+            return
+        with contextlib.suppress(RunDirBusy), self.lock():
+            self._refuse_held(message)
+
+    def _refuse_held(self, message: str) -> None:
+        before = self.before or frozenset()
+        record = Path(os.path.normpath(self.record)).parts[0] if self.record else None
         for child in self.path.iterdir():
-            if before is not None and child.name in before:
-                continue
-            if child.name == HYDRA_DIR and not (before and self.foreign()):
+            if child.name in before or child.name in (record, LOCK_FILE):
                 continue
             with contextlib.suppress(OSError):
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-        if not self.foreign() and not self.config_file.exists() and not self.summary_file.exists():
+        if not self.config_file.exists() and not self.summary_file.exists():
             atomic_write(self.error_file, message + "\n")
+        if self._made_lock:  # this attempt's own, and held: no other process can be waiting on it
+            with contextlib.suppress(OSError):
+                (self.path / LOCK_FILE).unlink()
+
+    def _remove_record(self) -> None:
+        """Hydra's record of this attempt (``record``: the three files Hydra writes, then its folder if empty)."""
+        if self.record is None:
+            return
+        folder = self.path / self.record
+        if not _inside(Path(os.path.realpath(folder)), self.path.resolve()):
+            return
+        for name in HYDRA_RECORD_FILES:
+            with contextlib.suppress(OSError):
+                (folder / name).unlink()
+        while folder != self.path and _inside(folder, self.path):  # its folders, when this left them empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+            folder = folder.parent
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """This run directory's lock (fedrun/storage/lock.py), for the ``with`` block."""
-        with run_dir_lock(self.path):
-            yield
+    def lock(self, wait: Callable[[int], None] | None = None) -> Iterator[None]:
+        """This run directory's lock (fedrun/storage/lock.py) for the ``with`` block: from when it is taken, what
+        appears in the directory is this attempt's. ``wait``: wait for a lock another process holds (a sweep's job;
+        ``wait(pid)`` says so) instead of :class:`RunDirBusy`."""
+        with run_dir_lock(self.path, wait) as made:
+            self.before, self._held, self._made_lock = self._listing(), True, made
+            try:
+                yield
+            finally:
+                self._held = self._made_lock = False

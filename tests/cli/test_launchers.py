@@ -16,11 +16,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import open_dict
 
-from fedrun.cli.sweeps import find_jobs, read_index
 from fedrun.config.schema import RunSpec
 from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.run import experiment as runner
 from fedrun.run.loop import run
+from fedrun.run.sweep_index import find_jobs, read_index
 from tests.conftest import CONF_DIR
 
 TINY = (

@@ -131,3 +131,43 @@ def test_help_and_cfg_job_work(run_cli) -> None:
     assert "  * fedavg " in options and "    fedprox " in options
     r = run_cli("--cfg", "job", "algorithm=fedprox")
     assert r.returncode == 0 and "mu: 0.01" in r.stdout
+
+
+def test_every_outcome_of_an_attempt_has_one_exit_code() -> None:
+    from fedrun.cli.main import EXIT_CODES, exit_code_of
+    from fedrun.run.attempt import AttemptResult, Outcome
+    from fedrun.storage.status import Status
+
+    assert set(EXIT_CODES) == set(Outcome)
+    assert exit_code_of(AttemptResult(Outcome.REFUSED)) == 2
+    assert exit_code_of(AttemptResult(Outcome.SKIPPED_DIVERGED, Status.DIVERGED)) == 1
+    assert exit_code_of(AttemptResult(Outcome.INTERRUPTED, signal="SIGTERM")) == 143
+
+
+def test_a_failure_whose_traceback_cannot_be_saved_names_no_error_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 32 point 8: a full disk at start-up said "(traceback in .../error.log)", a file never written."""
+    import errno
+
+    from fedrun.cli import main as cli
+    from fedrun.run import loop
+    from fedrun.storage.rundir import RunDir
+    from tests.conftest import compose_cfg
+    from tests.hostile import TINY
+
+    def full(rd: RunDir, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def run(spec: object, rd: RunDir) -> dict:
+        rd.start("seed: 0\n")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunDir, "write_error_log", full)
+    monkeypatch.setattr(loop, "run", run)
+    with pytest.raises(SystemExit) as e:
+        cli.execute(compose_cfg([*TINY, f"cache_dir={tmp_path / 'cache'}"]), tmp_path / "run", multirun=False)
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and err.startswith("fedrun: job failed: OSError: [Errno 28] No space left on device")
+    assert "error.log" not in err and err.count("\n") == 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"

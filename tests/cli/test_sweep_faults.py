@@ -12,12 +12,13 @@ import yaml
 
 from fedrun.cli import main as cli
 from fedrun.cli import report as report_cli
-from fedrun.cli.sweeps import find_jobs, job_dir_name
 from fedrun.config.schema import RunSpec
 from fedrun.report.collect import load_runs
 from fedrun.report.tables import make_table
 from fedrun.run.checkpoint import CHECKPOINT_FILE
+from fedrun.run.job_dirs import job_dir_name
 from fedrun.run.loop import run
+from fedrun.run.sweep_index import find_jobs
 from tests.conftest import compose_cfg
 from tests.run.test_resume import SMALL, _kill_after_first_checkpoint, _metrics, _start
 
@@ -28,7 +29,7 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
     sweep = tmp_path / "run"
     args = ["-m", *SMALL, "fl.lr=0.05,-1"]  # job 0 is fine, job 1 has a bad value
     cache = f"cache_dir={tmp_path / 'cache'}"
-    # each job's directory is named by what varies and its config (fedrun/cli/sweeps.py): known before it starts
+    # each job's directory is named by what varies and its config (fedrun/run/job_dirs.py): known before it starts
     good, bad = (
         sweep / job_dir_name(compose_cfg([*SMALL, lr, cache]), [lr], {"fl.lr"}) for lr in ("fl.lr=0.05", "fl.lr=-1")
     )

@@ -213,7 +213,7 @@ def _read_run_config(run: Path) -> object:
 
 
 def _read_sweep_index(sweep: Path) -> object:
-    from fedrun.cli.sweeps import INDEX_FILE, read_index
+    from fedrun.run.sweep_index import INDEX_FILE, read_index
 
     (sweep / INDEX_FILE).write_text(BILLION_LAUGHS)
     return read_index(sweep) == {}  # unreadable: the sweep rewrites its index

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fedrun.cli.reproduce_sweep import expand, run_commands, split_command
-from fedrun.cli.sweeps import find_jobs, read_index
+from fedrun.run.sweep_index import find_jobs, read_index
 from fedrun.storage.atomic import TIMING_COLUMNS
 
 TINY = [

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,29 @@ def test_a_read_only_run_dir_is_one_line_naming_it(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
     assert res.stderr.startswith(f"fedrun: error: cannot write {LOCK_FILE} in {run_dir}: Permission denied; valid: ")
+
+
+def test_a_lock_held_by_another_process_is_waited_for_when_asked_and_one_of_this_process_never(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    hold = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+        " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1.5)"
+    )
+    other = subprocess.Popen([sys.executable, "-c", hold, str(run_dir / LOCK_FILE)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirBusy), run_dir_lock(run_dir):  # not asked to wait: refused at once
+            pass
+        waited: list[int] = []
+        start = time.monotonic()
+        with run_dir_lock(run_dir, wait=waited.append):
+            assert time.monotonic() - start > 0.5  # taken once the other process let go
+        assert waited == [other.pid]
+    finally:
+        other.wait(timeout=60)
+    with run_dir_lock(run_dir), pytest.raises(RunDirBusy), run_dir_lock(run_dir, wait=waited.append):
+        pass  # this process's own lock: waiting would never end
+    assert waited == [other.pid]

@@ -25,7 +25,6 @@ from fedrun.storage.rundir import (
     RunDir,
     Summary,
     UnreadableRunFile,
-    note_before_attempt,
 )
 from tests.conftest import dir_snapshot
 
@@ -105,10 +104,9 @@ def test_refusing_a_foreign_directory_removes_only_what_this_attempt_wrote(tmp_p
     (run / "notes.txt").write_text("keep me")
     (run / "sub" / "data.bin").write_bytes(b"\0\1")
     before = dir_snapshot(run)
-    note_before_attempt(run)  # what fedrun.cli does before Hydra writes its record
-    (run / HYDRA_DIR).mkdir()  # Hydra's record of this attempt
+    (run / HYDRA_DIR).mkdir()  # Hydra's record of this attempt, written before the attempt begins
     (run / HYDRA_DIR / "config.yaml").write_text("seed: 0\n")
-    rd = RunDir.for_attempt(run)
+    rd = RunDir(run, record=HYDRA_DIR)
     assert rd.foreign()
     rd.refuse("hydra.run.dir: not a run")
     assert dir_snapshot(run) == before  # byte for byte: no error.txt, no .hydra
@@ -116,10 +114,10 @@ def test_refusing_a_foreign_directory_removes_only_what_this_attempt_wrote(tmp_p
 
 def test_refusing_a_fresh_run_keeps_hydras_record_and_says_why(tmp_path: Path) -> None:
     run = tmp_path / "fresh"
-    note_before_attempt(run)  # absent before this attempt
-    (run / HYDRA_DIR).mkdir(parents=True)
-    (run / LOCK_FILE).write_text("")
-    RunDir.for_attempt(run).refuse("fl.clients: must be >= 1")
+    (run / HYDRA_DIR).mkdir(parents=True)  # Hydra's record of this attempt, which made the directory
+    rd = RunDir(run, record=HYDRA_DIR)
+    with rd.lock():  # the lock file is this attempt's
+        rd.refuse("fl.clients: must be >= 1")
     assert sorted(p.name for p in run.iterdir()) == [HYDRA_DIR, "error.txt"]
     assert (run / "error.txt").read_text() == "fl.clients: must be >= 1\n"
 
@@ -131,8 +129,9 @@ def test_refusing_in_an_earlier_runs_directory_leaves_it_as_it_was(tmp_path: Pat
     (run / "summary.json").write_text('{"status": "completed"}')
     before = dir_snapshot(run)
     rd = RunDir(run)
-    (run / "partition.csv").write_text("new")  # written by this attempt before it was refused
-    rd.refuse("resume: bad input")
+    with rd.lock():
+        (run / "partition.csv").write_text("new")  # written by this attempt before it was refused
+        rd.refuse("resume: bad input")
     assert dir_snapshot(run) == before
 
 

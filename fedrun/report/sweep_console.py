@@ -1,0 +1,214 @@
+"""How a sweep shows itself while it runs: its directory at the start and at the end (with the command that makes its
+table), and its jobs, as a live table on a terminal or one line per job start and end otherwise (CI, pipes, a log
+file). fedrun/cli/sweeps.py's Hydra callback and fedrun/cli/reproduce_sweep.py drive it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedrun.run.recorder import ROW_RECORD
+from fedrun.run.sweep_index import job_status
+from fedrun.storage.rundir import RunDir
+from fedrun.storage.status import Status
+
+ENDED = (Status.COMPLETED, Status.DIVERGED)  # a job that starts in a folder with one of these is skipped
+
+
+def table_command(sweep_dir: Path | str) -> str:
+    """The command that prints a sweep's table, ready to paste."""
+    return f"fedrun-report table {shlex.quote(str(sweep_dir))}"
+
+
+@dataclass
+class Job:
+    """One job as the sweep's console shows it."""
+
+    num: int
+    name: str
+    rounds: int | None = None
+    status: str = "running"
+    round: int = 0
+    acc: float | None = None  # the last evaluated round's test accuracy; once ended, the run's last-k mean
+    started: float = 0.0
+    seconds: float | None = None
+
+
+class SweepConsole:
+    """What a sweep shows while it runs: its directory at the start and the end, and its jobs, as a live table
+    (``live``: a terminal) or one line per job start and end (``ends_only``: one line per job end). ``local``: the
+    jobs run in this process (so their rounds need no echo on stderr: :func:`round_echo`); ``quiet``: no line at all.
+
+    Round records of the ``fedrun`` logger (fedrun/run/recorder.py puts the row in ``extra``) update the running
+    job's round and accuracy."""
+
+    def __init__(
+        self,
+        sweep_dir: str,
+        total: int | None = None,
+        console: Any = None,
+        live: bool | None = None,
+        ends_only: bool = False,
+        local: bool = True,
+        quiet: bool = False,
+    ) -> None:
+        from rich.console import Console
+
+        self.sweep_dir, self.total, self.ends_only, self.local, self.quiet = sweep_dir, total, ends_only, local, quiet
+        self.console = console or Console(highlight=False)
+        self.live_mode = self.console.is_interactive if live is None else live
+        self.jobs: list[Job] = []
+        self.lock = threading.Lock()
+        self.live: Any = None
+        self.handler = _RoundHandler(self)
+        self.streams: list[tuple[logging.StreamHandler[Any], Any]] = []
+
+    # -- the sweep
+    def start(self, announce: bool = True) -> None:
+        """Print the sweep's directory; start the live table on a terminal; follow the round records."""
+        if announce:
+            count = f"{self.total} jobs" if self.total is not None else "jobs"
+            self._say(f"sweep of {count} in {self.sweep_dir}")
+        logging.getLogger("fedrun").addHandler(self.handler)
+        if self.live_mode:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, get_renderable=self.table, refresh_per_second=2, transient=False)
+            self.live.start()
+            # log handlers that hold the terminal's stream (Hydra's, Optuna's lines) print above the table
+            for h in logging.getLogger().handlers:
+                if isinstance(h, logging.StreamHandler) and h.stream in (sys.__stdout__, sys.__stderr__):
+                    self.streams.append((h, h.setStream(sys.stdout if h.stream is sys.__stdout__ else sys.stderr)))
+
+    def stop(self) -> None:
+        """Stop following the sweep (the live table stays on the screen as it was last drawn)."""
+        logging.getLogger("fedrun").removeHandler(self.handler)
+        for h, stream in self.streams:
+            h.setStream(stream)
+        self.streams.clear()
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def finish(self, counts: dict[str, int] | None = None) -> None:
+        """Stop, then one line: how the jobs ended, the sweep's directory and the command that makes its table."""
+        self.stop()
+        counts = counts if counts is not None else self.counts()
+        ended = ", ".join(f"{n} {status}" for status, n in counts.items()) or "no job ran"
+        self._say(f"sweep done ({ended}): {self.sweep_dir}; its table: {table_command(self.sweep_dir)}")
+
+    def counts(self) -> dict[str, int]:
+        """How many of this sweep's jobs ended how (``skipped``: found done), in a fixed order."""
+        out: dict[str, int] = {}
+        for job in self.jobs:
+            out[job.status] = out.get(job.status, 0) + 1
+        order = ("completed", "skipped", "diverged", "failed", "refused", "interrupted", "running")
+        return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
+
+    # -- its jobs
+    def job_started(self, num: int, name: str, rounds: int | None, run_dir: Path | None = None) -> Job:
+        """A job starts (``run_dir``: its folder, which tells a finished job that will be skipped)."""
+        before = RunDir(run_dir).status() if run_dir is not None else None
+        job = Job(num, name, rounds, "skipping" if before in ENDED else "running", started=time.monotonic())
+        with self.lock:
+            self.jobs.append(job)
+        if not self.live_mode and not self.ends_only and job.status == "running":
+            self._say(f"{self._tag(job)} {name}: started")
+        return job
+
+    def job_ended(self, job: Job, run_dir: Path | None, failed: bool = False) -> None:
+        """A job ended: its status and accuracy from its folder (``failed``: it raised past fedrun)."""
+        status = "failed" if failed or run_dir is None else job_status(run_dir)
+        summary = RunDir(run_dir).summary() if run_dir is not None and not failed else None
+        with self.lock:
+            skipped = job.status == "skipping"
+            job.status = "skipped" if skipped and status in ENDED else status
+            job.acc = summary.fields.get("test_acc_last_k") if summary is not None else None
+            job.seconds = None if skipped else time.monotonic() - job.started
+            if summary is not None and isinstance(summary.fields.get("rounds_completed"), int):
+                job.round = summary.fields["rounds_completed"]
+        if not self.live_mode:
+            self._say(self.line(job))
+
+    def line(self, job: Job) -> str:
+        """A job's end line: ``[3/4] algorithm=fedprox,seed=0-3fa2c1d0: completed, acc 81.20% (12.5 s)``."""
+        acc = "" if job.acc is None else f", acc {100 * job.acc:.2f}%"
+        if job.status == "skipped":
+            return f"{self._tag(job)} {job.name}: skipped (already done{acc})"
+        took = "" if job.seconds is None else f" ({job.seconds:.1f} s)"
+        return f"{self._tag(job)} {job.name}: {job.status}{acc}{took}"
+
+    def round_done(self, row: dict[str, Any]) -> None:
+        with self.lock:
+            running = [j for j in self.jobs if j.status == "running"]
+            if running:
+                running[-1].round = int(row.get("round", running[-1].round))
+                if isinstance(row.get("test_acc"), float | int):
+                    running[-1].acc = float(row["test_acc"])
+
+    def _tag(self, job: Job) -> str:
+        return f"[{job.num + 1}/{self.total}]" if self.total else f"[{job.num + 1}]"
+
+    def _say(self, line: str) -> None:
+        if self.quiet:
+            return
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    # -- the live table
+    ROWS = 20  # jobs shown in the live table at most: the running ones, then the latest
+
+    def table(self) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        with self.lock:
+            jobs = list(self.jobs)
+        counts: dict[str, int] = {}
+        for j in jobs:
+            counts[j.status] = counts.get(j.status, 0) + 1
+        done = sum(n for s, n in counts.items() if s not in ("running", "skipping"))
+        bad = sum(counts.get(s, 0) for s in ("failed", "refused", "diverged", "interrupted"))
+        running = counts.get("running", 0) + counts.get("skipping", 0)
+        left = "" if self.total is None else f", {max(self.total - len(jobs), 0)} queued"
+        t = Table(
+            title=Text(f"sweep {self.sweep_dir}"),
+            caption=f"{done} done ({bad} failed), {running} running{left}",
+            title_justify="left",
+        )
+        for col, justify in (("#", "right"), ("job", "left"), ("status", "left"), ("round", "right")):
+            t.add_column(col, justify=justify)  # type: ignore[arg-type]
+        t.add_column("acc", justify="right")
+        t.add_column("time", justify="right")
+        shown = [j for j in jobs if j.status in ("running", "skipping")]
+        shown = sorted(shown + [j for j in jobs if j not in shown][-(self.ROWS - len(shown)) :], key=lambda j: j.num)
+        if len(jobs) > len(shown):
+            t.add_row("", Text(f"... {len(jobs) - len(shown)} earlier jobs"), "", "", "", "")
+        now = time.monotonic()
+        for j in shown:
+            rounds = f"{j.round}/{j.rounds}" if j.rounds else str(j.round or "")
+            acc = "" if j.acc is None else f"{100 * j.acc:.2f}%"
+            secs = j.seconds if j.seconds is not None else (now - j.started if j.status == "running" else None)
+            style = {"completed": "green", "skipped": "dim", "running": "bold"}.get(j.status, "red")
+            took = "" if secs is None else f"{secs:.0f} s"
+            t.add_row(str(j.num + 1), Text(j.name), Text(j.status, style=style), rounds, acc, took)
+        return t
+
+
+class _RoundHandler(logging.Handler):
+    """Passes the ``fedrun`` logger's round records to a :class:`SweepConsole`."""
+
+    def __init__(self, console: SweepConsole) -> None:
+        super().__init__(logging.INFO)
+        self.sweep = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        row = getattr(record, ROW_RECORD, None)
+        if isinstance(row, dict):
+            self.sweep.round_done(row)
