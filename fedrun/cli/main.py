@@ -66,7 +66,7 @@ from fedrun.run.attempt import (
 )
 from fedrun.run.sweep_index import record_job
 from fedrun.storage.atomic import WriteError
-from fedrun.storage.rundir import RunDir
+from fedrun.storage.rundir import NotAConfig, RunDir, UnreadableRunFile
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -262,13 +262,19 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
     if any(o.startswith("-") for o in overrides):
         _fail("resume: resumes one run; to resume a sweep re-run its command with the same hydra.sweep.dir")
     overrides = [_plain_override(o) for o in overrides]
-    cfg_file = RunDir(run_dir).config_file
-    if not cfg_file.is_file():
-        _fail(f"resume: {run_dir} holds no fedrun run (no config.yaml)")
+    rd = RunDir(run_dir)
     try:
-        saved = OmegaConf.load(cfg_file)
-        if not isinstance(saved, DictConfig) or not OmegaConf.is_dict(saved.get("algorithm")):
-            _fail(f"resume: {cfg_file} is not a fedrun config (a mapping of config keys)")
+        raw = rd.read_config(plain=False)
+    except NotAConfig:
+        raw = {}
+    except UnreadableRunFile as e:
+        _fail(f"resume: {e}")
+    if raw is None:
+        _fail(f"resume: {run_dir} holds no fedrun run (no {rd.config_file.name})")
+    if not isinstance(raw.get("algorithm"), dict):
+        _fail(f"resume: {rd.config_file} is not a fedrun config (a mapping of config keys)")
+    try:
+        saved = OmegaConf.create(raw)
         cfg = cast(DictConfig, OmegaConf.merge(saved, OmegaConf.from_dotlist(overrides)))
     except Exception as e:  # noqa: BLE001 - a malformed override or config file is bad input
         _fail(f"resume: {one_line(str(e))}")

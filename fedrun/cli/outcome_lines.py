@@ -14,27 +14,29 @@ from rich.table import Table
 
 from fedrun.cli import sweeps
 from fedrun.run.attempt import AttemptResult, Outcome, resume_hint
+from fedrun.storage.summary import Summary
 
 
-def print_summary(s: dict[str, Any], console: Console) -> None:
+def print_summary(s: Summary, console: Console) -> None:
     """The summary table of a single run that ran."""
-    t = Table(title=f"fedrun: {s['algorithm']} / {s['data']} / {s['model']} / {s['partition']}  ({s['status']})")
+    t = Table(title=f"fedrun: {s.algorithm} / {s.data} / {s.model} / {s.partition}  ({s.status})")
     t.add_column("metric")
     t.add_column("value", justify="right")
     pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
-    t.add_row("final test accuracy", pct(s.get("test_acc_final")))
-    t.add_row(f"mean of last {s.get('last_k', 0)} rounds", pct(s.get("test_acc_last_k")))
-    t.add_row("best test accuracy (round)", f"{pct(s.get('test_acc_best'))} ({s.get('best_round', '-')})")
-    if "round_to_target" in s:
-        t.add_row("round reaching target", str(s["round_to_target"] or "never"))
-    t.add_row("rounds", str(s["rounds_completed"]))
-    t.add_row("wall time", f"{s['wall_time_s']:.1f} s")
-    t.add_row("client samples/s", f"{s['samples_per_s']:,.0f}")
-    t.add_row("engine / device", f"{s['engine']} / {s['device']}")
-    if s.get("data_standin"):
-        t.add_row("data", f"STAND-IN: {s['data']} files not found, seeded random data (data.standin)")
+    t.add_row("final test accuracy", pct(s.test_acc_final))
+    t.add_row(f"mean of last {s.last_k or 0} rounds", pct(s.test_acc_last_k))
+    best_round = "-" if s.best_round is None else s.best_round
+    t.add_row("best test accuracy (round)", f"{pct(s.test_acc_best)} ({best_round})")
+    if "round_to_target" in s.fields:
+        t.add_row("round reaching target", str(s.round_to_target or "never"))
+    t.add_row("rounds", str(s.rounds_completed))
+    t.add_row("wall time", f"{s.wall_time_s or 0.0:.1f} s")
+    t.add_row("client samples/s", f"{s.samples_per_s or 0.0:,.0f}")
+    t.add_row("engine / device", f"{s.engine} / {s.device}")
+    if s.data_standin:
+        t.add_row("data", f"STAND-IN: {s.data} files not found, seeded random data (data.standin)")
     console.print(t)
-    console.print(f"run directory: {s['run_dir']}")
+    console.print(f"run directory: {s.run_dir}")
 
 
 def waiting(name: str) -> Callable[[int], None]:
@@ -63,15 +65,16 @@ def tell(result: AttemptResult, run_dir: Path, multirun: bool, name: str) -> Non
         _tell_ran(result, summary, run_dir, multirun, name)
 
 
-def _tell_ran(result: AttemptResult, s: Mapping[str, Any], run_dir: Path, multirun: bool, name: str) -> None:
+def _tell_ran(result: AttemptResult, fields: Mapping[str, Any], run_dir: Path, multirun: bool, name: str) -> None:
+    s = Summary.of(fields)
     if multirun and not sweeps.reporting():  # a sweep's console shows how each job ended
-        acc = s.get("test_acc_last_k")
+        acc = s.test_acc_last_k
         shown = "-" if acc is None else f"{100 * acc:.2f}%"
-        print(f"{name}: {s['status']}, last-k acc {shown}", flush=True)
+        print(f"{name}: {s.status}, last-k acc {shown}", flush=True)
     elif not result.quiet:
-        print_summary(dict(s), Console())
+        print_summary(s, Console())
     if result.outcome is Outcome.INTERRUPTED:
         if not multirun:
-            print(f"fedrun: {name}: {s['error']}; {resume_hint(run_dir)}", file=sys.stderr)
+            print(f"fedrun: {name}: {s.error}; {resume_hint(run_dir)}", file=sys.stderr)
     elif result.outcome is not Outcome.COMPLETED:
-        print(f"fedrun: {name}: {s['status']}: {s.get('error', '')}", file=sys.stderr)
+        print(f"fedrun: {name}: {s.status}: {s.error or ''}", file=sys.stderr)

@@ -32,6 +32,7 @@ from fedrun.report.sweep_console import SweepConsole
 from fedrun.run.job_dirs import job_dir_name, override_key
 from fedrun.run.sweep_index import record_job
 from fedrun.storage.atomic import atomic_write
+from fedrun.storage.rundir import HYDRA_DIR, RunDir
 
 
 def split_command(args: list[str]) -> tuple[Path, list[str]]:
@@ -90,13 +91,14 @@ def _run_sweep(sweep_dir: Path, varying: list[str], jobs: list[list[str]], conso
             return False
         run_dir = sweep_dir / job_dir_name(cfg, job, varying, sweep_dir)
         record_job(sweep_dir, run_dir.name, job)
-        (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
-        atomic_write(run_dir / ".hydra" / "overrides.yaml", yaml.safe_dump(job, default_flow_style=False))
-        atomic_write(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+        rd = RunDir(run_dir)
+        rd.hydra_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(rd.hydra_overrides_file, yaml.safe_dump(job, default_flow_style=False))
+        atomic_write(rd.hydra_config_file, OmegaConf.to_yaml(cfg))
         tags = [o.partition("=")[2].strip("'\"") for o in job if override_key(o).startswith("tags.")]
         name = " ".join([*tags, run_dir.name])
         entry = console.job_started(len(console.jobs), name, OmegaConf.select(cfg, "fl.rounds"), run_dir)
         label = f"job {entry.num} [{run_dir.name}]"
-        execute(cfg, run_dir, multirun=True, label=label, record=".hydra")  # an interrupt stops all
+        execute(cfg, run_dir, multirun=True, label=label, record=HYDRA_DIR)  # an interrupt stops all
         console.job_ended(entry, run_dir)
     return True

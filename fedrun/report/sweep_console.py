@@ -130,10 +130,10 @@ class SweepConsole:
         with self.lock:
             skipped = job.status == "skipping"
             job.status = "skipped" if skipped and status in ENDED else status
-            job.acc = summary.fields.get("test_acc_last_k") if summary is not None else None
+            job.acc = summary.test_acc_last_k if summary is not None else None
             job.seconds = None if skipped else time.monotonic() - job.started
-            if summary is not None and isinstance(summary.fields.get("rounds_completed"), int):
-                job.round = summary.fields["rounds_completed"]
+            if summary is not None and summary.rounds_completed is not None:
+                job.round = summary.rounds_completed
         if not self.live_mode:
             self._say(self.line(job))
 

@@ -230,7 +230,7 @@ def resume_hint(run_dir: Path) -> str:
 def redraw_curves(rd: RunDir, spec: RunSpec) -> None:
     """Draw accuracy.png of a finished run that lacks it (a run made with ``output.plots=false``, or killed
     between its plot and its summary by an older fedrun)."""
-    png, csv = rd.path / "accuracy.png", rd.metrics_file
+    png, csv = rd.accuracy_plot, rd.metrics_file
     if spec.output.plots and not png.is_file() and csv.is_file():
         import pandas as pd
 

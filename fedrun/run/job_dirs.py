@@ -21,9 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from fedrun.core.errors import ConfigError
-from fedrun.core.safe_yaml import load_yaml
-from fedrun.storage.rundir import RunDir
+from fedrun.storage.rundir import RunDir, UnreadableRunFile
 
 KEY_CHARS = 8  # hex digits of the config's SHA-256 in a job folder's name (a collision is checked, not assumed away)
 LEGACY_KEY_CHARS = 12  # job folders of before readable names: the 12-hex hash alone
@@ -100,14 +98,11 @@ def _saved_key(run_dir: Path) -> str | None:
     it started) or one that does not read."""
     from fedrun.config.identity import saved_config_key
 
-    rd = RunDir(run_dir)
-    if not rd.config_file.is_file():
-        return None
     try:
-        cfg = load_yaml(rd.config_file.read_text(), str(rd.config_file), plain=True)
-    except (OSError, ConfigError):
+        cfg = RunDir(run_dir).read_config()
+    except UnreadableRunFile:
         return None
-    return saved_config_key(cfg) if isinstance(cfg, dict) else None
+    return saved_config_key(cfg) if cfg is not None else None
 
 
 def find_job_dir(sweep_dir: Path, key: str) -> str | None:

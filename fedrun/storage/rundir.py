@@ -69,6 +69,10 @@ WRITTEN_IN_PLACE = (HYDRA_DIR, LOG_FILE, LOCK_FILE)
 FILES = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
 
 
+class NotAConfig(UnreadableRunFile):
+    """A config.yaml that reads as YAML but is not a mapping of config keys."""
+
+
 def _short(e: BaseException) -> str:
     return " ".join(str(e).split())[:200] or type(e).__name__
 
@@ -196,19 +200,21 @@ class RunDir:
         s = self.summary()
         return s.status if s else None
 
-    def read_config(self, hydra_record: bool = False) -> dict[str, Any] | None:
+    def read_config(self, hydra_record: bool = False, plain: bool = True) -> dict[str, Any] | None:
         """config.yaml (with ``hydra_record``, else Hydra's ``.hydra/config.yaml``, the config of a job refused before
-        it wrote one); None when there is none, :class:`UnreadableRunFile` when it cannot be read."""
+        it wrote one), parsed as ``yaml.safe_load`` does (not ``plain``: as OmegaConf does, e.g. ``1e-3`` a float, for
+        a config to run again); None when there is none, :class:`UnreadableRunFile` when it cannot be read (a YAML
+        mapping of something else: :class:`NotAConfig`). The one reader of a run's config.yaml."""
         for f in (self.config_file, self.hydra_config_file) if hydra_record else (self.config_file,):
             if f.is_file():
                 try:
-                    cfg = load_yaml(f.read_text(), str(f), plain=True)
+                    cfg = load_yaml(f.read_text(), str(f), plain=plain)
                 except ConfigError as e:  # a YAML bomb or malformed YAML (safe_yaml)
                     raise UnreadableRunFile(f"{f.name}: {e.message}") from None
                 except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
                     raise UnreadableRunFile(f"{f.name}: {_short(e)}") from None
                 if not isinstance(cfg, dict):
-                    raise UnreadableRunFile(f"{f.name}: not a mapping of config keys")
+                    raise NotAConfig(f"{f.name}: not a mapping of config keys")
                 return cfg
         return None
 

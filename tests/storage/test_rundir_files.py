@@ -33,12 +33,7 @@ NAMES = (
 ROOT = Path(fedrun.__file__).parent
 HOME = ROOT / "storage" / "rundir.py"
 # modules another change rewrites (fedrun.cli.main, the in-process sweep runner): their literals move to RunDir there
-PENDING = {
-    ("cli/main.py", "accuracy.png"),
-    ("cli/reproduce_sweep.py", ".hydra"),
-    ("cli/reproduce_sweep.py", "config.yaml"),
-    ("cli/reproduce_sweep.py", "overrides.yaml"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
