@@ -2,16 +2,22 @@
 
 Each page is generated from what defines the component, so a new one documents itself: the entry of its registry
 (:mod:`fedrun.config.registry`: the class or factory, its docstring, and the dataclass of its hyperparameters with
-types and defaults) and its YAML option ``conf/<group>/<name>.yaml`` (the header comment, which cites the paper,
-the values that override the dataclass's defaults, and each key's inline comment). The documentation site's build
-hook (``docs/hooks.py``) writes these pages; :func:`pages` is everything it needs.
+types, defaults and each field's note: the comment on its line or the comment lines right above it, which cite the
+default's source, :func:`field_notes`) and its YAML option ``conf/<group>/<name>.yaml`` (the header comment, which
+cites the paper, and the values in which this option differs from the dataclass's defaults, each with its inline
+comment). The dataclass is the one home of a default: a YAML never restates one (tests/config/test_schema_store.py).
+The documentation site's build hook (``docs/hooks.py``) writes these pages; :func:`pages` is everything it needs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import io
 import re
+import textwrap
+import tokenize
 import types
 import typing
 from dataclasses import dataclass
@@ -100,6 +106,49 @@ def yaml_comments(path: Path) -> tuple[str, dict[str, str]]:
     return "\n".join(header).strip(), comments
 
 
+def _class_notes(cls: type) -> dict[str, str]:
+    """The notes of the fields that the body of ``cls`` itself declares: each one's comment on its line, else the
+    run of comment lines right above it, joined into one line."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # defined where no source is (a REPL, a generated class)
+        return {}
+    notes: dict[str, str] = {}
+    above: list[str] = []  # the comment lines just read, for the field that follows them
+    line: list[tokenize.TokenInfo] = []  # the tokens of the logical line being read
+    body = -1  # the class body's indentation: its first INDENT's
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT and not line:
+            above.append(tok.string.lstrip("#").strip())
+        elif tok.type == tokenize.NL and not line:
+            if not tok.line.strip():
+                above = []  # a blank line parts a comment block from the field below
+        elif tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            words = [t for t in line if t.type not in (tokenize.COMMENT, tokenize.NL)]
+            own = [t.string.lstrip("#").strip() for t in line if t.type == tokenize.COMMENT]
+            declares = len(words) >= 2 and words[0].type == tokenize.NAME and words[1].string == ":"
+            if declares and words[0].start[1] == body:
+                notes[words[0].string] = " ".join(own or above).strip()
+            line, above = [], []
+        elif tok.type == tokenize.INDENT:
+            body = len(tok.string) if body < 0 else body
+        elif tok.type != tokenize.DEDENT:
+            line.append(tok)
+    return notes
+
+
+@functools.cache
+def field_notes(params: type) -> dict[str, str]:
+    """Each field of the dataclass ``params`` with its one-line note, from the class that declares the field
+    (a subclass that changes a default and says nothing keeps its base's note): the one home of what a key is
+    and where its default comes from, read by the reference pages."""
+    notes: dict[str, str] = {}
+    for cls in reversed(params.__mro__):
+        if dataclasses.is_dataclass(cls):
+            notes.update({k: v for k, v in _class_notes(cls).items() if v or k not in notes})
+    return {f.name: notes.get(f.name, "") for f in dataclasses.fields(params) if f.init}
+
+
 def yaml_values(path: Path) -> dict[str, Any]:
     """A YAML option's own values (its ``defaults`` list left out), or {} without the file."""
     if not path.is_file():
@@ -149,6 +198,7 @@ def option(group: str, name: str, conf_dir: Path | None = None) -> Option:
             inherited = {inspect.getdoc(base) for base in params.__mro__[1:]}
             params_doc = "" if own in inherited else own
             hints = typing.get_type_hints(params)
+            notes = field_notes(params)
             for f in dataclasses.fields(params):
                 if not f.init:
                     continue
@@ -159,9 +209,8 @@ def option(group: str, name: str, conf_dir: Path | None = None) -> Option:
                 else:
                     default = "(required)"
                 default = values.get(f.name, default)
-                fields.append(
-                    Field(f"{group}.{f.name}", type_name(hints[f.name]), _value(default), comments.get(f.name, ""))
-                )
+                note = comments.get(f.name) or notes.get(f.name, "")  # a preset value's source, else the field's
+                fields.append(Field(f"{group}.{f.name}", type_name(hints[f.name]), _value(default), note))
     else:
         fields = [Field(f"{group}.{k}", "", _value(v), comments.get(k, "")) for k, v in values.items() if k != "name"]
     return Option(group, name, header, doc, params_doc, source, tuple(fields))
