@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from fedrun.config.registry import positive
 from fedrun.core.errors import ConfigError
@@ -54,7 +54,7 @@ class DataParams:
 
     def __post_init__(self) -> None:
         if self.root == DATA_ROOT:  # built without Hydra composing it (a test, a mapping without root)
-            self.root = os.environ.get("FEDRUN_DATA", "data")
+            self.root = str(OmegaConf.create({"root": DATA_ROOT}).root)
         positive("max_train_samples", self.max_train_samples)
         positive("max_test_samples", self.max_test_samples)
         positive("image_size", self.image_size)
