@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from fedrun.config import location
 from fedrun.config import registry as reg
+from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig
 
 # (group, registry, page, title, what one option is)
 GROUPS = (
@@ -42,6 +43,7 @@ GROUPS = (
     ),
     ("model", reg.MODELS, "reference/models", "Models", "a network: `model=<name>`"),
 )
+SETTINGS_PAGE = "reference/settings.md"  # the run's own sections (fl, eval, ...), from fedrun/config/schema.py
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.]*)\s*:(?P<rest>.*)$")
 
 
@@ -179,6 +181,30 @@ def _value(v: Any) -> str:
     return str(v)
 
 
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "(required)"
+
+
+def section_fields(params: type, prefix: str) -> list[Field]:
+    """Every key of the dataclass ``params`` under ``prefix`` (``fl.``), a nested dataclass's keys dotted below its
+    own (``tracking.mlflow.uri``), each with its type, default and note (:func:`field_notes`)."""
+    hints, notes = typing.get_type_hints(params), field_notes(params)
+    out: list[Field] = []
+    for f in dataclasses.fields(params):
+        if not f.init:
+            continue
+        default = _default_of(f)
+        if dataclasses.is_dataclass(default):
+            out += section_fields(type(default), f"{prefix}{f.name}.")
+        else:
+            out.append(Field(f"{prefix}{f.name}", type_name(hints[f.name]), _value(default), notes[f.name]))
+    return out
+
+
 def option(group: str, name: str, conf_dir: Path | None = None) -> Option:
     """The option ``name`` of ``group`` from its registry entry and its YAML file (either may be missing: a
     component registered from outside the package has no YAML here; a YAML may only preset another's keys)."""
@@ -197,20 +223,11 @@ def option(group: str, name: str, conf_dir: Path | None = None) -> Option:
             own = inspect.getdoc(params) or ""
             inherited = {inspect.getdoc(base) for base in params.__mro__[1:]}
             params_doc = "" if own in inherited else own
-            hints = typing.get_type_hints(params)
-            notes = field_notes(params)
-            for f in dataclasses.fields(params):
-                if not f.init:
-                    continue
-                if f.default is not dataclasses.MISSING:
-                    default: Any = f.default
-                elif f.default_factory is not dataclasses.MISSING:
-                    default = f.default_factory()
-                else:
-                    default = "(required)"
-                default = values.get(f.name, default)
-                note = comments.get(f.name) or notes.get(f.name, "")  # a preset value's source, else the field's
-                fields.append(Field(f"{group}.{f.name}", type_name(hints[f.name]), _value(default), note))
+            for row in section_fields(params, f"{group}."):
+                key = row.key.split(".", 1)[1]
+                value = _value(values[key]) if key in values else row.default
+                note = comments.get(key) or row.comment  # a preset value's source, else the field's note
+                fields.append(dataclasses.replace(row, default=value, comment=note))
     else:
         fields = [Field(f"{group}.{k}", "", _value(v), comments.get(k, "")) for k, v in values.items() if k != "name"]
     return Option(group, name, header, doc, params_doc, source, tuple(fields))
@@ -294,6 +311,28 @@ def index_page(group: str, title: str, what: str, opts: list[Option], linked: bo
     return "\n".join(out) + "\n"
 
 
+def settings_page() -> str:
+    """The run's own settings (``fl.*``, ``eval.*``, ``hardware.*`` ... and the top-level keys): a table per section
+    of :class:`~fedrun.config.schema.FedrunConfig`, each key with its type, default and note."""
+    out = [
+        "# Run settings",
+        "",
+        "Generated from `fedrun/config/schema.py`: every key of a run besides its components' (whose pages are the",
+        "methods, datasets, partitions and models), with its type, its default and the note beside it there, the one",
+        "place a default is stated. Override any of them on the command line: `fedrun fl.rounds=50 eval.every=5`.",
+        "",
+    ]
+    for f in dataclasses.fields(FedrunConfig):
+        section = _default_of(f)
+        if dataclasses.is_dataclass(section):
+            rows = tuple(section_fields(type(section), f"{f.name}."))
+            out += [f"## `{f.name}`", "", paragraphs(inspect.getdoc(type(section)) or ""), "", fields_table(rows), ""]
+    rows = section_fields(FedrunConfig, "")
+    top = tuple(r for r in rows if "." not in r.key and r.key not in COMPONENT_GROUPS)
+    out += ["## Top-level keys", "", fields_table(top), ""]
+    return "\n".join(out)
+
+
 def pages(used_by: dict[str, list[str]] | None = None, conf_dir: Path | None = None) -> dict[str, str]:
     """Every reference page, by its path under ``docs/``: ``reference/methods/index.md`` and ``<name>.md`` per
     method; ``reference/{data,partitions,models}.md`` with a section per option. ``used_by``: per algorithm
@@ -308,4 +347,5 @@ def pages(used_by: dict[str, list[str]] | None = None, conf_dir: Path | None = N
         else:
             body = index_page(group, title, what, opts, linked=False)
             out[f"{page}.md"] = body + "\n" + "\n".join(line for opt in opts for line in _section(opt, "##"))
+    out[SETTINGS_PAGE] = settings_page()
     return out
