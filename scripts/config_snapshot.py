@@ -78,7 +78,8 @@ def restated() -> tuple[int, list[str]]:
         node = yaml.safe_load(text) or {}
         package = re.search(r"^# @package (\S+)", text, re.M)
         prefix = "" if package and package[1] == "_global_" else f"{package[1] if package else group}."
-        path.write_text(yaml.safe_dump({"defaults": node["defaults"]}) if "defaults" in node else "")
+        header = f"# @package {package[1]}\n" if package else ""
+        path.write_text(header + (yaml.safe_dump({"defaults": node["defaults"]}) if "defaults" in node else ""))
         base = OmegaConf.create(OmegaConf.to_container(_compose(copy, [_override(group, path.stem)]), resolve=False))
         path.write_text(text)
         for key, value in _leaves({k: v for k, v in node.items() if k != "defaults"}):

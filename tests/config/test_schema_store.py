@@ -55,13 +55,38 @@ def test_every_option_composes_on_its_components_schema(group: str, option: str)
     assert "name" not in own  # the schema base names the component
 
 
-# every config group of conf/ but the paper presets (a paper's whole setting) and Hydra's own: a new group (an
-# engine's or a tracker's options) is guarded without an edit here
+# every config group of conf/ (nested ones too: hardware/engine) but the paper presets (a paper's whole setting) and
+# Hydra's own: a new group (an engine's or a tracker's options) is guarded without an edit here
 GUARDED = [
-    (p.parent.name, p.stem)
-    for p in sorted(Path(CONF_DIR).glob("*/*.yaml"))
-    if p.parent.name not in ("experiment", "hydra")
+    (str(p.parent.relative_to(CONF_DIR)), p.stem)
+    for p in sorted(Path(CONF_DIR).rglob("*.yaml"))
+    if p.parent != Path(CONF_DIR) and p.relative_to(CONF_DIR).parts[0] not in ("experiment", "hydra")
 ]
+CHOSEN = {k: v for d in yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())["defaults"] if isinstance(d, dict)
+          for k, v in d.items()}  # fmt: skip
+
+
+def _compose_option(conf: Path, group: str, option: str) -> dict[str, Any]:
+    """The config composed with ``group=option`` (``group=[option]`` for a list group such as tracking; appended
+    with ``+`` when the root config does not choose the group)."""
+    plain = f"{group}=[{option}]" if isinstance(CHOSEN.get(group), list) else f"{group}={option}"
+    tries = [plain] if group in CHOSEN else [f"+{group}={option}", plain]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base=None):
+            for i, override in enumerate(tries):
+                try:
+                    cfg = compose(config_name="config", overrides=[override])
+                except Exception:  # noqa: BLE001 - a nested group already in the tree: the plain form
+                    if i == len(tries) - 1:
+                        raise
+                    continue
+                out = OmegaConf.to_container(cfg, resolve=False)
+                assert isinstance(out, dict)
+                return {str(k): v for k, v in out.items()}
+    finally:
+        GlobalHydra.instance().clear()
+    raise AssertionError("unreachable")
 
 
 def _leaves(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -93,17 +118,14 @@ def test_no_yaml_of_a_group_restates_a_default(group: str, option: str, conf_cop
     node = yaml.safe_load(text) or {}
     own = {k: v for k, v in node.items() if k != "defaults"}
     package = re.search(r"^# @package (\S+)", text, re.M)
-    where = package[1] if package else group
-    prefix = "" if where == "_global_" else f"{where}."
-    override = f"{group}=[{option}]" if group == "tracking" else f"{group}={option}"
-    path.write_text(yaml.safe_dump({"defaults": node["defaults"]}) if "defaults" in node else "")
+    where = (package[1] if package else group.replace("/", ".")).replace("_group_", group.replace("/", "."))
+    prefix = "" if where == "_global_" else f"{where.removeprefix('_global_.')}."
+    header = f"# @package {package[1]}\n" if package else ""
+    path.write_text(header + (yaml.safe_dump({"defaults": node["defaults"]}) if "defaults" in node else ""))
     try:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(conf_copy), version_base=None):
-            base = OmegaConf.to_container(compose(config_name="config", overrides=[override]), resolve=False)
+        base = _compose_option(conf_copy, group, option)
     finally:
         path.write_text(text)
-        GlobalHydra.instance().clear()
     for key, value in _leaves(own):
         default = OmegaConf.select(OmegaConf.create(base), prefix + key, default=KeyError)
         assert not _same(value, default), (
