@@ -327,8 +327,8 @@ def settings_page() -> str:
         if dataclasses.is_dataclass(section):
             rows = tuple(section_fields(type(section), f"{f.name}."))
             out += [f"## `{f.name}`", "", paragraphs(inspect.getdoc(type(section)) or ""), "", fields_table(rows), ""]
-    rows = section_fields(FedrunConfig, "")
-    top = tuple(r for r in rows if "." not in r.key and r.key not in COMPONENT_GROUPS)
+    every = section_fields(FedrunConfig, "")
+    top = tuple(r for r in every if "." not in r.key and r.key not in COMPONENT_GROUPS)
     out += ["## Top-level keys", "", fields_table(top), ""]
     return "\n".join(out)
 
