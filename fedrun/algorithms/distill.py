@@ -60,12 +60,14 @@ class DistillParams(AlgoParams):
     """``server_lr`` [?] (not stated; FedLAW's lr_s), ``server_epochs`` E_s (FedLAW App. C: 100);
     ``server_weight_decay``: the ``optimizer=sgd`` form's weight decay (FedLAW code: the clients' 5e-4)."""
 
-    server_lr: float = 0.005
-    server_epochs: int = 100
+    server_lr: float = 0.005  # the server's lr: not stated in FedLAW App. C [?]; FedLAW's lr_s 0.005
+    server_epochs: int = 100  # E_s, epochs on the proxy set per round (FedLAW App. C: 100)
+    # adam (paper; fresh each round) | sgd (FedLAW's code: momentum 0.9, weight decay server_weight_decay, kept
+    # across rounds, at the clients' initial lr: set server_lr to it; FedLAW's table presets run this form)
     optimizer: str = "adam"
-    beta1: float = 0.5
-    beta2: float = 0.999
-    server_weight_decay: float = 5e-4
+    beta1: float = 0.5  # Adam's beta1 (FedLAW App. C)
+    beta2: float = 0.999  # Adam's beta2 (FedLAW App. C)
+    server_weight_decay: float = 5e-4  # optimizer=sgd's weight decay (FedLAW's code: the clients' 5e-4)
 
     def __post_init__(self) -> None:
         positive("server_lr", self.server_lr)
@@ -81,7 +83,7 @@ class DistillParams(AlgoParams):
 class ServerFTParams(DistillParams):
     """Server-FT: E_s = 2 (FedLAW App. C: 100 epochs hurt it)."""
 
-    server_epochs: int = 2
+    server_epochs: int = 2  # E_s (FedLAW App. C: 2; 100 epochs hurt it)
 
 
 class ServerTrained(ProxyMethod):

@@ -33,7 +33,7 @@ from fedrun.core.tree import Tensors, Tree, scale
 class FedAvgGWSParams(AlgoParams):
     """``gamma``: the fixed shrinking factor (FedLAW Tables 1/9 sweep {1, .99, .97, .95, .93, .9}); 1 = FedAvg."""
 
-    gamma: float = 1.0
+    gamma: float = 1.0  # the fixed shrinking factor (FedLAW Tables 1/9 sweep 1, .99, .97, .95, .93, .9); 1 = FedAvg
 
     def __post_init__(self) -> None:
         positive("gamma", self.gamma)

@@ -24,8 +24,8 @@ class FedCMParams(AlgoParams):
     ``server_lr``: eta_g in w^{t+1} = w^t + eta_g sum_S p_i Delta_i (FedSAM paper: 1).
     """
 
-    alpha: float = 0.1
-    server_lr: float = 1.0
+    alpha: float = 0.1  # weight of the local gradient (FL-Simulator default 0.1; 1 gives FedAvg)
+    server_lr: float = 1.0  # eta_g in w^{t+1} = w^t + eta_g sum_S p_i Delta_i (FedSAM paper: 1)
 
     def __post_init__(self) -> None:
         # v = alpha g + (1 - alpha) Delta^t with Delta^0 = 0: at alpha = 0 no client ever moves (1 is FedAvg)

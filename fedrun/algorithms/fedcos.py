@@ -29,12 +29,14 @@ COS_EPS = 1e-4
 class FedCosParams(AlgoParams):
     """``mu``: penalty weight (paper: 0.01/0.02 cross-silo, 0.02/0.05 cross-device, 0.005/0.01 Shakespeare)."""
 
-    mu: float = 0.02
+    mu: float = 0.02  # penalty weight (paper: 0.01/0.02 cross-silo, 0.02/0.05 cross-device, 0.005/0.01 Shakespeare)
+    # paper: d = w^t - w^{t-1} | code: d = mean w_i - w^{t-1}, before the server rule (COS main_fed.py)
     direction: Literal["paper", "code"] = "paper"
-    prox_mu: float = 0.0
+    prox_mu: float = 0.0  # > 0 adds FedProx in COS's form prox_mu ||w - w^t||^2 (the paper used 0.1/0.01)
+    # the server rule: avg | avgm (COS's EMA form, momentum server_momentum) | opt (w + server_lr Delta, "FedOpt(1.5)")
     server: Literal["avg", "avgm", "opt"] = "avg"
-    server_momentum: float = 0.5
-    server_lr: float = 1.5
+    server_momentum: float = 0.5  # beta of server=avgm (COS's EMA form)
+    server_lr: float = 1.5  # eta_g of server=opt (FedCos's "FedOpt(1.5)")
 
     def __post_init__(self) -> None:
         positive("mu", self.mu, allow_zero=True)

@@ -50,7 +50,8 @@ from fedrun.core.tree import Tensors, Tree, dot, sq_norm, sub, tree_map, weighte
 class FedDynParams(AlgoParams):
     """``alpha``: regularisation strength (FedLAW used 0.01; FedDyn paper grid {0.1, 0.01, 0.001})."""
 
-    alpha: float = 0.01
+    alpha: float = 0.01  # regularisation strength (FedLAW Sec. 5: 0.01; FedDyn paper grid {0.1, 0.01, 0.001})
+    # paper: Alg. 1 (mean and h follow fl.weighting) | law: FedLAW's code | official: the FedDyn authors' code
     variant: Literal["paper", "law", "official"] = "paper"
 
     def __post_init__(self) -> None:

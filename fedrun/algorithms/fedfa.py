@@ -46,10 +46,10 @@ class FedFAParams(AlgoParams):
     """FedIMA code defaults: ``lam`` = 0.1 (anchor loss), ``anchor_momentum`` = 0.5, ``calib_lr`` = 1e-3
     (Adam's default), calibration from round ``calib_start`` x R (R/4)."""
 
-    lam: float = 0.1
-    anchor_momentum: float = 0.5
-    calib_lr: float = 1e-3
-    calib_start: float = 0.25
+    lam: float = 0.1  # anchor-loss weight, from round 1 (FedIMA's code, utils/optimizer.py)
+    anchor_momentum: float = 0.5  # EMA momentum of the class anchors, once per local epoch (FedIMA's code)
+    calib_lr: float = 1e-3  # Adam's lr of the classifier calibration (FedIMA's code: Adam's default)
+    calib_start: float = 0.25  # calibration from round calib_start x fl.rounds on (FedIMA's code: R/4)
 
     @classmethod
     def derived_rounds(cls, node: Mapping[str, Any], rounds: int) -> dict[str, int]:

@@ -33,14 +33,14 @@ class FedGAMParams(AlgoParams):
     is not taken: ``rho`` stays FedGAM's).
     """
 
-    rho: float = 0.02
-    alpha: float = 0.2
-    variant: Literal["paper", "official"] = "paper"
-    rho_norm: float = 0.2
-    gamma: float = 0.05
-    beta1: float = 0.1
-    beta2: float = 0.9
-    beta3: float = 0.9
+    rho: float = 0.02  # perturbation radius (FedGAM Table 3 setting, Sec. 5.1; also with variant=official)
+    alpha: float = 0.2  # weight of the ascent gradient (FedGAM Table 3 setting; unused by variant=official)
+    variant: Literal["paper", "official"] = "paper"  # paper: eq. 19 | official: the GAM authors' optimizer (gam.py)
+    rho_norm: float = 0.2  # variant=official: GAM's main_cifar.py CIFAR-10/ResNet preset
+    gamma: float = 0.05  # variant=official: GAM's main_cifar.py CIFAR-10/ResNet preset
+    beta1: float = 0.1  # variant=official: GAM's beta1 (main_cifar.py; beta0 = beta1 = 0.1)
+    beta2: float = 0.9  # variant=official: GAM's beta2 = 1 - beta0 (main_cifar.py)
+    beta3: float = 0.9  # variant=official: GAM's beta3 = 1 - beta1 (main_cifar.py)
 
     def __post_init__(self) -> None:
         positive("rho", self.rho, allow_zero=True)

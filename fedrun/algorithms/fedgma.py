@@ -29,9 +29,10 @@ class FedGMAParams(AlgoParams):
     """``server_lr`` / ``tau`` default by variant: paper 1.0 / 0.4 (tau swept in Tenison et al.; 0.4 is our
     pick [?]), ima_code 1e-4 / 0.8 (FedIMA code)."""
 
+    # paper: soft sign-agreement mask (Tenison et al.) | ima_code: FedIMA's aggregator 'gma' (hard AND-mask)
     variant: str = "paper"
-    server_lr: float | None = None
-    tau: float | None = None
+    server_lr: float | None = None  # None: the variant's (paper 1.0; ima_code 1e-4, FedIMA's code)
+    tau: float | None = None  # agreement threshold; None: the variant's (paper 0.4 [?], swept there; ima_code 0.8)
 
     def __post_init__(self) -> None:
         one_of("variant", self.variant, tuple(DEFAULTS))

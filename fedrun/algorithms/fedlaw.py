@@ -56,16 +56,18 @@ class FedLAWParams(AlgoParams):
     """FedLAW App. C: Adam(0.5, 0.999), lr_s 0.005 (0.01 for CIFAR-10), E_s 100 (code 20), StepLR(20, 0.5)."""
 
     server_lr: float | None = None  # None: App. C's lr_s for the run's dataset (see FedLAW.setup)
-    server_epochs: int = 100
-    parametrization: str = "exp"
-    learn: str = "both"
-    swa: bool = False
-    swa_order: str = "lambda_first"  # lambda_first (code) | gamma_first (paper Sec. 6.1); with swa only
-    beta1: float = 0.5
-    beta2: float = 0.999
-    step_size: int = 20
-    step_gamma: float = 0.5
-    global_lr: float = 1.0  # eta_g of Eq. 2 (Table 10 sweeps it for adaptive GWS)
+    server_epochs: int = 100  # E_s, server epochs on the proxy set per round (App. C: 100; code default 20)
+    parametrization: str = "exp"  # gamma and lambda as exp/softmax of free weights (paper) | quad
+    learn: str = "both"  # both (FedLAW) | gamma (adaptive global weight shrinking only) | lambda (attentive LAW only)
+    swa: bool = False  # the official code's SWA variant: lambda with SWA (SWALR 0.05) for E_s/2, then gamma
+    # with swa: lambda_first (the code's order: lambda with SWA, then gamma) | gamma_first (paper Sec. 6.1)
+    swa_order: str = "lambda_first"
+    beta1: float = 0.5  # the server's Adam beta1 (App. C)
+    beta2: float = 0.999  # the server's Adam beta2 (App. C)
+    step_size: int = 20  # StepLR's step in server epochs (App. C)
+    step_gamma: float = 0.5  # StepLR's factor (App. C)
+    # eta_g of Eq. 2: w = gamma (w^t + eta_g sum_i lambda_i (w_i - w^t)) (Table 10 sweeps it for adaptive GWS)
+    global_lr: float = 1.0
 
     def __post_init__(self) -> None:
         if self.server_lr is not None:
@@ -86,11 +88,15 @@ class FedLAWParams(AlgoParams):
 
 @dataclass
 class FedLAWSWAParams(FedLAWParams):
+    """The official code's SWA variant."""
+
     swa: bool = True
 
 
 @dataclass
 class FedLAWGammaParams(FedLAWParams):
+    """The ablation that learns gamma only (lambda = data-size weights)."""
+
     learn: str = "gamma"
 
 

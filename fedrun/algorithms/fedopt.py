@@ -33,7 +33,7 @@ from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
 class ServerSGDParams(AlgoParams):
     """``server_lr``: eta_g (FedCos "FedOpt(1.5)": 1.5; 1.0 is FedAvg)."""
 
-    server_lr: float = 1.5
+    server_lr: float = 1.5  # eta_g: w <- w + eta_g * mean client update (FedCos's "FedOpt(1.5)"; 1.0 is FedAvg)
 
     def __post_init__(self) -> None:
         positive("server_lr", self.server_lr)
@@ -43,8 +43,9 @@ class ServerSGDParams(AlgoParams):
 class FedAvgMParams(AlgoParams):
     """``server_lr`` eta_g, ``beta`` momentum; ``form``: standard (Hsu et al.) or cos (FedCos code EMA, beta 0.5)."""
 
-    server_lr: float = 1.0
-    beta: float = 0.9
+    server_lr: float = 1.0  # eta_g in w <- w + eta_g v (Hsu et al. 2019)
+    beta: float = 0.9  # server momentum (Hsu et al. 2019); use 0.5 with form=cos (FedCos's code)
+    # standard: v <- beta v + Delta (Hsu et al.) | cos: FedCos code's EMA v <- beta v + (1-beta) Delta, w <- w + v
     form: str = "standard"
 
     def __post_init__(self) -> None:
@@ -60,10 +61,10 @@ class FedAvgMParams(AlgoParams):
 class AdaptiveParams(AlgoParams):
     """FedIMA's code values: eta = 1e-2, beta1 = 0.9, beta2 = 0.99, tau = 1e-3 (Adam and Yogi)."""
 
-    server_lr: float = 1e-2
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
+    server_lr: float = 1e-2  # eta, the server step (FedIMA's code, utils/aggregator.py)
+    beta1: float = 0.9  # first-moment decay (FedIMA's code)
+    beta2: float = 0.99  # second-moment decay (FedIMA's code); unused by FedAdagrad
+    tau: float = 1e-3  # adaptivity, added to sqrt(v) (FedIMA's code)
 
     def __post_init__(self) -> None:
         positive("server_lr", self.server_lr)
@@ -78,9 +79,9 @@ class AdaptiveParams(AlgoParams):
 class AdagradParams(AdaptiveParams):
     """FedIMA's code values for FedAdagrad: eta = 0.1, beta1 = 0 (no first moment), tau = 1e-9."""
 
-    server_lr: float = 0.1
-    beta1: float = 0.0
-    tau: float = 1e-9
+    server_lr: float = 0.1  # eta (FedIMA's code for FedAdagrad)
+    beta1: float = 0.0  # no first moment (FedIMA's code for FedAdagrad)
+    tau: float = 1e-9  # FedIMA's code for FedAdagrad
 
 
 class ServerOpt(FedAvg):

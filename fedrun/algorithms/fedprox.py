@@ -19,8 +19,8 @@ class FedProxParams(AlgoParams):
     ``half``: the paper's (mu/2)||w - w^t||^2 (default); false gives FedCos's code form mu||w - w^t||^2.
     """
 
-    mu: float = 0.01
-    half: bool = True
+    mu: float = 0.01  # proximal strength (FedIMA 0.01 from {0.1, 0.01, 0.001}; FedLAW 1e-3; FedGAM 0.1; FedCos 0.1)
+    half: bool = True  # the paper's (mu/2)||w - w^t||^2; false: FedCos's code form mu ||w - w^t||^2
 
     def __post_init__(self) -> None:
         positive("mu", self.mu, allow_zero=True)

@@ -33,8 +33,9 @@ class FedRobustParams(AlgoParams):
     sources we have; chosen so that adv_lr * 2 lam < 1 keeps the ascent contractive); ``structure``: see
     the module docstring."""
 
-    lam: float = 1.0
-    adv_lr: float = 0.01
+    lam: float = 1.0  # the paper's lambda, penalty on the perturbation size: UNSOURCED, fedrun's choice
+    adv_lr: float = 0.01  # the ascent step eta2: UNSOURCED, fedrun's choice (2 lam adv_lr < 1: a contractive ascent)
+    # auto (full up to d=1024 inputs, diagonal above) | full (Lambda in R^{d x d}, the paper) | diagonal
     structure: Literal["auto", "full", "diagonal"] = "auto"
 
     def __post_init__(self) -> None:

@@ -44,7 +44,7 @@ def grad_at(algo: FedAvg, params: Tensors, eps: Tensors, batch: Batch, ctx: Clie
 class FedSAMParams(AlgoParams):
     """``rho``: SAM radius (FedGAM paper used 0.1 for FedSAM; FL-Simulator default 0.1)."""
 
-    rho: float = 0.1
+    rho: float = 0.1  # SAM radius (FedGAM paper used 0.1 for FedSAM; FL-Simulator default 0.1)
 
     def __post_init__(self) -> None:
         positive("rho", self.rho, allow_zero=True)
@@ -68,8 +68,8 @@ class FedSAM(FedAvg):
 class FedASAMParams(AlgoParams):
     """``rho``, ``eta``: ASAM radius and offset (CAL CIFAR defaults 0.7, 0.2; FedIMA uses them for CNNs)."""
 
-    rho: float = 0.7
-    eta: float = 0.2
+    rho: float = 0.7  # ASAM radius (CAL CIFAR default, paper_experiments/cifar10.sh; FedIMA: 0.7 CNNs, else 0.2)
+    eta: float = 0.2  # ASAM offset (CAL CIFAR default; FedIMA: 0.2 CNNs, else 0.05)
 
     def __post_init__(self) -> None:
         positive("rho", self.rho, allow_zero=True)
@@ -93,8 +93,8 @@ class MoFedSAMParams(FedSAMParams):
     ``server_lr``: eta_g on the mean client update (FedSAM paper: 1).
     """
 
-    alpha: float = 0.1
-    server_lr: float = 1.0
+    alpha: float = 0.1  # weight of the SAM gradient vs Delta^t (FL-Simulator default 0.1; 1 gives FedSAM)
+    server_lr: float = 1.0  # eta_g on the mean client update (FedSAM paper: 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -26,9 +26,9 @@ DUAL_EPS = 1e-7
 class FedSMOOParams(AlgoParams):
     """FL-Simulator defaults: ``rho`` = 0.1, ``lam`` = 0.1, ``max_norm`` = 10 (null: no clipping)."""
 
-    rho: float = 0.1
-    lam: float = 0.1
-    max_norm: float | None = 10.0
+    rho: float = 0.1  # SAM radius (FL-Simulator, the authors' code)
+    lam: float = 0.1  # dual/prox weight (FL-Simulator)
+    max_norm: float | None = 10.0  # gradient clip in the client step (FL-Simulator: 10); None: no clipping
 
     def __post_init__(self) -> None:
         positive("rho", self.rho, allow_zero=True)

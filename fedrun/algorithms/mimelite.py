@@ -32,7 +32,9 @@ from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean, zeros_like
 class MimeLiteParams(AlgoParams):
     """``beta``: server momentum (Mime paper: 0.9); ``grad``: full (paper) or minibatch (see the module)."""
 
-    beta: float = 0.9
+    beta: float = 0.9  # the frozen server momentum (Mime paper: 0.9)
+    # full: the paper's full-batch gradient at w^t (sample-weighted over the local batches) | minibatch: the plain
+    # mean of the per-batch gradients at w^t (differs when last batches are short)
     grad: str = "full"
 
     def __post_init__(self) -> None:

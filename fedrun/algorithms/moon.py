@@ -38,9 +38,9 @@ from fedrun.models.features import FeatureModel
 class MoonParams(AlgoParams):
     """``mu``: contrastive weight (5 for CIFAR-10 in MOON; FedIMA hard-codes 5); ``tau`` = 0.5 (FedGAM)."""
 
-    mu: float = 5.0
-    tau: float = 0.5
-    variant: Literal["paper", "ima"] = "paper"
+    mu: float = 5.0  # model-contrastive weight (MOON paper for CIFAR-10: 5; FedIMA hard-codes 5)
+    tau: float = 0.5  # temperature (FedGAM paper Sec. 5.1; MOON's default)
+    variant: Literal["paper", "ima"] = "paper"  # paper | ima (FedIMA's code: cosines batch-averaged before the exp)
 
     def __post_init__(self) -> None:
         positive("mu", self.mu, allow_zero=True)

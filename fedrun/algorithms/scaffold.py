@@ -56,7 +56,7 @@ class ControlVariates(Algorithm):
 class ScaffoldParams(AlgoParams):
     """``server_lr``: eta_g in w <- w + eta_g mean_S Delta y_i (SCAFFOLD paper; FL-Simulator default 1)."""
 
-    server_lr: float = 1.0
+    server_lr: float = 1.0  # eta_g in w <- w + eta_g mean_S Delta y_i (SCAFFOLD paper's experiments; FL-Simulator 1)
 
     def __post_init__(self) -> None:
         positive("server_lr", self.server_lr)

@@ -4,7 +4,9 @@ The options of a group are the YAML files of ``conf/<group>/`` and each one's do
 comment (else the docstring of the component it registers, fedrun/config/registry.py), so a new method, dataset or
 preset shows up by itself. Hydra prints the help from ``hydra.help.template`` (conf/hydra/help/fedrun.yaml), whose
 ``${fedrun.help_groups:}`` this module's resolver fills; Hydra's own ``$FLAGS_HELP`` and ``$CONFIG`` stay in it,
-and ``--hydra-help``, ``--cfg`` and the rest are Hydra's.
+and ``--hydra-help``, ``--cfg`` and the rest are Hydra's. ``$CONFIG`` is the composed config, as ``--cfg job``
+prints it: each default in it comes from its one home, the field of its dataclass (whose note the reference pages
+show, :func:`fedrun.config.catalogue.field_notes`); a YAML option adds only the values in which it differs.
 """
 
 from __future__ import annotations

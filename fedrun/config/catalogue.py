@@ -2,16 +2,22 @@
 
 Each page is generated from what defines the component, so a new one documents itself: the entry of its registry
 (:mod:`fedrun.config.registry`: the class or factory, its docstring, and the dataclass of its hyperparameters with
-types and defaults) and its YAML option ``conf/<group>/<name>.yaml`` (the header comment, which cites the paper,
-the values that override the dataclass's defaults, and each key's inline comment). The documentation site's build
-hook (``docs/hooks.py``) writes these pages; :func:`pages` is everything it needs.
+types, defaults and each field's note: the comment on its line or the comment lines right above it, which cite the
+default's source, :func:`field_notes`) and its YAML option ``conf/<group>/<name>.yaml`` (the header comment, which
+cites the paper, and the values in which this option differs from the dataclass's defaults, each with its inline
+comment). The dataclass is the one home of a default: a YAML never restates one (tests/config/test_schema_store.py).
+The documentation site's build hook (``docs/hooks.py``) writes these pages; :func:`pages` is everything it needs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import io
 import re
+import textwrap
+import tokenize
 import types
 import typing
 from dataclasses import dataclass
@@ -22,6 +28,7 @@ from omegaconf import OmegaConf
 
 from fedrun.config import location
 from fedrun.config import registry as reg
+from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig
 
 # (group, registry, page, title, what one option is)
 GROUPS = (
@@ -36,6 +43,7 @@ GROUPS = (
     ),
     ("model", reg.MODELS, "reference/models", "Models", "a network: `model=<name>`"),
 )
+SETTINGS_PAGE = "reference/settings.md"  # the run's own sections (fl, eval, ...), from fedrun/config/schema.py
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.]*)\s*:(?P<rest>.*)$")
 
 
@@ -100,6 +108,49 @@ def yaml_comments(path: Path) -> tuple[str, dict[str, str]]:
     return "\n".join(header).strip(), comments
 
 
+def _class_notes(cls: type) -> dict[str, str]:
+    """The notes of the fields that the body of ``cls`` itself declares: each one's comment on its line, else the
+    run of comment lines right above it, joined into one line."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # defined where no source is (a REPL, a generated class)
+        return {}
+    notes: dict[str, str] = {}
+    above: list[str] = []  # the comment lines just read, for the field that follows them
+    line: list[tokenize.TokenInfo] = []  # the tokens of the logical line being read
+    body = -1  # the class body's indentation: its first INDENT's
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT and not line:
+            above.append(tok.string.lstrip("#").strip())
+        elif tok.type == tokenize.NL and not line:
+            if not tok.line.strip():
+                above = []  # a blank line parts a comment block from the field below
+        elif tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            words = [t for t in line if t.type not in (tokenize.COMMENT, tokenize.NL)]
+            own = [t.string.lstrip("#").strip() for t in line if t.type == tokenize.COMMENT]
+            declares = len(words) >= 2 and words[0].type == tokenize.NAME and words[1].string == ":"
+            if declares and words[0].start[1] == body:
+                notes[words[0].string] = " ".join(own or above).strip()
+            line, above = [], []
+        elif tok.type == tokenize.INDENT:
+            body = len(tok.string) if body < 0 else body
+        elif tok.type != tokenize.DEDENT:
+            line.append(tok)
+    return notes
+
+
+@functools.cache
+def field_notes(params: type) -> dict[str, str]:
+    """Each field of the dataclass ``params`` with its one-line note, from the class that declares the field
+    (a subclass that changes a default and says nothing keeps its base's note): the one home of what a key is
+    and where its default comes from, read by the reference pages."""
+    notes: dict[str, str] = {}
+    for cls in reversed(params.__mro__):
+        if dataclasses.is_dataclass(cls):
+            notes.update({k: v for k, v in _class_notes(cls).items() if v or k not in notes})
+    return {f.name: notes.get(f.name, "") for f in dataclasses.fields(params) if f.init}
+
+
 def yaml_values(path: Path) -> dict[str, Any]:
     """A YAML option's own values (its ``defaults`` list left out), or {} without the file."""
     if not path.is_file():
@@ -130,6 +181,30 @@ def _value(v: Any) -> str:
     return str(v)
 
 
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "(required)"
+
+
+def section_fields(params: type, prefix: str) -> list[Field]:
+    """Every key of the dataclass ``params`` under ``prefix`` (``fl.``), a nested dataclass's keys dotted below its
+    own (``tracking.mlflow.uri``), each with its type, default and note (:func:`field_notes`)."""
+    hints, notes = typing.get_type_hints(params), field_notes(params)
+    out: list[Field] = []
+    for f in dataclasses.fields(params):
+        if not f.init:
+            continue
+        default = _default_of(f)
+        if dataclasses.is_dataclass(default):
+            out += section_fields(type(default), f"{prefix}{f.name}.")
+        else:
+            out.append(Field(f"{prefix}{f.name}", type_name(hints[f.name]), _value(default), notes[f.name]))
+    return out
+
+
 def option(group: str, name: str, conf_dir: Path | None = None) -> Option:
     """The option ``name`` of ``group`` from its registry entry and its YAML file (either may be missing: a
     component registered from outside the package has no YAML here; a YAML may only preset another's keys)."""
@@ -148,20 +223,11 @@ def option(group: str, name: str, conf_dir: Path | None = None) -> Option:
             own = inspect.getdoc(params) or ""
             inherited = {inspect.getdoc(base) for base in params.__mro__[1:]}
             params_doc = "" if own in inherited else own
-            hints = typing.get_type_hints(params)
-            for f in dataclasses.fields(params):
-                if not f.init:
-                    continue
-                if f.default is not dataclasses.MISSING:
-                    default: Any = f.default
-                elif f.default_factory is not dataclasses.MISSING:
-                    default = f.default_factory()
-                else:
-                    default = "(required)"
-                default = values.get(f.name, default)
-                fields.append(
-                    Field(f"{group}.{f.name}", type_name(hints[f.name]), _value(default), comments.get(f.name, ""))
-                )
+            for row in section_fields(params, f"{group}."):
+                key = row.key.split(".", 1)[1]
+                value = _value(values[key]) if key in values else row.default
+                note = comments.get(key) or row.comment  # a preset value's source, else the field's note
+                fields.append(dataclasses.replace(row, default=value, comment=note))
     else:
         fields = [Field(f"{group}.{k}", "", _value(v), comments.get(k, "")) for k, v in values.items() if k != "name"]
     return Option(group, name, header, doc, params_doc, source, tuple(fields))
@@ -245,6 +311,28 @@ def index_page(group: str, title: str, what: str, opts: list[Option], linked: bo
     return "\n".join(out) + "\n"
 
 
+def settings_page() -> str:
+    """The run's own settings (``fl.*``, ``eval.*``, ``hardware.*`` ... and the top-level keys): a table per section
+    of :class:`~fedrun.config.schema.FedrunConfig`, each key with its type, default and note."""
+    out = [
+        "# Run settings",
+        "",
+        "Generated from `fedrun/config/schema.py`: every key of a run besides its components' (whose pages are the",
+        "methods, datasets, partitions and models), with its type, its default and the note beside it there, the one",
+        "place a default is stated. Override any of them on the command line: `fedrun fl.rounds=50 eval.every=5`.",
+        "",
+    ]
+    for f in dataclasses.fields(FedrunConfig):
+        section = _default_of(f)
+        if dataclasses.is_dataclass(section):
+            rows = tuple(section_fields(type(section), f"{f.name}."))
+            out += [f"## `{f.name}`", "", paragraphs(inspect.getdoc(type(section)) or ""), "", fields_table(rows), ""]
+    every = section_fields(FedrunConfig, "")
+    top = tuple(r for r in every if "." not in r.key and r.key not in COMPONENT_GROUPS)
+    out += ["## Top-level keys", "", fields_table(top), ""]
+    return "\n".join(out)
+
+
 def pages(used_by: dict[str, list[str]] | None = None, conf_dir: Path | None = None) -> dict[str, str]:
     """Every reference page, by its path under ``docs/``: ``reference/methods/index.md`` and ``<name>.md`` per
     method; ``reference/{data,partitions,models}.md`` with a section per option. ``used_by``: per algorithm
@@ -259,4 +347,5 @@ def pages(used_by: dict[str, list[str]] | None = None, conf_dir: Path | None = N
         else:
             body = index_page(group, title, what, opts, linked=False)
             out[f"{page}.md"] = body + "\n" + "\n".join(line for opt in opts for line in _section(opt, "##"))
+    out[SETTINGS_PAGE] = settings_page()
     return out

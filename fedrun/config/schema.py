@@ -45,17 +45,17 @@ def one_of(field_name: str, value: str, choices: tuple[str, ...]) -> None:
 class FLConfig:
     """Federated-learning settings (``fl.*``): who trains, how much, and how updates are combined."""
 
-    clients: int = 20
-    rounds: int = 30
-    participation: float = 1.0
+    clients: int = 20  # N, the clients the training set is split across (fedrun's quick default; presets: the paper's)
+    rounds: int = 30  # R, communication rounds (fedrun's quick default; presets: the paper's)
+    participation: float = 1.0  # C, the fraction of the clients sampled each round (1: all, as cross-silo)
     sampling: str = "fixed"  # fixed: a fixed-size sample without replacement; bernoulli: each client w.p. participation
     train_all: bool = False  # every client trains each round, the sampled ones are aggregated (FedLAW Alg. 1 / code)
-    local_epochs: int = 1
+    local_epochs: int = 1  # E, passes over its data a client makes per round
     local_steps: int | None = None  # a fixed number of local steps; overrides local_epochs when set
-    batch_size: int = 50
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    batch_size: int = 50  # B, the local minibatch (FedAvg's B = 50)
+    lr: float = 0.05  # the clients' SGD learning rate
+    momentum: float = 0.0  # the clients' SGD momentum (0: plain SGD)
+    weight_decay: float = 0.0  # the clients' L2 weight decay
     lr_decay: float = 1.0  # lr at round t = lr * lr_decay**t
     keep_momentum: bool = False  # keep each client's momentum buffer across rounds (FedLAW's code) or reset it
     weighting: str = "size"  # aggregation weights: size (n_i / sum n_j over the cohort) or uniform
@@ -91,9 +91,9 @@ class FLConfig:
 class EvalConfig:
     """Evaluation (``eval.*``)."""
 
-    every: int = 1
-    train_acc: bool = False
-    batch_size: int = 2048
+    every: int = 1  # evaluate the global model every N rounds, and always after the last
+    train_acc: bool = False  # also the accuracy on the whole training set (a train_acc column)
+    batch_size: int = 2048  # evaluation batch (memory only: the numbers do not depend on it)
     target: float | None = None  # test accuracy (in [0,1]) whose first reaching round is reported
     last_k: int = 10  # the summary's "last-k mean" (the papers use the last 10 evaluated rounds)
     client_acc: bool = False  # per-client accuracy spread (FedSAM): client_acc_mean/_std... columns
@@ -152,7 +152,7 @@ class OutputConfig:
     """What a run prints and writes (``output.*``)."""
 
     quiet: bool = False  # no progress bar or summary table (the default inside a multirun)
-    plots: bool = True
+    plots: bool = True  # write accuracy.png in the run directory
     objective: str = "last_k"  # what a run returns to a Hydra sweeper (Optuna): summary.json's test_acc_<objective>
 
     def __post_init__(self) -> None:
@@ -221,11 +221,11 @@ class IMAConfig:
     every ``period`` rounds; ed = one local epoch fewer every ``period`` rounds (at least 1).
     """
 
-    enabled: bool = False
+    enabled: bool = False  # IMA on top of the chosen algorithm
     start: float = 0.75  # t_s as a fraction of fl.rounds (FedIMA: 0.75 R)
     window: int = 5  # W (FedIMA default 5)
     lr_decay: float = 0.97  # EXD's per-round decay after t_s (FedIMA code)
-    schedule: str = "exd"
+    schedule: str = "exd"  # the client lr after t_s: exd (FedIMA's default) | clr | cd | ed | nad | sd (see above)
     min_lr: float = 5e-5  # CLR's constant lr and CD's lower end (FedIMA Table III)
     period: int = 20  # CD's cycle, SD's halving and ED's epoch-drop interval in rounds (FedIMA Table III)
 
@@ -254,10 +254,10 @@ class ProxyConfig:
     server's proxy batch (128 in FedLAW's code).
     """
 
-    per_class: int = 10
-    rho: float = 1.0
-    balanced_sampling: bool = False
-    batch_size: int = 128
+    per_class: int = 10  # proxy samples per class taken from the test split (FedLAW App. C: 10); 0: no proxy
+    rho: float = 1.0  # > 1: a long-tailed proxy, class k keeps per_class * rho^(-k/(C-1)) (FedLAW Table 6)
+    balanced_sampling: bool = False  # draw proxy batches with class-balanced resampling
+    batch_size: int = 128  # the server's proxy batch (FedLAW's code: 128)
 
     def __post_init__(self) -> None:
         positive("per_class", self.per_class, allow_zero=True)
@@ -271,8 +271,8 @@ class CorruptConfig:
     """Corrupted-label clients (``corrupt.*``; FedLAW Table 8): round(``fraction`` x N) clients, chosen from the
     seed, train with the two classes in ``labels`` swapped (see fedrun/data/corrupt.py). 0 = none."""
 
-    fraction: float = 0.0
-    labels: list[int] = field(default_factory=lambda: [0, 1])
+    fraction: float = 0.0  # the fraction of clients with corrupted labels (FedLAW Table 8); 0: none
+    labels: list[int] = field(default_factory=lambda: [0, 1])  # the two classes a corrupted client swaps
 
     def __post_init__(self) -> None:
         in_range("fraction", self.fraction, 0.0, 1.0)
@@ -297,8 +297,8 @@ class FedrunConfig:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    seed: int = 0
-    cache_dir: str | None = "outputs/.cache"
+    seed: int = 0  # keys every random draw: init, partition, cohorts, batches (fedrun/core/rng.py)
+    cache_dir: str | None = "outputs/.cache"  # partitions and engine=auto's timings kept between runs; None: none kept
     tags: dict[str, Any] = field(default_factory=dict)  # free report labels (method, preset); no effect on a run
     imports: list[str] = field(default_factory=list)  # the user's modules registering methods etc.: load_imports
 

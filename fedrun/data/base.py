@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from fedrun.config.registry import positive
 from fedrun.core.errors import ConfigError
@@ -21,23 +22,26 @@ FEDCOS_NORM = {
     "mnist": ((0.1307,), (0.3081,)),
 }
 AUGMENT = ("none", "crop_flip", "flip_crop_half")
+# data.root's default: $FEDRUN_DATA, else data/ of the current directory; Hydra resolves it while composing
+DATA_ROOT = "${oc.env:FEDRUN_DATA,data}"
 
 
 @dataclass
 class DataParams:
     """Fields every dataset accepts (``data.*``)."""
 
-    root: str = "data"  # standard files are looked for under here (conf/data/: ${oc.env:FEDRUN_DATA,data})
-    download: bool = False  # fetch (with checksum) when missing and a network exists
+    root: str = DATA_ROOT  # standard files are looked for under here: $FEDRUN_DATA, else ./data
+    # fetch (with checksum) when missing and a network exists; EMNIST (a 560 MB zip) and Shakespeare never download
+    download: bool = False
     # files missing (and not downloaded) -> a seeded random stand-in of the same shape (fedrun/data/standin.py);
     # for -smoke runs only: their numbers mean nothing (summary.json data_standin, fedrun-report says so)
     standin: bool = False
     max_train_samples: int | None = None  # a seeded random subset, for quick runs
-    max_test_samples: int | None = None
+    max_test_samples: int | None = None  # a seeded random subset of the test split, for quick runs
     verify: bool = True  # check checksums/sizes of known files; false for subsets re-written in the same format
     longtail_rho: float | None = None  # long-tailed training data, imbalance ratio rho >= 1 (FedLAW Table 7)
-    # zero-pad images to image_size x image_size (the MNIST family's 28 px -> 32 for the CIFAR models);
-    # None: as stored. See :func:`pad_images`.
+    # zero-pad images to image_size x image_size (the MNIST family's 28 px -> 32 for the CIFAR models, ResNet-8/20,
+    # WRN, DenseNet); None: as stored. See :func:`pad_images`.
     image_size: int | None = None
     # each client holds out this fraction of its data and trains on the rest (FedLAW code: 0.3); see holdout.py
     client_valid_ratio: float = 0.0
@@ -49,6 +53,8 @@ class DataParams:
     augment: str = "none"
 
     def __post_init__(self) -> None:
+        if self.root == DATA_ROOT:  # built without Hydra composing it (a test, a mapping without root)
+            self.root = str(OmegaConf.create({"root": DATA_ROOT}).root)
         positive("max_train_samples", self.max_train_samples)
         positive("max_test_samples", self.max_test_samples)
         positive("image_size", self.image_size)

@@ -16,8 +16,8 @@ from fedrun.models.base import ModelParams, require_image
 class FedCosMLPParams(ModelParams):
     """``model=fedcos_mlp``: one hidden layer of ``hidden`` units with dropout ``dropout`` (FedCos: 200, 0.5)."""
 
-    hidden: int = 200
-    dropout: float = 0.5
+    hidden: int = 200  # hidden units (FedCos: 200)
+    dropout: float = 0.5  # dropout after the hidden layer (FedCos: 0.5)
 
     def __post_init__(self) -> None:
         if self.hidden <= 0:

@@ -19,7 +19,7 @@ from fedrun.models.base import ModelParams, require_image
 class IMAParams(ModelParams):
     """``feature_dim``: width of the layer before the classifier (FedIMA: 128)."""
 
-    feature_dim: int = 128
+    feature_dim: int = 128  # width of the layer before the classifier (FedIMA: 128)
 
     def __post_init__(self) -> None:
         positive("feature_dim", self.feature_dim)
@@ -30,7 +30,7 @@ class IMACNNParams(IMAParams):
     """``model=ima_cnn``: ``width`` conv channels (null: 32 for 1-channel input as for FMNIST, 64 for RGB as for
     CIFAR-10)."""
 
-    width: int | None = None
+    width: int | None = None  # conv channels; None: 32 for 1-channel input (FMNIST), 64 for RGB (CIFAR-10)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -89,7 +89,7 @@ VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 class GNParams(IMAParams):
     """``groups``: GroupNorm groups on every conv (FedIMA VGG11: 2, AlexNet: 32)."""
 
-    groups: int = 2
+    groups: int = 2  # GroupNorm groups on every conv (FedIMA's VGG11: 2)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -116,7 +116,7 @@ def vgg11(p: GNParams, input_shape: tuple[int, ...], num_classes: int) -> nn.Mod
 class AlexNetParams(GNParams):
     """``model=alexnet``: FedIMA's AlexNet-GN (GN with 32 groups)."""
 
-    groups: int = 32
+    groups: int = 32  # GroupNorm groups on every conv (FedIMA's AlexNet: 32)
 
 
 @MODELS.register("alexnet", AlexNetParams)

@@ -30,9 +30,9 @@ INFERENCE_ROWS = 128
 class LSTMParams(ModelParams):
     """``model=lstm``: embedding ``embed_dim`` (8), ``layers`` (2) LSTM layers of ``hidden`` (FedCos 100, LEAF 256)."""
 
-    embed_dim: int = 8
-    hidden: int = 100
-    layers: int = 2
+    embed_dim: int = 8  # character embedding (FedCos, LEAF: 8)
+    hidden: int = 100  # LSTM units (FedCos: 100; LEAF's reference model: 256)
+    layers: int = 2  # stacked LSTM layers (FedCos, LEAF: 2)
 
     def __post_init__(self) -> None:
         positive("embed_dim", self.embed_dim)

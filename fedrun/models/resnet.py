@@ -15,8 +15,8 @@ from fedrun.models.base import ModelParams, require_image
 class ResNetGNParams(ModelParams):
     """``model=resnet18``: ``groups`` GroupNorm groups (IMA: 2, FedCos: 16); ``projector`` adds IMA's FC(512,128)."""
 
-    groups: int = 2
-    projector: bool = False
+    groups: int = 2  # GroupNorm groups (FedIMA: 2; FedCos: 16)
+    projector: bool = False  # FedIMA's FC(512,128) before the classifier
 
     def __post_init__(self) -> None:
         positive("groups", self.groups)

@@ -31,6 +31,8 @@ DEPTHS = {"resnet8": (8, 1), "resnet20": (20, 1), "resnet56": (56, 1), "resnet11
 class BNParams(ModelParams):
     """``running_stats``: BatchNorm with running statistics (FedLAW's code) or by batch statistics alone."""
 
+    # FedLAW's BatchNorm with running statistics (sequential engine); false: batch statistics only, any engine
+    # (supported until an engine passes BN buffers through the client step)
     running_stats: bool = True
 
 

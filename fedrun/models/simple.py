@@ -16,8 +16,8 @@ from fedrun.models.base import ModelParams, require_image
 class MLPParams(ModelParams):
     """``model=mlp``: FedLAW's 784-200-200-10 by default (``hidden`` sets the layer widths)."""
 
-    hidden: list[int] = field(default_factory=lambda: [200, 200])
-    dropout: float = 0.0
+    hidden: list[int] = field(default_factory=lambda: [200, 200])  # hidden widths (FedLAW: 200, 200); []: logistic
+    dropout: float = 0.0  # dropout after each hidden layer
 
     def __post_init__(self) -> None:
         if any(h <= 0 for h in self.hidden):

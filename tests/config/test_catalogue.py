@@ -82,3 +82,65 @@ def test_yaml_comments_read_the_header_and_the_inline_comment_of_each_key(tmp_pa
 
 def test_prose_keeps_source_text_as_written() -> None:
     assert catalogue.prose("w_i <- w * ``lambda_i``") == "w\\_i \\<- w \\* `lambda_i`"
+
+
+@dataclass
+class _NotedParams(AlgoParams):
+    """Notes as the catalogue reads them."""
+
+    eta: float = 1.0  # the step (Nobody 2099, eq. 3)
+    # a note above its field,
+    # over two lines
+    mode: str = "a"
+    bare: int = 0
+
+    def __post_init__(self) -> None:
+        note: int = 1  # not a field: a local of a method  # noqa: F841
+
+
+@dataclass
+class _NotedChild(_NotedParams):
+    eta: float = 2.0
+    bare: int = 1  # now it says
+
+
+def test_field_notes_come_from_the_dataclass_that_declares_the_field() -> None:
+    assert catalogue.field_notes(_NotedParams) == {
+        "eta": "the step (Nobody 2099, eq. 3)",
+        "mode": "a note above its field, over two lines",
+        "bare": "",
+    }
+    # a subclass that only changes a default keeps its base's note
+    assert catalogue.field_notes(_NotedChild) == {
+        "eta": "the step (Nobody 2099, eq. 3)",
+        "mode": "a note above its field, over two lines",
+        "bare": "now it says",
+    }
+
+
+def test_every_key_of_every_reference_page_has_a_note() -> None:
+    """Each hyperparameter of a registered component says what it is (and where its default comes from), from
+    its one home, the params dataclass: every row of the reference tables has a note."""
+    for group, registry, *_ in catalogue.GROUPS:
+        for name in registry.names():
+            params = registry.get(name).params
+            if params is None:
+                continue
+            missing = [k for k, v in catalogue.field_notes(params).items() if not v]
+            assert not missing, f"{group}={name}: no note beside the default of {missing} ({params.__module__})"
+    for path, page in catalogue.pages().items():
+        rows = [line for line in page.splitlines() if line.startswith("| `") and line.count(" | ") >= 3]
+        # the trackers' keys are becoming a registry's typed params (issue 31 point 4): their notes come with them
+        bare = [r for r in rows if r.endswith("|  |") and not r.startswith("| `tracking.")]
+        assert not bare, (path, bare)
+
+
+def test_the_settings_page_shows_every_key_of_the_run_sections_with_its_default() -> None:
+    page = catalogue.pages()[catalogue.SETTINGS_PAGE]
+    assert "| `fl.rounds` | int | `30` | R, communication rounds" in page
+    assert "| `corrupt.labels` | list\\[int\\] | `[0, 1]` |" in page
+    assert "| `tracking.mlflow.uri` | str \\| None | `null` |" in page  # a nested section's keys, dotted
+    assert "| `seed` | int | `0` |" in page and "| `imports` |" in page
+    assert "`algorithm`" not in page.split("## Top-level keys")[1]  # the components have their own pages
+    for section in ("fl", "eval", "output", "checkpoint", "ima", "proxy", "corrupt", "hardware", "tracking"):
+        assert f"## `{section}`" in page

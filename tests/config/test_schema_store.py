@@ -1,11 +1,14 @@
 """One source of config truth: each component's params dataclass is its schema in Hydra's ConfigStore, every
-YAML option composes on it (types checked while composing, also for ``--cfg``), the YAMLs and
-conf/config.yaml do not restate its defaults, and a method's params declare the rounds they derive from
-``fl.rounds``."""
+YAML option composes on it (types checked while composing, also for ``--cfg``), no YAML of a config group nor
+conf/config.yaml restates a default (a YAML states only the values in which its option differs), so changing a
+default in its dataclass changes what ``fedrun`` composes, and a method's params declare the rounds they derive
+from ``fl.rounds``."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -14,15 +17,19 @@ from typing import Any
 
 import pytest
 import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from fedrun.algorithms.base import AlgoParams, Algorithm
 from fedrun.config import registry
 from fedrun.config.identity import round_schedule
 from fedrun.config.registry import ALGORITHMS, Entry, schema_of
-from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig, HardwareConfig
+from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig, HardwareConfig, store_schemas
 from fedrun.core.errors import ConfigError
-from tests.conftest import CONF_DIR, REPO, compose_cfg
+from fedrun.data.base import DataParams
+from tests.conftest import CONF_DIR, REPO, compose_cfg, main_exit_code
 
 
 def _options() -> Iterator[tuple[str, str]]:
@@ -40,17 +47,130 @@ def test_every_option_composes_on_its_components_schema(group: str, option: str)
     node = cfg[group]
     entry = COMPONENT_GROUPS[group].get(node.name)
     assert OmegaConf.get_type(node) is schema_of(entry.params, entry.name)
-    # every field of the params dataclass is in the composed node, and the YAML restates no default
+    # every field of the params dataclass is in the composed node (the YAML restates no default: see below)
     fields = {f.name: f for f in dataclasses.fields(entry.params)}
     assert set(node) == {"name", *fields}
     text = (Path(CONF_DIR) / group / f"{option}.yaml").read_text()
     own = {k: v for k, v in (yaml.safe_load(text) or {}).items() if k != "defaults"}
     assert "name" not in own  # the schema base names the component
-    for line in text.splitlines():
-        key = line.split(":", 1)[0]
-        if key in own and "#" not in line and key not in text.split("defaults:", 1)[0]:
-            default = fields[key].default
-            assert not (type(own[key]) is type(default) and own[key] == default), f"{line!r} restates the default"
+
+
+# every config group of conf/ (nested ones too: hardware/engine) but the paper presets (a paper's whole setting) and
+# Hydra's own: a new group (an engine's or a tracker's options) is guarded without an edit here
+GUARDED = [
+    (str(p.parent.relative_to(CONF_DIR)), p.stem)
+    for p in sorted(Path(CONF_DIR).rglob("*.yaml"))
+    if p.parent != Path(CONF_DIR) and p.relative_to(CONF_DIR).parts[0] not in ("experiment", "hydra")
+]
+CHOSEN = {k: v for d in yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())["defaults"] if isinstance(d, dict)
+          for k, v in d.items()}  # fmt: skip
+
+
+def _compose_option(conf: Path, group: str, option: str) -> dict[str, Any]:
+    """The config composed with ``group=option`` (``group=[option]`` for a list group such as tracking; appended
+    with ``+`` when the root config does not choose the group)."""
+    plain = f"{group}=[{option}]" if isinstance(CHOSEN.get(group), list) else f"{group}={option}"
+    tries = [plain] if group in CHOSEN else [f"+{group}={option}", plain]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base=None):
+            for i, override in enumerate(tries):
+                try:
+                    cfg = compose(config_name="config", overrides=[override])
+                except Exception:  # noqa: BLE001 - a nested group already in the tree: the plain form
+                    if i == len(tries) - 1:
+                        raise
+                    continue
+                out = OmegaConf.to_container(cfg, resolve=False)
+                assert isinstance(out, dict)
+                return {str(k): v for k, v in out.items()}
+    finally:
+        GlobalHydra.instance().clear()
+    raise AssertionError("unreachable")
+
+
+def _leaves(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as a config value: 1 and 1.0 are, True and 1 are not."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool) and isinstance(a, str) == isinstance(b, str)
+
+
+@pytest.fixture(scope="module")
+def conf_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    conf = tmp_path_factory.mktemp("conf") / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    return conf
+
+
+@pytest.mark.parametrize(("group", "option"), GUARDED, ids=[f"{g}/{o}" for g, o in GUARDED])
+def test_no_yaml_of_a_group_restates_a_default(group: str, option: str, conf_copy: Path) -> None:
+    """Each value a YAML option states differs from what composing gives without it (its params dataclass's
+    default, or what its own defaults list brings): a default has one home, and no comment excuses a copy."""
+    path = conf_copy / group / f"{option}.yaml"
+    text = path.read_text()
+    node = yaml.safe_load(text) or {}
+    own = {k: v for k, v in node.items() if k != "defaults"}
+    package = re.search(r"^# @package (\S+)", text, re.M)
+    where = (package[1] if package else group.replace("/", ".")).replace("_group_", group.replace("/", "."))
+    prefix = "" if where == "_global_" else f"{where.removeprefix('_global_.')}."
+    header = f"# @package {package[1]}\n" if package else ""
+    path.write_text(header + (yaml.safe_dump({"defaults": node["defaults"]}) if "defaults" in node else ""))
+    try:
+        base = _compose_option(conf_copy, group, option)
+    finally:
+        path.write_text(text)
+    for key, value in _leaves(own):
+        default = OmegaConf.select(OmegaConf.create(base), prefix + key, default=KeyError)
+        assert not _same(value, default), (
+            f"conf/{group}/{option}.yaml: {key}: {value!r} restates the default {prefix}{key}={default!r}; state a"
+            " default once, in its dataclass (a note beside it says where it comes from), and in a YAML only the"
+            " values its option changes"
+        )
+
+
+@pytest.fixture
+def patch_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``patch(cls, field, value)``: the dataclass ``cls`` with another default for ``field``, as Hydra composes
+    it (the schemas stored again); everything is restored after the test."""
+
+    def restore() -> None:
+        registry.schema_of.cache_clear()
+        store_schemas()
+        ConfigStore.instance().store(name="fedrun_schema", node=FedrunConfig)
+
+    def patch(cls: type, name: str, value: Any) -> None:
+        monkeypatch.setattr(cls.__dataclass_fields__[name], "default", value)  # type: ignore[attr-defined]
+        monkeypatch.setattr(cls, name, value)
+        restore()
+
+    yield patch
+    monkeypatch.undo()
+    restore()
+
+
+def test_changing_a_default_changes_what_fedrun_cfg_job_prints(
+    patch_default: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def printed(*overrides: str) -> dict[str, Any]:
+        assert main_exit_code(monkeypatch, ["fedrun", "--cfg", "job", *overrides]) == 0
+        return yaml.safe_load(capsys.readouterr().out)
+
+    before = printed("algorithm=fedprox", "data=cifar10")
+    assert (before["algorithm"]["mu"], before["data"]["root"]) == (0.01, "${oc.env:FEDRUN_DATA,data}")
+    patch_default(ALGORITHMS.get("fedprox").params, "mu", 0.125)
+    patch_default(DataParams, "root", "/elsewhere")  # a field every dataset inherits
+    after = printed("algorithm=fedprox", "data=cifar10")
+    assert (after["algorithm"]["mu"], after["data"]["root"]) == (0.125, "/elsewhere")
+    assert {k: v for k, v in after["algorithm"].items() if k != "mu"} == {
+        k: v for k, v in before["algorithm"].items() if k != "mu"
+    }
 
 
 def test_a_wrong_type_is_refused_while_composing_also_for_cfg_job(tmp_path: Path) -> None:

@@ -28,10 +28,11 @@ class DirichletParams(PartitionParams):
     round(p_ik * n_k) of class k, the last client the remainder; clients may be tiny or empty.
     """
 
-    alpha: float = 0.5
+    alpha: float = 0.5  # Dir(alpha) concentration: smaller = more skew
+    # resample (fedlab/FedIMA/FedCos: redraw until every client has >= min_size) | no_resample (FedLAW's code)
     variant: str = "resample"
-    min_size: int = 10
-    max_tries: int = 1000
+    min_size: int = 10  # variant=resample: the fewest samples a client may hold (fedlab's 10)
+    max_tries: int = 1000  # variant=resample: draws before giving up
 
     def __post_init__(self) -> None:
         positive("alpha", self.alpha)
@@ -97,7 +98,7 @@ def dirichlet(inp: PartitionInput, n_clients: int, p: DirichletParams, rng: np.r
 class ShardsParams(PartitionParams):
     """``partition=shards``: McMahan et al.'s pathological split, k label-sorted shards per client."""
 
-    shards_per_client: int = 2
+    shards_per_client: int = 2  # label-sorted shards per client (McMahan et al.: 2)
 
     def __post_init__(self) -> None:
         positive("shards_per_client", self.shards_per_client)

@@ -33,11 +33,12 @@ class DomainsParams(PartitionParams):
     ``alpha`` and ``min_size`` configure inner=dirichlet.
     """
 
-    clients_per_domain: int | None = None
+    clients_per_domain: int | None = None  # None: fl.clients / domains (FedIMA: 20 for Digit-Five and PACS)
+    # label skew inside a domain: label_k (FedIMA "_2") | dirichlet (FedIMA "dir") | shards (PACS "_2") | iid
     inner: str = "dirichlet"
-    k: int = 2
-    alpha: float = 0.5
-    min_size: int = 10
+    k: int = 2  # inner=label_k: classes per client; inner=shards: shards per client (FedIMA: 2)
+    alpha: float = 0.5  # inner=dirichlet: Dir(alpha) concentration
+    min_size: int = 10  # inner=dirichlet: the fewest samples a client may hold
 
     def __post_init__(self) -> None:
         positive("clients_per_domain", self.clients_per_domain)
@@ -92,7 +93,7 @@ def domains(inp: PartitionInput, n_clients: int, p: DomainsParams, rng: np.rando
 class NaturalParams(PartitionParams):
     """``partition=natural``: if fewer clients than natural ones are asked for, ``choose`` which (random, largest)."""
 
-    choose: str = "random"
+    choose: str = "random"  # with fewer fl.clients than natural ones: random (seeded) or largest
 
     def __post_init__(self) -> None:
         if self.choose not in ("random", "largest"):

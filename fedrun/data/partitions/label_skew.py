@@ -35,7 +35,8 @@ class DirichletEqualParams(PartitionParams):
     duplicates across clients are possible and the prior is followed exactly.
     """
 
-    alpha: float = 0.6
+    alpha: float = 0.6  # Dir_C(alpha) class prior per client (FedSAM's CIFAR and EMNIST splits)
+    # redraw (FedDyn's code: a class that ran out is redrawn, no duplicates) | refill (FL-Simulator: duplicates)
     exhausted: str = "redraw"
 
     def __post_init__(self) -> None:
@@ -83,7 +84,7 @@ def dirichlet_equal(
 class PctNonIIDParams(PartitionParams):
     """``partition=pct_noniid``: FedCos's "X% non-IID" has ``iid_fraction`` = 1 - X/100 (90% non-IID = 0.1)."""
 
-    iid_fraction: float = 0.1
+    iid_fraction: float = 0.1  # 1 - X/100 of FedCos's "X% non-IID" (90% -> 0.1, 70% -> 0.3)
 
     def __post_init__(self) -> None:
         in_range("iid_fraction", self.iid_fraction, 0.0, 1.0)
@@ -110,8 +111,8 @@ def pct_noniid(inp: PartitionInput, n_clients: int, p: PctNonIIDParams, rng: np.
 class HybridParams(PartitionParams):
     """``partition=hybrid``: FedLAW's build_non_iid_by_dirichlet_hybrid (App. D, Fig. 5: alpha1=10, alpha2=0.1)."""
 
-    alpha1: float = 10.0
-    alpha2: float = 0.1
+    alpha1: float = 10.0  # Dir_N(alpha1) of the first half of the clients, balanced (FedLAW App. D, Fig. 5)
+    alpha2: float = 0.1  # Dir_{N/2}(alpha2) of the other half's leftover class mass, imbalanced (FedLAW Fig. 5)
 
     def __post_init__(self) -> None:
         positive("alpha1", self.alpha1)
@@ -144,7 +145,7 @@ def hybrid(inp: PartitionInput, n_clients: int, p: HybridParams, rng: np.random.
 class LabelKParams(PartitionParams):
     """``partition=label_k``: each client holds exactly ``k`` classes (FedIMA's ``_2`` split is k=2)."""
 
-    k: int = 2
+    k: int = 2  # classes per client (NIID-Bench's "#label = k"; FedIMA's "_2" split is k=2)
 
     def __post_init__(self) -> None:
         positive("k", self.k)

@@ -22,8 +22,8 @@ from fedrun.data.partitions.base import PartitionInput, PartitionParams
 class PachinkoParams(PartitionParams):
     """``partition=pachinko``: ``alpha`` for the superclass prior, ``beta`` for the fine prior per superclass."""
 
-    alpha: float = 0.1
-    beta: float = 10.0
+    alpha: float = 0.1  # Dir(alpha) superclass prior (Reddi et al. 2021's CIFAR-100: 0.1)
+    beta: float = 10.0  # Dir(beta) fine prior per superclass (Reddi et al. 2021: 10)
 
     def __post_init__(self) -> None:
         positive("alpha", self.alpha)

@@ -40,7 +40,7 @@ HINT = (
 class Digit5Params(DataParams):
     """``data=digit5``: which ``domains`` to load (in order)."""
 
-    domains: list[str] = field(default_factory=lambda: list(FEDBN_FOLDERS))
+    domains: list[str] = field(default_factory=lambda: list(FEDBN_FOLDERS))  # Digit-Five's five (FedBN, FedIMA)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -45,9 +45,11 @@ LEAF_HINT = (
 class EMNISTParams(DataParams):
     """``data=emnist``: ``split`` (byclass, bymerge, balanced, letters, digits, mnist) and the subset ``fraction``."""
 
-    split: str = "byclass"
-    fraction: float = 1.0
-    seed: int = 0
+    split: str = "byclass"  # byclass (62 classes, FedSAM) | bymerge | balanced | letters | digits | mnist
+    fraction: float = 1.0  # a seeded random subset of each split (FedSAM's "20%": 0.2; its table's count: 0.1)
+    seed: int = 0  # draws the fraction's subset
+    # nist: the IDX files under <root>/emnist/gzip | leaf: LEAF's FEMNIST json (<root>/femnist/data), writers are
+    # the natural clients
     source: str = "nist"
 
     def __post_init__(self) -> None:

