@@ -123,7 +123,8 @@ def _schema_type(tp: Any) -> Any:
     return tp
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
+def field_default(f: dataclasses.Field[Any]) -> Any:
+    """``f``'s default as a new field (for a dataclass made from others' fields)."""
     if f.default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=f.default_factory)
     return dataclasses.field(default=f.default)
@@ -139,7 +140,7 @@ def schema_of(cls: type, name: str | None = None) -> type:
     """
     hints = typing.get_type_hints(cls)
     fields: list[tuple[str, Any, Any]] = [("name", str, dataclasses.field(default=name))] if name is not None else []
-    fields += [(f.name, _schema_type(hints[f.name]), _default(f)) for f in dataclasses.fields(cls) if f.init]
+    fields += [(f.name, _schema_type(hints[f.name]), field_default(f)) for f in dataclasses.fields(cls) if f.init]
     return dataclasses.make_dataclass(f"{cls.__name__}Schema", fields)
 
 
