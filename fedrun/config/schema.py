@@ -17,7 +17,7 @@ import sys
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -37,6 +37,7 @@ from fedrun.config.registry import (
     schema_of,
 )
 from fedrun.core.errors import ConfigError
+from fedrun.storage.tracking import TRACKERS, TrackingSection, require_trackers
 
 T = TypeVar("T")
 
@@ -162,52 +163,35 @@ class OutputConfig:
         one_of("objective", self.objective, OBJECTIVES)
 
 
-WANDB_MODES = ("offline", "online", "disabled")
-
-
-@dataclass
-class MlflowTracking:
-    """MLflow (``tracking=[mlflow]``): one MLflow run per fedrun run, continued when the run resumes."""
-
-    enabled: bool = False
-    uri: str | None = None  # the tracking store or server; default a local file store, outputs/mlruns
-    experiment: str | None = None  # default: the sweep directory in a multirun, else "fedrun"
-
-
-@dataclass
-class WandbTracking:
-    """Weights & Biases (``tracking=[wandb]``): one W&B run per fedrun run, continued when the run resumes."""
-
-    enabled: bool = False
-    mode: str = "offline"  # offline: files under <run_dir>/wandb, uploaded later by `wandb sync`
-    project: str = "fedrun"
-    entity: str | None = None
-
-    def __post_init__(self) -> None:
-        one_of("mode", self.mode, WANDB_MODES)
-
-
-@dataclass
-class TrackingConfig:
-    """Experiment trackers that receive every metrics.csv row (``tracking.*``); the CSV is always written.
-
-    Chosen by name from the ``tracking`` group (conf/tracking/): ``tracking=[tensorboard,mlflow,wandb]``. Each
-    option sets its key below; ``tracking.tensorboard=true``, the key of old run directories, is the same switch.
-    """
-
-    tensorboard: bool = False  # event files in <run_dir>/tb (needs the tensorboard package: fedrun[tracking])
-    mlflow: MlflowTracking = field(default_factory=MlflowTracking)
-    wandb: WandbTracking = field(default_factory=WandbTracking)
+class TrackingBase(TrackingSection):
+    """The ``tracking`` section's checks; :data:`TrackingConfig` adds one field per registered tracker."""
 
     def __post_init__(self) -> None:
         # build_params hands nested sections over as mappings (a saved config's too): build and check them here
-        if isinstance(self.mlflow, Mapping):
-            self.mlflow = build_params(MlflowTracking, dict(self.mlflow), "mlflow", ignore=())
-        if isinstance(self.wandb, Mapping):
-            self.wandb = build_params(WandbTracking, dict(self.wandb), "wandb", ignore=())
-        from fedrun.storage.tracking import require_trackers
+        for f in fields(self):
+            params = TRACKERS.get(f.name).params
+            value = getattr(self, f.name)
+            if params is not None and isinstance(value, Mapping):
+                setattr(self, f.name, build_params(params, dict(value), f.name, ignore=()))
+        require_trackers(list(self.chosen()))
 
-        require_trackers(self.tensorboard, self.mlflow.enabled, self.wandb.enabled)
+
+def _tracking_class() -> type[TrackingBase]:
+    """The ``tracking`` section: a field per registered tracker (fedrun/storage/trackers/), the on/off switches (a
+    tracker without settings, e.g. ``tensorboard``) first, then the settings sections, each by name."""
+    spec: list[tuple[str, Any, Any]] = []
+    for name in sorted(TRACKERS.names(), key=lambda n: (TRACKERS.get(n).params is not None, n)):
+        params = TRACKERS.get(name).params
+        spec.append(
+            (name, bool, field(default=False)) if params is None else (name, params, field(default_factory=params))
+        )
+    return make_dataclass("TrackingConfig", spec, bases=(TrackingBase,))
+
+
+if TYPE_CHECKING:
+    TrackingConfig = TrackingBase
+else:
+    TrackingConfig = _tracking_class()
 
 
 IMA_SCHEDULES = ("exd", "clr", "cd", "ed", "nad", "sd")
