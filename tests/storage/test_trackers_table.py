@@ -86,8 +86,9 @@ CASES = [
          _unreachable(DEAD, "tracking.wandb.mode"), lambda t: Env("WANDB_BASE_URL", DEAD), ("done",), tiny=False),
     Case("mlflow-file-uri-is-mlflows", (*MLF, "tracking.mlflow.uri=file:{t}/store"), 0,
          after=_file_store),  # before: a folder named file: in the current directory
-    Case("mlflow-file-uri-three-slashes", (*MLF, "tracking.mlflow.uri=file://{t}/store"), 0,
-         after=_file_store),
+    Case("wandb-online-server-port-not-a-number", ("tracking=[wandb]", RUN, "tracking.wandb.mode=online"), 2,
+         ("tracking.wandb.mode: 'http://127.0.0.1:none' is not a valid server address",),
+         lambda t: Env("WANDB_BASE_URL", "http://127.0.0.1:none")),
     Case("state-last-round-beyond-the-run", (*R2, *WB), 0, (),
          _state({"wandb": {"id": "abcd1234", "last_round": 10**18}}),
          after=_logged_round("wandb", 2), tiny=False),  # before: no round logged, silently
