@@ -94,9 +94,6 @@ CASES = [
          after=_logged_round("wandb", 2), tiny=False),  # before: no round logged, silently
     Case("state-entry-not-a-map", (*R2, *ML), 0, (), _state({"mlflow": ["run", 1]}),
          after=_logged_round("mlflow", 2), tiny=False),  # before: AttributeError: 'list' object has no attribute 'get'
-    Case("state-names-a-dead-server", (*R2, *ML), 0, (),
-         _state({"mlflow": {"uri": DEAD, "run_id": "0" * 32, "last_round": 1}}),
-         after=_logged_round("mlflow", 2), tiny=False),  # the current command's store, not tracking.json's
 ]  # fmt: skip
 
 
