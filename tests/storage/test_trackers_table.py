@@ -26,17 +26,20 @@ WB = ("tracking.wandb.enabled=true",)
 
 
 class Env:
-    """An environment variable set for the case (``setup``), restored when the run ends (``close``)."""
+    """W&B's server set for the case (``setup``), with an API key (so that wandb tries it), restored when the run
+    ends (``close``)."""
 
-    def __init__(self, name: str, value: str) -> None:
-        self.name, self.old = name, os.environ.get(name)
-        os.environ[name] = value
+    def __init__(self, url: str) -> None:
+        self.values = {"WANDB_BASE_URL": url, "WANDB_API_KEY": "0" * 40}
+        self.old = {k: os.environ.get(k) for k in self.values}
+        os.environ.update(self.values)
 
     def close(self) -> None:
-        if self.old is None:
-            os.environ.pop(self.name, None)
-        else:
-            os.environ[self.name] = self.old
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _state(blob: object) -> object:
@@ -76,19 +79,19 @@ CASES = [
          _unreachable("https://127.0.0.1:9/x")),
     Case("mlflow-unreachable-on-resume", (*R2, "tracking.mlflow.enabled=true", f"tracking.mlflow.uri={DEAD}"), 2,
          _unreachable(DEAD), kept=("done",), tiny=False),
-    Case("mlflow-port-not-a-number", (*MLF, "tracking.mlflow.uri=http://127.0.0.1:none"), 2,
-         ("tracking.mlflow.uri: 'http://127.0.0.1:none' is not a valid server address",)),
-    Case("mlflow-server-without-host", (*MLF, "tracking.mlflow.uri=http://:9"), 2,
-         ("tracking.mlflow.uri: 'http://:9' names no host",)),
+    Case("mlflow-port-not-a-number-on-resume", (*R2, *ML[:1], "tracking.mlflow.uri=http://127.0.0.1:none"), 2,
+         ("tracking.mlflow.uri: 'http://127.0.0.1:none' is not a valid server address",), kept=("done",), tiny=False),
+    Case("mlflow-server-without-host-on-resume", (*R2, *ML[:1], "tracking.mlflow.uri=http://:9"), 2,
+         ("tracking.mlflow.uri: 'http://:9' names no host",), kept=("done",), tiny=False),
     Case("wandb-online-server-unreachable", ("tracking=[wandb]", RUN, "tracking.wandb.mode=online"), 2,
-         _unreachable(DEAD, "tracking.wandb.mode"), lambda t: Env("WANDB_BASE_URL", DEAD)),
+         _unreachable(DEAD, "tracking.wandb.mode"), lambda t: Env(DEAD)),
     Case("wandb-online-on-resume-unreachable", (*R2, *WB, "tracking.wandb.mode=online"), 2,
-         _unreachable(DEAD, "tracking.wandb.mode"), lambda t: Env("WANDB_BASE_URL", DEAD), ("done",), tiny=False),
+         _unreachable(DEAD, "tracking.wandb.mode"), lambda t: Env(DEAD), ("done",), tiny=False),
     Case("mlflow-file-uri-is-mlflows", (*MLF, "tracking.mlflow.uri=file:{t}/store"), 0,
          after=_file_store),  # before: a folder named file: in the current directory
     Case("wandb-online-server-port-not-a-number", ("tracking=[wandb]", RUN, "tracking.wandb.mode=online"), 2,
          ("tracking.wandb.mode: 'http://127.0.0.1:none' is not a valid server address",),
-         lambda t: Env("WANDB_BASE_URL", "http://127.0.0.1:none")),
+         lambda t: Env("http://127.0.0.1:none")),
     Case("state-last-round-beyond-the-run", (*R2, *WB), 0, (),
          _state({"wandb": {"id": "abcd1234", "last_round": 10**18}}),
          after=_logged_round("wandb", 2), tiny=False),  # before: no round logged, silently
