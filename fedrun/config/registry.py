@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
-import pkgutil
 import types
 import typing
-from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.core.errors import ConfigError
+from fedrun.core.registry import Entry as Entry
+from fedrun.core.registry import Registry as Registry
 
 T = TypeVar("T")
 
@@ -50,66 +50,6 @@ class DataSignature:
         return f"{what} {list(self.input_shape)}, {classes}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry(Generic[T]):
-    name: str
-    obj: T
-    params: type | None
-    standin: Callable[..., Any] | None = (
-        None  # data sources: (params, rng) -> a stand-in Dataset (fedrun/data/standin.py)
-    )
-    signature: Callable[[Any], DataSignature] | None = None  # data sources: params -> what models meet
-
-
-class Registry(Generic[T]):
-    """A named collection of components of one kind (e.g. ``algorithm``)."""
-
-    def __init__(self, kind: str, package: str) -> None:
-        self.kind = kind
-        self.package = package
-        self._entries: dict[str, Entry[T]] = {}
-        self._loaded = False
-
-    def register(
-        self,
-        name: str,
-        params: type | None = None,
-        standin: Callable[..., Any] | None = None,
-        signature: Callable[[Any], DataSignature] | None = None,
-    ) -> Callable[[T], T]:
-        """Register ``obj`` as ``name`` with its hyperparameter dataclass ``params``; a data source also with
-        the builder of its stand-in (``standin(params, rng) -> Dataset``, fedrun/data/standin.py) and its
-        ``signature(params) -> DataSignature``, from which every model is checked against it before any
-        work (fedrun/config/schema.py :func:`~fedrun.config.schema.check_model_fits_data`)."""
-
-        def deco(obj: T) -> T:
-            if name in self._entries and self._entries[name].obj is not obj:
-                raise RuntimeError(f"{self.kind} '{name}' registered twice")
-            self._entries[name] = Entry(name, obj, params, standin, signature)
-            return obj
-
-        return deco
-
-    def _load(self) -> None:
-        if self._loaded:
-            return
-        self._loaded = True
-        pkg = importlib.import_module(self.package)
-        for mod in pkgutil.iter_modules(pkg.__path__):
-            if not mod.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{mod.name}")
-
-    def names(self) -> list[str]:
-        self._load()
-        return sorted(self._entries)
-
-    def get(self, name: str) -> Entry[T]:
-        self._load()
-        if name not in self._entries:
-            raise ConfigError(f"{self.kind}.name", f"unknown {self.kind} '{name}'; valid: {', '.join(self.names())}")
-        return self._entries[name]
-
-
 def _schema_type(tp: Any) -> Any:
     """``tp`` as OmegaConf can check it: a ``Literal`` of strings is a ``str`` (its choices are checked by
     :func:`build_params`), ``Literal | None`` an optional ``str``."""
@@ -123,7 +63,8 @@ def _schema_type(tp: Any) -> Any:
     return tp
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
+def field_default(f: dataclasses.Field[Any]) -> Any:
+    """``f``'s default as a new field (for a dataclass made from others' fields)."""
     if f.default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=f.default_factory)
     return dataclasses.field(default=f.default)
@@ -139,7 +80,7 @@ def schema_of(cls: type, name: str | None = None) -> type:
     """
     hints = typing.get_type_hints(cls)
     fields: list[tuple[str, Any, Any]] = [("name", str, dataclasses.field(default=name))] if name is not None else []
-    fields += [(f.name, _schema_type(hints[f.name]), _default(f)) for f in dataclasses.fields(cls) if f.init]
+    fields += [(f.name, _schema_type(hints[f.name]), field_default(f)) for f in dataclasses.fields(cls) if f.init]
     return dataclasses.make_dataclass(f"{cls.__name__}Schema", fields)
 
 

@@ -8,14 +8,16 @@ any work with one line naming the field.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
 import re
 import sys
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -29,11 +31,15 @@ from fedrun.config.registry import (
     PARTITIONS,
     DataSignature,
     build_params,
+    field_default,
     in_range,
     positive,
     schema_of,
 )
 from fedrun.core.errors import ConfigError
+from fedrun.storage.tracking import TRACKERS, TrackingSection, require_trackers
+
+T = TypeVar("T")
 
 
 def one_of(field_name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -111,26 +117,24 @@ class EvalConfig:
 
 @dataclass
 class HardwareConfig:
-    """Where and how clients are simulated (``hardware.*``)."""
+    """Where and how clients are simulated (``hardware.*``): the keys every engine shares.
+
+    Each engine adds its own options to the section, declared by the params dataclass it registers with
+    (``hardware.chunk`` and ``hardware.compile``: the vectorised engine; ``hardware.actors`` and
+    ``hardware.address``: Ray's): :func:`hardware_class` is the whole section, :func:`engine_options` one engine's
+    typed view of it.
+    """
 
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
-    engine: str = "auto"  # sequential | vectorised | ray | auto (the faster of the first two, timed on this run)
+    engine: str = "auto"  # a registered engine, or auto: the fastest of those that can run this method here, timed
     threads: int = 0  # torch intra-op threads; 0: one per idle CPU core, measured at start (fedrun/host/threads.py)
     precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
-    chunk: int | None = None  # vectorised engine: clients trained at once (None: sized from free memory)
-    compile: bool = False  # vectorised engine: torch.compile the batched client step
-    actors: int = 0  # ray engine: actors sharing the cohort (0: one per GPU with cuda, else one per cluster CPU)
-    address: str | None = None  # ray engine: an existing cluster's address (ray.init(address=...)); null: start one
 
     def __post_init__(self) -> None:
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
             raise ConfigError("device", f"invalid value {self.device!r}; valid: cpu, cuda, cuda:N, auto")
         positive("threads", self.threads, allow_zero=True)
-        positive("chunk", self.chunk)
         one_of("precision", self.precision, ("fp32", "fp64", "bf16"))
-        positive("actors", self.actors, allow_zero=True)
-        if self.address is not None and not self.address.strip():
-            raise ConfigError("address", "must be a Ray address (auto, ray://host:port, host:port) or null")
 
 
 @dataclass
@@ -159,52 +163,35 @@ class OutputConfig:
         one_of("objective", self.objective, OBJECTIVES)
 
 
-WANDB_MODES = ("offline", "online", "disabled")
-
-
-@dataclass
-class MlflowTracking:
-    """MLflow (``tracking=[mlflow]``): one MLflow run per fedrun run, continued when the run resumes."""
-
-    enabled: bool = False
-    uri: str | None = None  # the tracking store or server; default a local file store, outputs/mlruns
-    experiment: str | None = None  # default: the sweep directory in a multirun, else "fedrun"
-
-
-@dataclass
-class WandbTracking:
-    """Weights & Biases (``tracking=[wandb]``): one W&B run per fedrun run, continued when the run resumes."""
-
-    enabled: bool = False
-    mode: str = "offline"  # offline: files under <run_dir>/wandb, uploaded later by `wandb sync`
-    project: str = "fedrun"
-    entity: str | None = None
-
-    def __post_init__(self) -> None:
-        one_of("mode", self.mode, WANDB_MODES)
-
-
-@dataclass
-class TrackingConfig:
-    """Experiment trackers that receive every metrics.csv row (``tracking.*``); the CSV is always written.
-
-    Chosen by name from the ``tracking`` group (conf/tracking/): ``tracking=[tensorboard,mlflow,wandb]``. Each
-    option sets its key below; ``tracking.tensorboard=true``, the key of old run directories, is the same switch.
-    """
-
-    tensorboard: bool = False  # event files in <run_dir>/tb (needs the tensorboard package: fedrun[tracking])
-    mlflow: MlflowTracking = field(default_factory=MlflowTracking)
-    wandb: WandbTracking = field(default_factory=WandbTracking)
+class TrackingBase(TrackingSection):
+    """The ``tracking`` section's checks; :data:`TrackingConfig` adds one field per registered tracker."""
 
     def __post_init__(self) -> None:
         # build_params hands nested sections over as mappings (a saved config's too): build and check them here
-        if isinstance(self.mlflow, Mapping):
-            self.mlflow = build_params(MlflowTracking, dict(self.mlflow), "mlflow", ignore=())
-        if isinstance(self.wandb, Mapping):
-            self.wandb = build_params(WandbTracking, dict(self.wandb), "wandb", ignore=())
-        from fedrun.storage.tracking import require_trackers
+        for f in fields(self):
+            params = TRACKERS.get(f.name).params
+            value = getattr(self, f.name)
+            if params is not None and isinstance(value, Mapping):
+                setattr(self, f.name, build_params(params, dict(value), f.name, ignore=()))
+        require_trackers(list(self.chosen()))
 
-        require_trackers(self.tensorboard, self.mlflow.enabled, self.wandb.enabled)
+
+def _tracking_class() -> type[TrackingBase]:
+    """The ``tracking`` section: a field per registered tracker (fedrun/storage/trackers/), the on/off switches (a
+    tracker without settings, e.g. ``tensorboard``) first, then the settings sections, each by name."""
+    spec: list[tuple[str, Any, Any]] = []
+    for name in sorted(TRACKERS.names(), key=lambda n: (TRACKERS.get(n).params is not None, n)):
+        params = TRACKERS.get(name).params
+        spec.append(
+            (name, bool, field(default=False)) if params is None else (name, params, field(default_factory=params))
+        )
+    return make_dataclass("TrackingConfig", spec, bases=(TrackingBase,))
+
+
+if TYPE_CHECKING:
+    TrackingConfig = TrackingBase
+else:
+    TrackingConfig = _tracking_class()
 
 
 IMA_SCHEDULES = ("exd", "clr", "cd", "ed", "nad", "sd")
@@ -322,6 +309,54 @@ def store_schemas() -> None:
         for name in registry.names():
             params = registry.get(name).params
             store.store(group=f"schema/{group}", name=name, node=schema_of(params or NoParams, name))
+    store.store(name="fedrun_schema", node=fedrun_schema())
+
+
+def hardware_class() -> type[HardwareConfig]:
+    """The whole ``hardware`` section: :class:`HardwareConfig`'s keys, then each registered engine's options (the
+    fields of the params dataclass it registered with), in registry order, each once."""
+    return _hardware_class(tuple(ENGINES.names()))
+
+
+@functools.lru_cache(maxsize=8)
+def _hardware_class(names: tuple[str, ...]) -> type[HardwareConfig]:
+    own = {f.name for f in fields(HardwareConfig)}
+    options: dict[str, tuple[Any, Any, str, tuple[Any, Any]]] = {}
+    for name in names:
+        params = ENGINES.get(name).params
+        if params is None:
+            continue
+        hints = typing.get_type_hints(params)
+        for f in fields(params):
+            if f.name in own:
+                raise RuntimeError(f"engine '{name}' declares hardware.{f.name}, a key every engine shares")
+            known = options.get(f.name)
+            if known is not None and (known[0], known[3]) != (hints[f.name], (f.default, f.default_factory)):
+                raise RuntimeError(f"engines '{known[2]}' and '{name}' declare hardware.{f.name} differently")
+            options.setdefault(f.name, (hints[f.name], field_default(f), name, (f.default, f.default_factory)))
+    extra = [(key, tp, default) for key, (tp, default, _, _) in options.items()]
+    return make_dataclass("HardwareConfig", extra, bases=(HardwareConfig,))
+
+
+def engine_options(params: type[T], hw: HardwareConfig) -> T:
+    """One engine's options (its params dataclass ``params``) read from the ``hardware`` section ``hw``; a key the
+    section lacks (a config saved before the engine existed) takes its default."""
+    values = {f.name: getattr(hw, f.name) for f in fields(params) if hasattr(hw, f.name)}  # type: ignore[arg-type]
+    return build_params(params, values, "hardware", ignore=())
+
+
+def fedrun_schema() -> type:
+    """``FedrunConfig`` with its ``hardware`` section as :func:`hardware_class` (every registered engine's keys):
+    what Hydra composes on, stored by :func:`store_schemas`."""
+    hints = typing.get_type_hints(FedrunConfig)
+    hardware = hardware_class()
+    spec = [
+        (f.name, hardware, field(default_factory=hardware))
+        if f.name == "hardware"
+        else (f.name, hints[f.name], field_default(f))
+        for f in fields(FedrunConfig)
+    ]
+    return make_dataclass("FedrunConfig", spec)
 
 
 @dataclass
@@ -371,6 +406,16 @@ def _component(group: str, registry: Any, node: Any) -> Component:
 
 def _section(cls: type, node: Any, prefix: str) -> Any:
     return build_params(cls, dict(node or {}), prefix, ignore=())
+
+
+def _hardware(node: Any) -> HardwareConfig:
+    """The ``hardware`` section, every key checked: the shared ones here, each engine's by its params dataclass."""
+    hw: HardwareConfig = _section(hardware_class(), node, "hardware")
+    for name in ENGINES.names():
+        params = ENGINES.get(name).params
+        if params is not None:
+            engine_options(params, hw)
+    return hw
 
 
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
@@ -544,7 +589,7 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
         data=_component("data", DATASETS, raw.get("data")),
         partition=_component("partition", PARTITIONS, raw.get("partition")),
         model=_component("model", MODELS, raw.get("model")),
-        hardware=_section(HardwareConfig, raw.get("hardware"), "hardware"),
+        hardware=_hardware(raw.get("hardware")),
         fl=_section(FLConfig, raw.get("fl"), "fl"),
         eval=_section(EvalConfig, raw.get("eval"), "eval"),
         output=_section(OutputConfig, raw.get("output"), "output"),

@@ -1,10 +1,12 @@
-"""Building the configured engine, and ``engine=auto``: the faster engine for this run, by measurement.
+"""Building the configured engine, and ``engine=auto``: the fastest engine for this run, by measurement.
 
-``auto`` times a few local steps of the run's own model, algorithm, data and first cohort (up to one
-chunk, at most ``PROBE_CLIENTS`` clients) on the sequential and the vectorised engine, and keeps the
-faster. The choice is cached in memory and in ``<cache_dir>/engine-auto.json`` under a key of everything
-that decides it (device, torch version, threads, model, algorithm, batch size, cohort width, precision),
-so a sweep measures once.
+The candidates of ``auto`` are the registered engines that declare they can run here and run this method
+(:meth:`Engine.machine_blocker`, :meth:`Engine.method_blocker`: the vectorised engine not for a model with
+BatchNorm statistics, Ray only with ``ray`` installed and a cluster given). ``auto`` times a few local steps of
+the run's own model, algorithm, data and first cohort (up to one chunk, at most ``PROBE_CLIENTS`` clients) on
+each and keeps the fastest. The choice is cached in memory and in ``<cache_dir>/engine-auto.json`` under a key
+of everything that decides it (device, torch version, threads, model, algorithm, batch size, cohort width,
+precision, the candidates), so a sweep measures once.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ import torch
 
 from fedrun.algorithms.base import Algorithm
 from fedrun.config.registry import ENGINES
-from fedrun.config.schema import FLConfig, HardwareConfig
+from fedrun.config.schema import FLConfig, HardwareConfig, engine_options
 from fedrun.core.tree import Tensors, Tree, tree_map, zeros_like
 from fedrun.data.federated import FederatedData
 from fedrun.engines.base import Engine
 from fedrun.engines.sampling import sample_clients
-from fedrun.engines.sequential import SequentialEngine
-from fedrun.engines.vectorised import VectorisedEngine, vmap_blocker
+from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.storage.cache import cache_file, write_cache
 
 PROBE_STEPS = 2  # local steps per client in the probe
@@ -47,12 +48,28 @@ def precision_context(precision: str, device: torch.device) -> contextlib.Abstra
 def build_engine(
     name: str, hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int
 ) -> Engine:
-    """The engine registered as ``name``, given the ``hardware`` options it takes."""
-    if name == "vectorised":
-        return VectorisedEngine(algorithm, data, fl, seed, chunk=hw.chunk, compile=hw.compile)
-    if name == "ray":
-        return ENGINES.get(name).obj(algorithm, data, fl, seed, hw=hw)
-    return ENGINES.get(name).obj(algorithm, data, fl, seed)
+    """The engine registered as ``name``, given the ``hardware`` section (and its options, typed by the engine)."""
+    entry = ENGINES.get(name)
+    options = engine_options(entry.params, hw) if entry.params is not None else None
+    engine: Engine = entry.obj.build(algorithm, data, fl, seed, hw, options)
+    return engine
+
+
+def candidates(hw: HardwareConfig, algorithm: Algorithm, device: torch.device) -> tuple[list[str], list[str]]:
+    """The engines ``auto`` may choose for ``algorithm`` on ``device``, and why each engine that could run here
+    cannot run this method."""
+    chosen, why = [], []
+    for name in ENGINES.names():
+        entry = ENGINES.get(name)
+        options = engine_options(entry.params, hw) if entry.params is not None else None
+        if entry.obj.machine_blocker(device, hw, options) is not None:
+            continue
+        blocker = entry.obj.method_blocker(algorithm)
+        if blocker is None:
+            chosen.append(name)
+        else:
+            why.append(blocker)
+    return chosen, why
 
 
 def probe_key(hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl: FLConfig, width: int) -> str:
@@ -68,8 +85,9 @@ def probe_key(hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl:
         "width": width,
         "momentum": bool(fl.momentum),
         "precision": hw.precision,
-        "compile": hw.compile,
-        "chunk": hw.chunk,
+        "compile": getattr(hw, "compile", False),
+        "chunk": getattr(hw, "chunk", None),
+        "engines": candidates(hw, algorithm, data.device)[0],
     }
     return json.dumps(parts, sort_keys=True)
 
@@ -103,53 +121,57 @@ def stacked_states(algorithm: Algorithm, fl: FLConfig, params: Tensors, c: int) 
 def measure(
     hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, width: int
 ) -> dict[str, Any]:
-    """Time ``PROBE_STEPS`` local steps of up to ``PROBE_CLIENTS`` clients of round 0's cohort on both engines.
+    """Time ``PROBE_STEPS`` local steps of up to ``PROBE_CLIENTS`` clients of round 0's cohort on each candidate.
 
     After an untimed warm-up on two clients (one-time imports, allocator growth), the engines are timed in
     turn ``PROBE_REPS`` times and each keeps its best, so a burst of load from other processes does not
-    decide alone. A method whose client step cannot run under ``vmap`` (``.item()`` or a data-dependent
-    ``if`` in its loss, say) fails the vectorised warm-up: the sequential engine is chosen, with the reason.
+    decide alone. An engine that fails its warm-up on this method (a client step that cannot run under
+    ``vmap``: ``.item()`` or a data-dependent ``if`` in its loss, say) is left out, with the reason; when one
+    engine is left it is chosen without timing.
     """
     probe_fl = dataclasses.replace(fl, local_steps=PROBE_STEPS)
-    engines = {
-        "vectorised": VectorisedEngine(algorithm, data, probe_fl, seed, chunk=hw.chunk, compile=hw.compile),
-        "sequential": SequentialEngine(algorithm, data, probe_fl, seed),
-    }
+    names = candidates(hw, algorithm, data.device)[0]
+    engines = {name: build_engine(name, hw, algorithm, data, probe_fl, seed) for name in names}
     clients = torch.as_tensor(sample_clients(fl, seed, 0), dtype=torch.long)[: min(width, PROBE_CLIENTS)]
     states = stacked_states(algorithm, fl, algorithm.model.init_params(), len(clients))
     few = tree_map(lambda t: t[:2], states)
+    failed = []
     try:
-        _time_round(engines["vectorised"], clients[:2], few, hw)
-    except Exception as e:  # noqa: BLE001 - whatever vmap refuses; the sequential engine runs the method as written
-        return {"engine": "sequential", "reason": f"not vmappable: {type(e).__name__}: {_first_line(e)}"}
-    _time_round(engines["sequential"], clients[:2], few, hw)
-    best = {name: float("inf") for name in engines}
-    for _ in range(PROBE_REPS):
-        for name, engine in engines.items():
-            best[name] = min(best[name], _time_round(engine, clients, states, hw))
-    return {
-        "engine": min(best, key=best.__getitem__),
-        "clients": len(clients),
-        "steps": PROBE_STEPS,
-        "vectorised_s": best["vectorised"],
-        "sequential_s": best["sequential"],
-    }
-
-
-def _first_line(e: BaseException) -> str:
-    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")[:200]
+        for name, engine in list(engines.items()):
+            try:
+                _time_round(engine, clients[:2], few, hw)
+            except Exception as e:  # noqa: BLE001 - whatever the engine refuses; another runs the method as written
+                if len(engines) == 1:
+                    raise
+                failed.append(ENGINES.get(name).obj.probe_failure(e))
+                engines.pop(name).close()
+        if len(engines) == 1:
+            return {"engine": next(iter(engines)), "reason": "; ".join(failed) or "the only engine that can run it"}
+        best = {name: float("inf") for name in engines}
+        for _ in range(PROBE_REPS):
+            for name, engine in engines.items():
+                best[name] = min(best[name], _time_round(engine, clients, states, hw))
+    finally:
+        for engine in engines.values():
+            engine.close()
+    timed = {f"{name}_s": t for name, t in best.items()}
+    return {"engine": min(best, key=best.__getitem__), "clients": len(clients), "steps": PROBE_STEPS, **timed}
 
 
 def valid_choice(entry: Any) -> bool:
-    """A cached decision as :func:`measure` writes it (a measured one, with both timings, or a fallback)."""
-    if not isinstance(entry, dict) or entry.get("engine") not in ("sequential", "vectorised"):
+    """A cached decision as :func:`measure` writes it (a measured one, with each engine's timing, or a fallback)."""
+    if not isinstance(entry, dict) or entry.get("engine") not in ENGINES.names():
         return False
-    if "reason" in entry:  # a fallback: the method cannot run under vmap
-        return entry["engine"] == "sequential" and isinstance(entry["reason"], str)
-    times = [entry.get("vectorised_s"), entry.get("sequential_s")]
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times):
+    if "reason" in entry:  # a fallback: the only engine that could run the method
+        return isinstance(entry["reason"], str)
+    times = {k.removesuffix("_s"): v for k, v in entry.items() if k.endswith("_s")}
+    if len(times) < 2 or entry["engine"] not in times:
         return False
-    faster = "vectorised" if times[0] <= times[1] else "sequential"  # type: ignore[operator]  # checked above  # min() keeps the first on a tie
+    if not all(
+        isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times.values()
+    ):
+        return False
+    faster = min(times, key=times.__getitem__)  # min() keeps the first on a tie
     counts = [entry.get("clients"), entry.get("steps")]
     return entry["engine"] == faster and all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in counts)
 
@@ -169,30 +191,46 @@ def choose(
     hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, cache_dir: str | None
 ) -> dict[str, Any]:
     """The ``auto`` decision: {engine, reason, ...timings}; measured once per key, then read from cache."""
-    reason = vmap_blocker(algorithm)
-    if reason:
-        return {"engine": "sequential", "reason": f"not vmappable: {reason}"}
+    names, why = candidates(hw, algorithm, data.device)
+    if len(names) == 1:
+        choice = {"engine": names[0], "reason": "; ".join(why) or "the only engine that can run here"}
+    else:
+        choice = _measured(hw, algorithm, data, fl, seed, cache_dir, names)
+    if choice["reason"].startswith("not "):  # a method an engine cannot run: say which runs it instead
+        name = type(algorithm).__name__
+        print(
+            f"fedrun: engine=auto: {name} runs on the {choice['engine']} engine ({choice['reason']})", file=sys.stderr
+        )
+    return choice
+
+
+def _measured(
+    hw: HardwareConfig,
+    algorithm: Algorithm,
+    data: FederatedData,
+    fl: FLConfig,
+    seed: int,
+    cache_dir: str | None,
+    names: list[str],
+) -> dict[str, Any]:
+    """The timed choice among ``names``: read from the cache when its key was measured before, else measured."""
     params = algorithm.model.init_params()
-    m = fl.cohort_size
-    width = VectorisedEngine(algorithm, data, fl, seed, chunk=hw.chunk).chunk_width(
-        params, stacked_states(algorithm, fl, params, 1), m
-    )
+    width = fl.cohort_size  # the cohort in one piece, unless the vectorised engine would cut it in chunks
+    if "vectorised" in names:
+        width = VectorisedEngine(algorithm, data, fl, seed, chunk=getattr(hw, "chunk", None)).chunk_width(
+            params, stacked_states(algorithm, fl, params, 1), width
+        )
     key = probe_key(hw, algorithm, data, fl, width)
     path = cache_file(cache_dir, "engine-auto.json")
     if key not in _CHOICES and path is not None and path.exists():
         _CHOICES.update(read_choices(path))
     if key in _CHOICES:
-        choice = {**_CHOICES[key], "reason": _CHOICES[key].get("reason", "cached measurement")}
-    else:
-        choice = _CHOICES[key] = measure(hw, algorithm, data, fl, seed, width)
-        if path is not None:
-            merged = {**(read_choices(path) if path.exists() else {}), **_CHOICES}
-            write_cache(path, lambda tmp: tmp.write_text(json.dumps(merged, indent=1)))  # type: ignore[arg-type]
-        choice = {"reason": "measured", **choice}
-    if choice["reason"].startswith("not vmappable"):
-        name = type(algorithm).__name__
-        print(f"fedrun: engine=auto: {name} runs on the sequential engine ({choice['reason']})", file=sys.stderr)
-    return choice
+        return {**_CHOICES[key], "reason": _CHOICES[key].get("reason", "cached measurement")}
+    choice = _CHOICES[key] = measure(hw, algorithm, data, fl, seed, width)
+    if path is not None:
+        merged = {**(read_choices(path) if path.exists() else {}), **_CHOICES}
+        write_cache(path, lambda tmp: tmp.write_text(json.dumps(merged, indent=1)))  # type: ignore[arg-type]
+    return {"reason": "measured", **choice}
 
 
 class EngineFactory:

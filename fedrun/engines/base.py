@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from fedrun.algorithms.base import Algorithm
-from fedrun.config.schema import FLConfig
+from fedrun.config.schema import FLConfig, HardwareConfig
 from fedrun.core.tree import Tensors, Tree
 from fedrun.data.federated import FederatedData
 
@@ -30,13 +31,44 @@ class CohortResult:
 
 
 class Engine(ABC):
-    """Runs :meth:`Algorithm.client_step` for every client of a cohort."""
+    """Runs :meth:`Algorithm.client_step` for every client of a cohort.
+
+    An engine registers itself with the dataclass of its options (``@ENGINES.register("name", NameParams)``);
+    its fields are keys of the ``hardware`` section (``hardware.chunk``), with their one default there. The
+    classmethods say what ``engine=auto`` and the runner need: whether it can run on this machine and this
+    method (:meth:`machine_blocker`, :meth:`method_blocker`) and how it is built (:meth:`build`).
+    """
 
     def __init__(self, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int) -> None:
         self.algorithm = algorithm
         self.data = data
         self.fl = fl
         self.seed = seed
+
+    @classmethod
+    def build(
+        cls, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, hw: HardwareConfig, options: Any
+    ) -> Engine:
+        """The engine for a run: ``hw`` is the ``hardware`` section, ``options`` this engine's params built from it
+        (None for an engine that registered none)."""
+        return cls(algorithm, data, fl, seed)
+
+    @classmethod
+    def machine_blocker(cls, device: torch.device, hw: HardwareConfig, options: Any) -> str | None:
+        """Why ``engine=auto`` must not consider this engine on this machine (a package not installed, a device it
+        does not support); None when it may. Naming the engine (``hardware.engine=name``) is not refused by it."""
+        return None
+
+    @classmethod
+    def method_blocker(cls, algorithm: Algorithm) -> str | None:
+        """Why this engine cannot run ``algorithm`` (None: it can); ``engine=auto`` then runs it on another."""
+        return None
+
+    @classmethod
+    def probe_failure(cls, error: BaseException) -> str:
+        """The reason ``engine=auto`` gives when this engine failed its warm-up on the run's own method."""
+        first = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")[:200]
+        return f"{type(error).__name__}: {first}"
 
     @abstractmethod
     def train_cohort(

@@ -24,20 +24,35 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fedrun.algorithms.base import Algorithm
-from fedrun.config.registry import ENGINES
-from fedrun.config.schema import FLConfig, HardwareConfig
+from fedrun.config.registry import ENGINES, positive
+from fedrun.config.schema import FLConfig, HardwareConfig, engine_options
 from fedrun.core.errors import ConfigError, DivergenceError
-from fedrun.core.extras import require_extra
+from fedrun.core.extras import has_module, require_extra
 from fedrun.core.rng import derive
 from fedrun.core.tree import Tensors, Tree, tree_map
 from fedrun.data.federated import FederatedData
 from fedrun.engines.base import CohortResult, Engine
-from fedrun.engines.vectorised import VectorisedEngine, vmap_blocker
+from fedrun.engines.vectorised import VectorisedEngine, VectorisedParams, vmap_blocker
+
+
+@dataclass
+class RayParams(VectorisedParams):
+    """The Ray engine's options (``hardware.*``): the vectorised engine's, which each actor runs, and these."""
+
+    actors: int = 0  # actors sharing the cohort (0: one per GPU with cuda, else one per cluster CPU)
+    address: str | None = None  # an existing cluster's address (ray.init(address=...)); null: start one
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive("actors", self.actors, allow_zero=True)
+        if self.address is not None and not self.address.strip():
+            raise ConfigError("address", "must be a Ray address (auto, ray://host:port, host:port) or null")
 
 
 def shard_chunks(sizes: list[int], width: int, actors: int) -> list[list[int]]:
@@ -127,33 +142,54 @@ def _place(parts: list[Tree], positions: list[torch.Tensor], m: int) -> Tree:
     return tree_map(join, parts[0], *parts[1:])
 
 
-@ENGINES.register("ray")
+@ENGINES.register("ray", RayParams)
 class RayEngine(Engine):
-    """Shards every cohort across Ray actors (see the module docstring); ``close()`` ends them."""
+    """Shards every cohort across Ray actors (see the module docstring); ``close()`` ends them.
+
+    ``hw``: the ``hardware`` section (its threads and precision, and the Ray options, :class:`RayParams`); none:
+    two local actors.
+    """
 
     def __init__(
         self, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, hw: HardwareConfig | None = None
     ) -> None:
         super().__init__(algorithm, data, fl, seed)
-        self.hw = hw or HardwareConfig(engine="ray", actors=2)
+        self.hw = hw or HardwareConfig(engine="ray")
+        self.options = engine_options(RayParams, hw) if hw is not None else RayParams(actors=2)
         self.ray = ray_module()
         self.inner = "sequential" if vmap_blocker(algorithm) else "vectorised"
         vec = self.inner == "vectorised"
-        self._probe = VectorisedEngine(algorithm, data, fl, seed, chunk=self.hw.chunk) if vec else None
+        self._probe = VectorisedEngine(algorithm, data, fl, seed, chunk=self.options.chunk) if vec else None
         self.actors: list[Any] = []
         self.width: int | None = None
         self._owns_ray = False
         self._closed = False
+
+    @classmethod
+    def build(
+        cls, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, hw: HardwareConfig, options: Any
+    ) -> RayEngine:
+        return cls(algorithm, data, fl, seed, hw=hw)
+
+    @classmethod
+    def machine_blocker(cls, device: torch.device, hw: HardwareConfig, options: Any) -> str | None:
+        """``engine=auto`` times Ray only on a cluster that is already up (``hardware.address``): starting a local
+        one for a probe costs more than it can save on one machine."""
+        if not has_module("ray"):
+            return "ray is not installed (pip install 'fedrun[dist]')"
+        if not options.address:
+            return "no Ray cluster given (hardware.address)"
+        return None
 
     # ---- cluster and actors ------------------------------------------------------------------------------------
     def _connect(self) -> None:
         ray = self.ray
         if ray.is_initialized():
             return  # a cluster the caller (a Ray launcher job, a test) set up: theirs to shut down
-        if self.hw.address:
-            ray.init(address=self.hw.address, log_to_driver=False)
+        if self.options.address:
+            ray.init(address=self.options.address, log_to_driver=False)
         else:
-            cpus = max(os.cpu_count() or 1, (self.hw.actors or 1) * max(self.hw.threads, 1))
+            cpus = max(os.cpu_count() or 1, (self.options.actors or 1) * max(self.hw.threads, 1))
             ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)  # never RAY_ADDRESS
         self._owns_ray = True
 
@@ -167,8 +203,8 @@ class RayEngine(Engine):
     def n_actors(self) -> int:
         """``hardware.actors``, or as many as the cluster's GPUs (cuda) or CPUs hold."""
         key, per, _ = self._resources()
-        if self.hw.actors:
-            return self.hw.actors
+        if self.options.actors:
+            return self.options.actors
         return max(int(self.ray.cluster_resources().get(key, per)) // per, 1)
 
     def _start(self, params: Tensors, states: Tree, m: int) -> None:
@@ -187,7 +223,7 @@ class RayEngine(Engine):
             )
         self.width = self.chunk_width(params, states, m, n)
         pieces = ray.put((self.algorithm, self.data, self.fl, self.seed))  # once: every actor reads this copy
-        hw = {"threads": self.hw.threads or 1, "precision": self.hw.precision, "compile": self.hw.compile}
+        hw = {"threads": self.hw.threads or 1, "precision": self.hw.precision, "compile": self.options.compile}
         remote = ray.remote(ShardWorker).options(**opts)
         self.actors = [remote.remote(pieces, self.inner, self.width, hw) for _ in range(n)]
 
@@ -216,8 +252,8 @@ class RayEngine(Engine):
         """``hardware.chunk``, else the vectorised engine's memory-based width capped at ceil(m / actors)."""
         if self._probe is None:
             return 1  # sequential actors: no chunks
-        if self.hw.chunk is not None:
-            return self.hw.chunk
+        if self.options.chunk is not None:
+            return self.options.chunk
         return max(1, min(self._probe.chunk_width(params, states, m), math.ceil(m / actors)))
 
     def _seed(self, rnd: int, shard: int) -> int:

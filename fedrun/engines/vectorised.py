@@ -24,8 +24,8 @@ import torch
 from torch.func import vmap
 
 from fedrun.algorithms.base import Algorithm, ClientContext
-from fedrun.config.registry import ENGINES
-from fedrun.config.schema import FLConfig
+from fedrun.config.registry import ENGINES, positive
+from fedrun.config.schema import FLConfig, HardwareConfig
 from fedrun.core.errors import ConfigError, DivergenceError
 from fedrun.core.tree import Tensors, Tree, tree_map, unstack
 from fedrun.data.federated import FederatedData, batch_plan
@@ -105,7 +105,18 @@ def _cat(parts: list[Tree]) -> Tree:
     return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:])
 
 
-@ENGINES.register("vectorised")
+@dataclass
+class VectorisedParams:
+    """The vectorised engine's options (``hardware.*``)."""
+
+    chunk: int | None = None  # clients trained at once (None: sized from free memory)
+    compile: bool = False  # torch.compile the batched client step
+
+    def __post_init__(self) -> None:
+        positive("chunk", self.chunk)
+
+
+@ENGINES.register("vectorised", VectorisedParams)
 class VectorisedEngine(Engine):
     """Trains the cohort in chunks; inside a chunk every local step is one ``vmap``-ed client step.
 
@@ -132,6 +143,21 @@ class VectorisedEngine(Engine):
         self._client_bytes: int | None = None
         self._steps: dict[bool, Callable[..., Any]] = {}
         self.stats = {"samples": 0, "sample_slots": 0, "chunks": 0, "chunk_width": 0}
+
+    @classmethod
+    def build(
+        cls, algorithm: Algorithm, data: FederatedData, fl: FLConfig, seed: int, hw: HardwareConfig, options: Any
+    ) -> VectorisedEngine:
+        return cls(algorithm, data, fl, seed, chunk=options.chunk, compile=options.compile)
+
+    @classmethod
+    def method_blocker(cls, algorithm: Algorithm) -> str | None:
+        reason = vmap_blocker(algorithm)
+        return f"not vmappable: {reason}" if reason else None
+
+    @classmethod
+    def probe_failure(cls, error: BaseException) -> str:
+        return f"not vmappable: {super().probe_failure(error)}"  # whatever vmap refuses (.item(), an if on data)
 
     @property
     def waste(self) -> float:

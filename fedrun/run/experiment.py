@@ -75,7 +75,7 @@ def build_model(spec: RunSpec, data: Dataset, device: torch.device) -> Functiona
 def select_engine(
     spec: RunSpec, pinned: str | None = None
 ) -> Callable[[Algorithm, FederatedData, FLConfig, int], Engine]:
-    """A builder of the configured engine; for ``engine=auto`` it times both engines on this run (cached).
+    """A builder of the configured engine; for ``engine=auto`` it times the engines that can run it here (cached).
 
     ``pinned`` replaces ``auto`` with the engine a resumed run used before: the engines agree to float
     tolerance, not bit for bit, so a resume must not switch engines.

@@ -22,6 +22,7 @@ from fedrun.run.summary import Outcome, describe_run, final_summary, summary_lin
 from fedrun.storage.figures import plot_curves
 from fedrun.storage.rundir import RunDir
 from fedrun.storage.status import Status
+from fedrun.storage.tracking import check_trackers
 
 __all__ = ["lr_at", "run"]
 
@@ -36,6 +37,7 @@ def run(spec: RunSpec, run_dir: Path | RunDir, console: Console | None = None) -
     """
     t0 = time.perf_counter()
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    check_trackers(spec.tracking)  # a tracker server that does not answer: refused in seconds, nothing written
     experiment = build_experiment(spec, *earlier_engine_and_threads(rd.path))
     try:
         # the checkpoint is read and checked before config.yaml is written: a refused extension (an unreadable

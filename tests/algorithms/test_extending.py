@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -11,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
+from fedrun.core.errors import ConfigError
 from tests.conftest import REPO
 
 SMALL = ["experiment=smoke", "fl.rounds=2", "hardware.threads=1", "output.plots=false"]
@@ -61,3 +64,83 @@ def test_a_users_method_outside_the_package_runs_from_the_readme(tmp_path: Path)
     res = _fedrun(tmp_path, [*args[1:], *extra, "algorithm.server_lr=2", f"hydra.run.dir={tmp_path / 'bad'}"])
     assert res.returncode == 2
     assert res.stderr.strip() == "fedrun: error: algorithm.server_lr: must be in [0.0, 1.0], got 2.0"
+
+
+# ---- docs/extending.md: an engine and a tracker, run as written -------------------------------------------------
+
+
+def _load(monkeypatch: pytest.MonkeyPatch, code: str, name: str, folder: Path) -> None:
+    """Import ``code`` as the module ``name`` (a file in ``folder``), as the registry's own import would."""
+    path = folder / f"{name}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+
+
+def _titled(page: str) -> dict[str, str]:
+    """The page's code blocks titled with a file name: {file name: code}."""
+    text = (REPO / "docs" / page).read_text()
+    return dict(re.findall(r'```python title="([^"]+)"\n(.*?)```', text, re.S))
+
+
+def test_the_engine_of_the_extending_page_runs_as_the_sequential_engine(tmp_path: Path) -> None:
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "engine.py").write_text(_titled("extending.md")["mypkg/engine.py"])
+    text = (REPO / "docs" / "extending.md").read_text().split("## An engine", 1)[1].split("\n## ", 1)[0]
+    args = shlex.split(re.findall(r"```bash\n(.*?)```", text, re.S)[0].strip())
+    assert args[0] == "fedrun" and "hardware.engine=counting" in args
+    extra = [*SMALL, f"cache_dir={tmp_path / 'cache'}"]
+    res = _fedrun(tmp_path, [*args[1:], *extra, f"hydra.run.dir={tmp_path / 'mine'}"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((tmp_path / "mine" / "summary.json").read_text())["engine"] == "counting"
+    res = _fedrun(tmp_path, [*extra, "hardware.engine=sequential", f"hydra.run.dir={tmp_path / 'seq'}"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    mine, seq = (pd.read_csv(tmp_path / d / "metrics.csv") for d in ("mine", "seq"))
+    assert mine["test_acc"].tolist() == seq["test_acc"].tolist()
+    assert mine["test_loss"].tolist() == seq["test_loss"].tolist()
+
+
+def test_auto_considers_the_pages_engine_on_the_cpu_only(make_spec, monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+    import torch
+
+    from fedrun.config.registry import ENGINES
+    from fedrun.engines import auto
+    from fedrun.run.experiment import build_experiment
+
+    ENGINES.names()  # the built-in engines first
+    monkeypatch.setattr(ENGINES, "_entries", dict(ENGINES._entries))  # the example's registration ends here
+    _load(monkeypatch, _titled("extending.md")["mypkg/engine.py"], "counting_example", tmp_path)
+    spec = make_spec("data.standin=true", "hardware.threads=1", "model.hidden=[8]", "fl.clients=4")
+    exp = build_experiment(spec)
+    on_cpu, _ = auto.candidates(spec.hardware, exp.algorithm, torch.device("cpu"))
+    on_gpu, _ = auto.candidates(spec.hardware, exp.algorithm, torch.device("cuda"))
+    assert "counting" in on_cpu and "sequential" in on_cpu
+    assert "counting" not in on_gpu and "sequential" in on_gpu
+    engine = auto.build_engine("counting", spec.hardware, exp.algorithm, exp.fed, spec.fl, spec.seed)
+    assert type(engine).__name__ == "CountingEngine" and engine.every == 1  # its option's default
+
+
+def test_the_tracker_of_the_extending_page_receives_every_row(monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+    from fedrun.config import schema
+    from fedrun.config.registry import build_params
+    from fedrun.storage.tracking import TRACKERS, Trackers
+
+    TRACKERS.names()
+    monkeypatch.setattr(TRACKERS, "_entries", dict(TRACKERS._entries))
+    _load(monkeypatch, _titled("extending.md")["fedrun/storage/trackers/jsonl.py"], "jsonl_example", tmp_path)
+    section = schema._tracking_class()  # what fedrun/config/schema.py builds when the module is in the package
+    choice = build_params(section, {"jsonl": {"enabled": True, "file": "out.jsonl"}}, "tracking", ignore=())
+    assert list(choice.chosen()) == ["jsonl"] and not choice.tensorboard and not choice.mlflow.enabled
+    trackers = Trackers.open(choice, tmp_path, {"fl": {"rounds": 2}})
+    for r in (1, 2):
+        trackers.log({"round": r, "test_acc": 0.25 * r})
+    trackers.finish(tmp_path, {"status": "completed"})
+    trackers.close()
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert rows == [{"round": 1, "test_acc": 0.25}, {"round": 2, "test_acc": 0.5}]
+    with pytest.raises(ConfigError, match=r"^tracking\.jsonl\.fil: Key 'fil' not in 'JsonlTracking'"):
+        build_params(section, {"jsonl": {"enabled": True, "fil": "x"}}, "tracking", ignore=())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,25 @@ def test_mlflow_uses_the_default_file_store_under_outputs(
     assert client.get_run(state["run_id"]).data.metrics["test_acc"] == pytest.approx(
         float(pd.read_csv(run_dir / "metrics.csv")["test_acc"].iloc[-1])
     )
+
+
+def test_a_run_dirs_tracking_json_does_not_choose_the_store(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared run dir's tracking.json names another server: the metrics go to the store this command's config
+    names (here the default, outputs/mlruns), not there (before: MLflow retried 127.0.0.1:9 for minutes)."""
+    pytest.importorskip("mlflow", reason="MLflow is the 'mlflow' extra: pip install 'fedrun[mlflow]'")
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    foreign = {"mlflow": {"uri": "http://127.0.0.1:9", "run_id": "0" * 32, "last_round": 0}}
+    (run_dir / STATE_FILE).write_text(json.dumps(foreign))
+    t0 = time.monotonic()
+    run(make_spec(*SMALL, "fl.rounds=1", "output.plots=false", "tracking=[mlflow]"), run_dir)
+    assert time.monotonic() - t0 < 120
+    state = json.loads((run_dir / STATE_FILE).read_text())["mlflow"]
+    assert state["uri"] == (tmp_path / "outputs" / "mlruns").resolve().as_uri() and state["run_id"] != "0" * 32
+    assert _mlflow_client(tmp_path / "outputs" / "mlruns", monkeypatch).get_run(state["run_id"]).data.metrics
 
 
 # ---------------------------------------------------------------- W&B (offline files, read with wandb's protobufs)

@@ -39,12 +39,21 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 class TrackerState:
-    """One tracker's entry in ``<run_dir>/tracking.json`` (its run id, store, last logged round)."""
+    """One tracker's entry in ``<run_dir>/tracking.json`` (its run id, store, last logged round).
 
-    def __init__(self, run_dir: Path, name: str) -> None:
+    ``config`` (the run's resolved config) bounds what the entry may claim: an entry whose last round lies beyond
+    the run's ``fl.rounds`` was not written by this run (a copied or edited file) and counts as none, so the
+    tracker starts a new run and logs every round instead of silently skipping them all.
+    """
+
+    def __init__(self, run_dir: Path, name: str, config: dict[str, Any] | None = None) -> None:
         self.file = run_dir / STATE_FILE
         self.name = name
-        self.values: dict[str, Any] = self._read().get(name, {})
+        entry = self._read().get(name, {})
+        self.values: dict[str, Any] = entry if isinstance(entry, dict) else {}
+        rounds = ((config or {}).get("fl") or {}).get("rounds")
+        if isinstance(rounds, int) and self.last_round > rounds:
+            self.values = {}
 
     def _read(self) -> dict[str, Any]:
         try:

@@ -4,36 +4,48 @@ The flattened config becomes the run's params, every numeric metrics.csv column 
 summary.json and the plots artifacts at the end. The store is ``tracking.mlflow.uri`` (a server, ``sqlite:///...``,
 a folder), by default the local file store ``outputs/mlruns``: ``mlflow ui --backend-store-uri outputs/mlruns``.
 The run id is kept in ``<run_dir>/tracking.json``: a resumed run continues the same MLflow run from the round
-after the last one it logged.
+after the last one it logged, when it logs to the same store; the store is always the one the current command's
+config names (a run dir from elsewhere does not send the metrics to its server). A server that does not accept a
+connection within seconds is refused before the run starts (MLflow's client would retry for minutes).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, RunStatus
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-
+from fedrun.storage.trackers.base import TRACKERS, Tracker, check_reachable
 from fedrun.storage.trackers.common import TrackerState, artifacts, flatten, scalars, status_of
 
 DEFAULT_STORE = "outputs/mlruns"
 DEFAULT_EXPERIMENT = "fedrun"
 PARAMS_PER_CALL = 100  # MLflow's log_batch limit
 END_STATUS = {"completed": "FINISHED", "interrupted": "KILLED"}  # diverged and failed: FAILED
+SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")  # RFC 3986; two letters at least, so C:/ stays a Windows path
+
+
+@dataclass
+class MlflowTracking:
+    """MLflow (``tracking=[mlflow]``): one MLflow run per fedrun run, continued when the run resumes."""
+
+    enabled: bool = False
+    uri: str | None = None  # the tracking store or server; default a local file store, outputs/mlruns
+    experiment: str | None = None  # default: the sweep directory in a multirun, else "fedrun"
 
 
 def store_uri(uri: str | None) -> str:
-    """``uri`` as MLflow takes it: one with a scheme as given; a folder (default outputs/mlruns) as a ``file:`` URI.
+    """``uri`` as MLflow takes it: one with a scheme (``http://``, ``sqlite:///``, ``file:/abs``) as given, for
+    MLflow to parse; a folder (default outputs/mlruns) as a ``file:`` URI.
 
     MLflow 3 keeps its file store only on request (``MLFLOW_ALLOW_FILE_STORE``): fedrun's default asks for it, as
     the one store that needs neither a server nor SQLAlchemy.
     """
     given = uri or DEFAULT_STORE
-    if "://" in given:
+    if SCHEME.match(given):
         chosen = given
     else:
         chosen = Path(given).resolve().as_uri()
@@ -42,13 +54,27 @@ def store_uri(uri: str | None) -> str:
     return chosen
 
 
-class MlflowTracker:
+@TRACKERS.register("mlflow", MlflowTracking)
+class MlflowTracker(Tracker):
     """Log a fedrun run into one MLflow run (new, or the one an earlier attempt of this run dir started)."""
 
+    title = "MLflow"
+    needs = ("mlflow", "mlflow")
+    setting = "uri"
+
+    @classmethod
+    def check(cls, settings: MlflowTracking) -> None:
+        check_reachable(store_uri(settings.uri), "uri")
+
+    @classmethod
+    def open(cls, settings: MlflowTracking, run_dir: Path, config: dict[str, Any], group: str) -> MlflowTracker:
+        return cls(run_dir, config, settings.uri, settings.experiment or group)
+
     def __init__(self, run_dir: Path, config: dict[str, Any], uri: str | None, experiment: str) -> None:
-        self.state = TrackerState(run_dir, "mlflow")
-        stored_uri = self.state.values.get("uri")
-        self.uri = store_uri(uri) if uri or not isinstance(stored_uri, str) else stored_uri
+        from mlflow.tracking import MlflowClient
+
+        self.state = TrackerState(run_dir, "mlflow", config)
+        self.uri = store_uri(uri)  # this command's store, never the one an earlier attempt's tracking.json names
         self.client = MlflowClient(tracking_uri=self.uri)
         self.run_id = self._earlier_run()
         self.last_round = self.state.last_round if self.run_id else 0
@@ -61,6 +87,8 @@ class MlflowTracker:
         self.closed = False
 
     def _earlier_run(self) -> str | None:
+        from mlflow.exceptions import MlflowException
+
         run_id = self.state.values.get("run_id")
         if not isinstance(run_id, str) or self.state.values.get("uri") != self.uri:
             return None
@@ -79,6 +107,8 @@ class MlflowTracker:
         return max(m.step for m in self.client.get_metric_history(self.run_id, next(iter(sorted(keys)))))
 
     def _experiment_id(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
         found = self.client.get_experiment_by_name(name)
         if found is not None:
             return str(found.experiment_id)
@@ -91,6 +121,8 @@ class MlflowTracker:
             return str(again.experiment_id)
 
     def _new_run(self, run_dir: Path, config: dict[str, Any], experiment: str) -> str:
+        from mlflow.entities import Param
+
         run = self.client.create_run(
             self._experiment_id(experiment),
             run_name=run_dir.name,
@@ -107,6 +139,8 @@ class MlflowTracker:
         if step <= self.last_round:  # logged by an earlier attempt of this run
             return
         assert self.run_id is not None
+        from mlflow.entities import Metric
+
         now = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in scalars(row).items()])
         self.last_round = step
@@ -120,6 +154,8 @@ class MlflowTracker:
         self._end(END_STATUS.get(status_of(summary), "FAILED"))
 
     def _end(self, status: str) -> None:
+        from mlflow.entities import RunStatus
+
         if not self.closed:
             assert self.run_id is not None
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.from_string(status)))

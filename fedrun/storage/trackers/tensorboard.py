@@ -8,11 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.storage.rundir import TB_DIR as TB_DIR
+from fedrun.storage.trackers.base import TRACKERS, Tracker
 from fedrun.storage.trackers.common import scalars
 
 
-class TensorBoardTracker:
+@TRACKERS.register("tensorboard")  # no settings: tracking.tensorboard is an on/off switch
+class TensorBoardTracker(Tracker):
     """One ``SummaryWriter`` per run; a scalar per metrics column, step = round."""
+
+    title = "TensorBoard"
+    needs = ("tensorboard", "tracking")
+
+    @classmethod
+    def open(cls, settings: Any, run_dir: Path, config: dict[str, Any], group: str) -> TensorBoardTracker:
+        return cls(run_dir / TB_DIR)
 
     def __init__(self, log_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter

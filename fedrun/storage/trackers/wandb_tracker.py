@@ -13,23 +13,59 @@ SIGTERM, a divergence or an error end the W&B run properly.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import wandb
-
+from fedrun.core.errors import ConfigError
+from fedrun.storage.trackers.base import TRACKERS, Tracker, check_reachable
 from fedrun.storage.trackers.common import TrackerState, artifacts, scalars, status_of
 
+WANDB_MODES = ("offline", "online", "disabled")
+DEFAULT_SERVER = "https://api.wandb.ai"  # W&B's own default, unless WANDB_BASE_URL names another
 
-class WandbTracker:
+
+@dataclass
+class WandbTracking:
+    """Weights & Biases (``tracking=[wandb]``): one W&B run per fedrun run, continued when the run resumes."""
+
+    enabled: bool = False
+    mode: str = "offline"  # offline: files under <run_dir>/wandb, uploaded later by `wandb sync`
+    project: str = "fedrun"
+    entity: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ConfigError("mode", f"invalid value {self.mode!r}; valid: {', '.join(WANDB_MODES)}")
+
+
+@TRACKERS.register("wandb", WandbTracking)
+class WandbTracker(Tracker):
     """Log a fedrun run into one W&B run (new, or the one an earlier attempt of this run dir started)."""
+
+    title = "W&B"
+    needs = ("wandb", "wandb")
+
+    @classmethod
+    def check(cls, settings: WandbTracking) -> None:
+        """Online, the server (``WANDB_BASE_URL``) must answer in seconds: wandb.init waits two minutes."""
+        if settings.mode == "online":
+            server = os.environ.get("WANDB_BASE_URL") or DEFAULT_SERVER
+            check_reachable(server, "mode")
+
+    @classmethod
+    def open(cls, settings: WandbTracking, run_dir: Path, config: dict[str, Any], group: str) -> WandbTracker:
+        return cls(run_dir, config, settings.mode, settings.project, settings.entity, group)
 
     def __init__(
         self, run_dir: Path, config: dict[str, Any], mode: str, project: str, entity: str | None, group: str
     ) -> None:
-        self.state = TrackerState(run_dir, "wandb")
+        import wandb
+
+        self.state = TrackerState(run_dir, "wandb", config)
         run_id = self.state.values.get("id")
         resumed = isinstance(run_id, str)
         self.run_id = (
@@ -74,6 +110,8 @@ class WandbTracker:
             try:
                 self.run.finish(exit_code=exit_code)
             finally:
+                import wandb
+
                 # wandb-core writes the run's .wandb file out only when its service stops (wandb 0.31): stop it, so
                 # the files are whole when the fedrun run ends; the next run starts a service again (about 1 s)
                 wandb.teardown()
