@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
@@ -142,8 +141,7 @@ def patch_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     def restore() -> None:
         registry.schema_of.cache_clear()
-        store_schemas()
-        ConfigStore.instance().store(name="fedrun_schema", node=FedrunConfig)
+        store_schemas()  # fedrun's schema too, its hardware and tracking sections built from the registries
 
     def patch(cls: type, name: str, value: Any) -> None:
         monkeypatch.setattr(cls.__dataclass_fields__[name], "default", value)  # type: ignore[attr-defined]
