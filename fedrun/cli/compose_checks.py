@@ -100,6 +100,18 @@ def _needs_quotes(line: str, char: str) -> str:
     )
 
 
+def command_imports(args: list[str]) -> list[str]:
+    """The modules a command line names in its ``imports=[...]`` (also ``+imports=``, ``++imports=``, and each
+    value of a sweep over it): the only modules a run imports (fedrun/config/imports.py). A config file's or a
+    run dir's ``imports`` names none."""
+    named: list[str] = []
+    for line in args:
+        if line.lstrip("+").startswith("imports="):
+            for value in _values(parse([line.lstrip("+")])[0]):
+                named += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return named
+
+
 def _values(o: Override) -> Iterator[Any]:
     """The values an override sets: one, or each of a choice/range sweep (none for an Optuna interval)."""
     if o.is_sweep_override():

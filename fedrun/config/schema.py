@@ -8,12 +8,9 @@ any work with one line naming the field.
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
 import re
-import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -21,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from fedrun.config.imports import load_imports, not_imported_hint
 from fedrun.config.registry import (
     ALGORITHMS,
     DATASETS,
@@ -373,29 +371,6 @@ def _section(cls: type, node: Any, prefix: str) -> Any:
     return build_params(cls, dict(node or {}), prefix, ignore=())
 
 
-MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
-
-
-def load_imports(modules: Any) -> None:
-    """Import ``imports`` (the user's modules, e.g. ``[mypkg.algo]``) so that the components they register
-    (``@ALGORITHMS.register(...)``) exist before validation. Names are dotted module names looked up on
-    ``sys.path`` and, after it, in the current directory (as ``python -m`` would); never file paths."""
-    if not modules:
-        return
-    if not isinstance(modules, list):
-        raise ConfigError("imports", f"expected a list of module names, got {modules!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    for i, name in enumerate(modules):
-        if not isinstance(name, str) or not MODULE_NAME.match(name):
-            raise ConfigError(f"imports[{i}]", f"{name!r} is not a module name (dotted, like mypkg.algo)")
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # noqa: BLE001 - the user's module: name it and why, in one line
-            why = str(e).splitlines()[0] if str(e) else ""
-            raise ConfigError(f"imports[{i}]", f"cannot import {name!r}: {type(e).__name__}: {why}") from None
-
-
 def config_node(cfg: DictConfig, key: str) -> Any:
     """The node at the dotted ``key``, its interpolations unresolved; None when a part is missing."""
     node: Any = cfg
@@ -535,10 +510,23 @@ def check_model_fits_data(spec: RunSpec) -> None:
     )
 
 
-def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
-    """Check every field and build the typed run spec; raises ConfigError naming the first bad field."""
+def validate(cfg: DictConfig | dict[str, Any], imports: Collection[str] = ()) -> RunSpec:
+    """Check every field and build the typed run spec; raises ConfigError naming the first bad field.
+
+    ``imports``: the modules the current command named itself (fedrun's command line). Of the config's own
+    ``imports`` only these are imported (fedrun/config/imports.py): a config file or a run dir never runs code.
+    """
     raw = resolve(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
-    load_imports(raw.get("imports"))
+    skipped = load_imports(raw.get("imports"), imports)
+    try:
+        return _validated(raw)
+    except ConfigError as e:
+        if not skipped:
+            raise
+        raise ConfigError(e.field, e.message + not_imported_hint(skipped)) from None
+
+
+def _validated(raw: dict[str, Any]) -> RunSpec:
     spec = RunSpec(
         algorithm=_component("algorithm", ALGORITHMS, raw.get("algorithm")),
         data=_component("data", DATASETS, raw.get("data")),
