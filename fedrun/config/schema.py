@@ -31,6 +31,7 @@ from fedrun.config.registry import (
     positive,
     schema_of,
 )
+from fedrun.config.resources import check_resources
 from fedrun.core.errors import ConfigError
 
 
@@ -555,5 +556,6 @@ def _validated(raw: dict[str, Any]) -> RunSpec:
     if extra:
         raise ConfigError(sorted(extra)[0], "unknown top-level key")
     check_step_scalars(spec)
+    check_resources(spec)  # before the fit check, which may build the model on CPU
     check_model_fits_data(spec)
     return spec
