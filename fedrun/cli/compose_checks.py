@@ -13,6 +13,9 @@ read and :func:`check_composed` before anything is instantiated or written. Each
 
 from __future__ import annotations
 
+import importlib
+import logging
+import logging.handlers
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -48,6 +51,9 @@ FEDRUN_CALLBACKS = {"fedrun_sweep": "fedrun.cli.sweeps.SweepCallback"}
 REQUIRED_GROUPS = ("algorithm", "data", "partition", "model", "hardware")  # a run needs one option of each
 NAMED_GROUPS = ("algorithm", "data", "partition", "model")  # the option's file sets <group>.name
 GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+LOGGING_MODULES = ("logging", "logging.handlers")  # where a logging config's classes come from
+LOGGING_BASES = (logging.Handler, logging.Formatter, logging.Filter)
+EXT_STREAMS = ("ext://sys.stdout", "ext://sys.stderr")  # the ext:// references a logging config may make
 
 
 def shorten(text: str, limit: int = 60) -> str:
@@ -191,8 +197,30 @@ def check_no_code(cfg: DictConfig) -> None:
             why = "is not a Hydra plugin (a config never runs code)"
             raise ConfigError(path, f"refused: {shorten(str(value))!r} {why}")
         if path.startswith(("hydra.job_logging", "hydra.hydra_logging")):
-            if leaf == "()" or (leaf == "class" and not str(value).startswith("logging.")):
-                raise ConfigError(path, f"refused: {shorten(str(value))!r} (logging classes come from logging.*)")
+            check_logging_value(path, leaf, value)
+
+
+def logging_class(text: str) -> type | None:
+    """The class a logging config's ``class: <text>`` names when it is one of the logging package's handlers,
+    formatters or filters (``logging.StreamHandler``, ``logging.handlers.RotatingFileHandler``); else None. The
+    name is resolved, not matched by prefix: ``logging.os.system`` is ``os.system``."""
+    module, _, name = text.rpartition(".")
+    if module not in LOGGING_MODULES or not name.isidentifier():
+        return None
+    obj = getattr(importlib.import_module(module), name, None)
+    ok = isinstance(obj, type) and issubclass(obj, LOGGING_BASES) and obj.__module__ in LOGGING_MODULES
+    return obj if ok else None
+
+
+def check_logging_value(path: str, leaf: str, value: Any) -> None:
+    """Refuse what makes Python's logging config run code: a factory (``()``), a ``class`` that is not one of
+    the logging package's own, an ``ext://`` reference (dictConfig imports its module) other than the streams."""
+    if leaf == "()" or (leaf == "class" and logging_class(str(value)) is None):
+        why = "a logging config names only the logging package's handler, formatter and filter classes"
+        raise ConfigError(path, f"refused: {shorten(str(value))!r} ({why}, e.g. logging.StreamHandler)")
+    if isinstance(value, str) and value.strip().startswith("ext://") and value.strip() not in EXT_STREAMS:
+        why = f"dictConfig would import its module; valid: {', '.join(EXT_STREAMS)}"
+        raise ConfigError(path, f"refused: {shorten(value)!r} ({why})")
 
 
 def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -> None:
