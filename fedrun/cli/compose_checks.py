@@ -22,18 +22,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from omegaconf.nodes import BooleanNode
 
 from fedrun.cli import hydra_patches
 from fedrun.cli.hydra_patches import ConfigLoaderImpl
-from fedrun.config.schema import config_node
 from fedrun.core.errors import ConfigError
 from fedrun.storage.rundir import FILES as RUN_FILES
 from fedrun.storage.rundir import RunDir, note_before_attempt
@@ -41,7 +38,7 @@ from fedrun.storage.rundir import RunDir, note_before_attempt
 # The only code a composed config may name: Hydra's own launchers and sweepers (Hydra itself allows no
 # other plugin module), Optuna's samplers, and the SQLite helper of conf/hydra/sweeper/optuna_tpe.yaml.
 ALLOWED_TARGETS = (
-    "hydra._internal.core_plugins.",
+    *hydra_patches.HYDRA_OWN_TARGETS,
     "hydra_plugins.",
     "optuna.samplers.",
     "fedrun.cli.main.sqlite_storage",
@@ -128,7 +125,7 @@ def _values(o: Override) -> Iterator[Any]:
 
 
 def _options(loader: ConfigLoaderImpl, group: str) -> str:
-    return ", ".join(loader.repository.get_group_options(group, results_filter=ObjectType.CONFIG))
+    return ", ".join(hydra_patches.group_options(loader, group))
 
 
 def _check_option(loader: ConfigLoaderImpl, group: str, option: Any) -> None:
@@ -140,7 +137,7 @@ def _check_option(loader: ConfigLoaderImpl, group: str, option: Any) -> None:
         for item in option:
             _check_option(loader, group, item)
             # Hydra names a missing option of a list (tracking=[foo]) without the valid ones
-            if not loader.repository.config_exists(f"{group}/{item}.yaml"):
+            if not hydra_patches.config_exists(loader, f"{group}/{item}.yaml"):
                 raise ConfigError(group, f"unknown option {shorten(str(item))!r}; valid: {_options(loader, group)}")
         return
     text = str(option)
@@ -158,7 +155,7 @@ def check_overrides(loader: ConfigLoaderImpl, parsed: list[Override]) -> None:
     """Refuse, before Hydra reads a file: a group option that is a path or null, the deletion of a setting."""
     for o in parsed:
         key = o.key_or_group
-        if loader.repository.group_exists(key):
+        if hydra_patches.group_exists(loader, key):
             if o.is_delete():
                 if key in REQUIRED_GROUPS:
                     raise ConfigError(key, f"cannot be removed (every run needs one); valid: {_options(loader, key)}")
@@ -234,8 +231,9 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
     where = ("hydra.run.dir",) if run_mode == RunMode.RUN else ("hydra.sweep.dir", "hydra.sweep.subdir")
     for key in where:
         try:
-            value = OmegaConf.select(cfg, key) if key != "hydra.sweep.subdir" else cfg.hydra.sweep._get_node("subdir")
-            text = "" if value is None else str(value._value() if key == "hydra.sweep.subdir" else value)
+            # the subdir as written: resolved only when Hydra numbers the job (${hydra.job.num})
+            value = OmegaConf.select(cfg, key) if key != "hydra.sweep.subdir" else hydra_patches.raw_value(cfg, key)
+            text = "" if value is None else str(value)
         except OmegaConfBaseException as e:
             raise ConfigError(key, str(e).splitlines()[0]) from None
         if not text.strip():
@@ -273,7 +271,7 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
                         f"is set by the {group} option, not overridden: use {group}={shorten(str(value))}"
                         f" (now {group}={choices.get(group)})",
                     )
-        if isinstance(config_node(cfg, key), BooleanNode):
+        if hydra_patches.is_boolean_field(cfg, key):
             for value in _values(o):
                 if value is not None and not isinstance(value, bool):
                     raise ConfigError(key, f"expected true or false, got {shorten(repr(value))}")

@@ -372,19 +372,18 @@ def _section(cls: type, node: Any, prefix: str) -> Any:
     return build_params(cls, dict(node or {}), prefix, ignore=())
 
 
-def config_node(cfg: DictConfig, key: str) -> Any:
-    """The node at the dotted ``key``, its interpolations unresolved; None when a part is missing."""
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
+def _raw_value(cfg: DictConfig, key: str) -> Any:
+    """The value at ``key`` (``fl.lr``, ``model.hidden[0]``) as written, its interpolation unresolved; None when a
+    part is missing (OmegaConf's public API: the unresolved container, walked)."""
+    node: Any = OmegaConf.to_container(cfg, resolve=False)
+    for part in re.findall(r"[^.\[\]]+", key):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
             return None
-        node = node._get_node(part)
     return node
-
-
-def _raw_node_value(cfg: DictConfig, key: str) -> Any:
-    node = config_node(cfg, key)
-    return node._value() if node is not None else None
 
 
 def resolve(cfg: DictConfig) -> dict[str, Any]:
@@ -395,7 +394,7 @@ def resolve(cfg: DictConfig) -> dict[str, Any]:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "config"
         why = re.sub(r"^While dereferencing interpolation '.*?': ", "", str(e).splitlines()[0])
-        value = _raw_node_value(cfg, key)
+        value = _raw_value(cfg, key)
         shown = f"cannot resolve {value!r}: " if isinstance(value, str) and "${" in value else ""
         raise ConfigError(key, f"{shown}{why}") from None
 
