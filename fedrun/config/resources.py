@@ -111,7 +111,7 @@ def _client_state(algorithm: type, params: dict[str, Any]) -> int:
     import torch
 
     try:
-        state = object.__new__(algorithm).client_init(params)
+        state: Any = object.__new__(algorithm).client_init(params)
     except Exception:  # noqa: BLE001 - a method whose state needs its set-up: not counted
         return 0
     leaves: list[Any] = [state]
