@@ -18,6 +18,7 @@ import logging
 import logging.handlers
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -103,16 +104,28 @@ def _needs_quotes(line: str, char: str) -> str:
     )
 
 
-def command_imports(args: list[str]) -> list[str]:
+def command_imports(args: list[str] | None = None) -> list[str]:
     """The modules a command line names in its ``imports=[...]`` (also ``+imports=``, ``++imports=``, and each
     value of a sweep over it): the only modules a run imports (fedrun/config/imports.py). A config file's or a
-    run dir's ``imports`` names none."""
+    run dir's ``imports`` names none. ``args``: the command line; by default the job's overrides as Hydra
+    recorded them (also in a launcher's worker process, whose own ``sys.argv`` is not fedrun's), else
+    ``sys.argv``."""
+    if args is None:
+        args = _job_overrides()
     named: list[str] = []
     for line in args:
         if line.lstrip("+").startswith("imports="):
             for value in _values(parse([line.lstrip("+")])[0]):
                 named += [str(v) for v in value] if isinstance(value, list) else [str(value)]
     return named
+
+
+def _job_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return [str(o) for o in HydraConfig.get().overrides.task]
+    return sys.argv[1:]
 
 
 def _values(o: Override) -> Iterator[Any]:

@@ -242,7 +242,7 @@ def execute(cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, lab
                     f"{run_dir} is not empty and holds no fedrun run, so fedrun leaves it as it is;"
                     " valid: a new or empty directory, or one of a fedrun run",
                 )
-            spec = validate(cfg, imports=compose_checks.command_imports(sys.argv[1:]))
+            spec = validate(cfg, imports=compose_checks.command_imports())
             spec.data.params.root = to_absolute_path(spec.data.params.root)
             spec.cache_dir = to_absolute_path(spec.cache_dir) if spec.cache_dir else None
             if multirun:
