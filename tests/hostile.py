@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fedrun.cli import hydra_patches
 from tests.conftest import dir_snapshot, main_exit_code
 
 # a run of about a second: 300 Fashion-MNIST images, 4 clients, one round
@@ -50,10 +51,17 @@ def snapshot(p: Path) -> object:
 
 
 def completed_run(where: Path, *overrides: str) -> Path:
-    """A completed run of TINY (plus ``overrides``) at ``where`` (for module-scoped fixtures)."""
+    """A completed run of TINY (plus ``overrides``) at ``where`` (for module-scoped fixtures: Hydra's patches are
+    put back after it, as tests/conftest.py does after each test, so they do not leak into later test modules)."""
+    restore = hydra_patches.saved()
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(where.parent)
-        code = main_exit_code(mp, ["fedrun", *TINY, *overrides, f"hydra.run.dir={where}", f"cache_dir={where}.cache"])
+        try:
+            code = main_exit_code(
+                mp, ["fedrun", *TINY, *overrides, f"hydra.run.dir={where}", f"cache_dir={where}.cache"]
+            )
+        finally:
+            restore()
     assert code == 0
     assert json.loads((where / "summary.json").read_text())["status"] == "completed"
     return where

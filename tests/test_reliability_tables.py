@@ -12,7 +12,8 @@ PAGE = REPO / "docs" / "reliability-tables.md"
 # the red team's categories (issue 22), in the page's order
 CATEGORIES = (
     "traversal", "symlink", "resume", "report", "yaml-bomb", "lock", "sweep-signal", "extend", "proxy",
-    "zero-client", "names", "limits", "numeric", "data-keys", "concurrency", "trackers",
+    "zero-client", "names", "limits", "numeric", "data-keys", "concurrency", "foreign-files", "trackers",
+    "resources", "world-inputs",
 )  # fmt: skip
 ROW = re.compile(r"^\| `([a-z-]+)` \| [^|]+ \| `(tests/[\w/]+\.py)::(\w+)`.*\| (\d+) \|$")
 

@@ -13,24 +13,25 @@ read and :func:`check_composed` before anything is instantiated or written. Each
 
 from __future__ import annotations
 
+import importlib
+import logging
+import logging.handlers
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from omegaconf.nodes import BooleanNode
 
 from fedrun.cli import hydra_patches
 from fedrun.cli.hydra_patches import ConfigLoaderImpl
-from fedrun.config.schema import config_node
 from fedrun.core.errors import ConfigError
 from fedrun.storage.rundir import FILES as RUN_FILES
 from fedrun.storage.rundir import RunDir
@@ -38,7 +39,7 @@ from fedrun.storage.rundir import RunDir
 # The only code a composed config may name: Hydra's own launchers and sweepers (Hydra itself allows no
 # other plugin module), Optuna's samplers, and the SQLite helper of conf/hydra/sweeper/optuna_tpe.yaml.
 ALLOWED_TARGETS = (
-    "hydra._internal.core_plugins.",
+    *hydra_patches.HYDRA_OWN_TARGETS,
     "hydra_plugins.",
     "optuna.samplers.",
     "fedrun.cli.main.sqlite_storage",
@@ -48,6 +49,9 @@ FEDRUN_CALLBACKS = {"fedrun_sweep": "fedrun.cli.sweeps.SweepCallback"}
 REQUIRED_GROUPS = ("algorithm", "data", "partition", "model", "hardware")  # a run needs one option of each
 NAMED_GROUPS = ("algorithm", "data", "partition", "model")  # the option's file sets <group>.name
 GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+LOGGING_MODULES = ("logging", "logging.handlers")  # where a logging config's classes come from
+LOGGING_BASES = (logging.Handler, logging.Formatter, logging.Filter)
+EXT_STREAMS = ("ext://sys.stdout", "ext://sys.stderr")  # the ext:// references a logging config may make
 
 
 def shorten(text: str, limit: int = 60) -> str:
@@ -100,6 +104,30 @@ def _needs_quotes(line: str, char: str) -> str:
     )
 
 
+def command_imports(args: list[str] | None = None) -> list[str]:
+    """The modules a command line names in its ``imports=[...]`` (also ``+imports=``, ``++imports=``, and each
+    value of a sweep over it): the only modules a run imports (fedrun/config/imports.py). A config file's or a
+    run dir's ``imports`` names none. ``args``: the command line; by default the job's overrides as Hydra
+    recorded them (also in a launcher's worker process, whose own ``sys.argv`` is not fedrun's), else
+    ``sys.argv``."""
+    if args is None:
+        args = _job_overrides()
+    named: list[str] = []
+    for line in args:
+        if line.lstrip("+").startswith("imports="):
+            for value in _values(parse([line.lstrip("+")])[0]):
+                named += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return named
+
+
+def _job_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return [str(o) for o in HydraConfig.get().overrides.task]
+    return sys.argv[1:]
+
+
 def _values(o: Override) -> Iterator[Any]:
     """The values an override sets: one, or each of a choice/range sweep (none for an Optuna interval)."""
     if o.is_sweep_override():
@@ -110,7 +138,7 @@ def _values(o: Override) -> Iterator[Any]:
 
 
 def _options(loader: ConfigLoaderImpl, group: str) -> str:
-    return ", ".join(loader.repository.get_group_options(group, results_filter=ObjectType.CONFIG))
+    return ", ".join(hydra_patches.group_options(loader, group))
 
 
 def _check_option(loader: ConfigLoaderImpl, group: str, option: Any) -> None:
@@ -122,7 +150,7 @@ def _check_option(loader: ConfigLoaderImpl, group: str, option: Any) -> None:
         for item in option:
             _check_option(loader, group, item)
             # Hydra names a missing option of a list (tracking=[foo]) without the valid ones
-            if not loader.repository.config_exists(f"{group}/{item}.yaml"):
+            if not hydra_patches.config_exists(loader, f"{group}/{item}.yaml"):
                 raise ConfigError(group, f"unknown option {shorten(str(item))!r}; valid: {_options(loader, group)}")
         return
     text = str(option)
@@ -140,7 +168,7 @@ def check_overrides(loader: ConfigLoaderImpl, parsed: list[Override]) -> None:
     """Refuse, before Hydra reads a file: a group option that is a path or null, the deletion of a setting."""
     for o in parsed:
         key = o.key_or_group
-        if loader.repository.group_exists(key):
+        if hydra_patches.group_exists(loader, key):
             if o.is_delete():
                 if key in REQUIRED_GROUPS:
                     raise ConfigError(key, f"cannot be removed (every run needs one); valid: {_options(loader, key)}")
@@ -179,8 +207,30 @@ def check_no_code(cfg: DictConfig) -> None:
             why = "is not a Hydra plugin (a config never runs code)"
             raise ConfigError(path, f"refused: {shorten(str(value))!r} {why}")
         if path.startswith(("hydra.job_logging", "hydra.hydra_logging")):
-            if leaf == "()" or (leaf == "class" and not str(value).startswith("logging.")):
-                raise ConfigError(path, f"refused: {shorten(str(value))!r} (logging classes come from logging.*)")
+            check_logging_value(path, leaf, value)
+
+
+def logging_class(text: str) -> type | None:
+    """The class a logging config's ``class: <text>`` names when it is one of the logging package's handlers,
+    formatters or filters (``logging.StreamHandler``, ``logging.handlers.RotatingFileHandler``); else None. The
+    name is resolved, not matched by prefix: ``logging.os.system`` is ``os.system``."""
+    module, _, name = text.rpartition(".")
+    if module not in LOGGING_MODULES or not name.isidentifier():
+        return None
+    obj = getattr(importlib.import_module(module), name, None)
+    ok = isinstance(obj, type) and issubclass(obj, LOGGING_BASES) and obj.__module__ in LOGGING_MODULES
+    return obj if ok else None
+
+
+def check_logging_value(path: str, leaf: str, value: Any) -> None:
+    """Refuse what makes Python's logging config run code: a factory (``()``), a ``class`` that is not one of
+    the logging package's own, an ``ext://`` reference (dictConfig imports its module) other than the streams."""
+    if leaf == "()" or (leaf == "class" and logging_class(str(value)) is None):
+        why = "a logging config names only the logging package's handler, formatter and filter classes"
+        raise ConfigError(path, f"refused: {shorten(str(value))!r} ({why}, e.g. logging.StreamHandler)")
+    if isinstance(value, str) and value.strip().startswith("ext://") and value.strip() not in EXT_STREAMS:
+        why = f"dictConfig would import its module; valid: {', '.join(EXT_STREAMS)}"
+        raise ConfigError(path, f"refused: {shorten(value)!r} ({why})")
 
 
 def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -> None:
@@ -194,8 +244,9 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
     where = ("hydra.run.dir",) if run_mode == RunMode.RUN else ("hydra.sweep.dir", "hydra.sweep.subdir")
     for key in where:
         try:
-            value = OmegaConf.select(cfg, key) if key != "hydra.sweep.subdir" else cfg.hydra.sweep._get_node("subdir")
-            text = "" if value is None else str(value._value() if key == "hydra.sweep.subdir" else value)
+            # the subdir as written: resolved only when Hydra numbers the job (${hydra.job.num})
+            value = OmegaConf.select(cfg, key) if key != "hydra.sweep.subdir" else hydra_patches.raw_value(cfg, key)
+            text = "" if value is None else str(value)
         except OmegaConfBaseException as e:
             raise ConfigError(key, str(e).splitlines()[0]) from None
         if not text.strip():
@@ -233,7 +284,7 @@ def check_composed(cfg: DictConfig, parsed: list[Override], run_mode: RunMode) -
                         f"is set by the {group} option, not overridden: use {group}={shorten(str(value))}"
                         f" (now {group}={choices.get(group)})",
                     )
-        if isinstance(config_node(cfg, key), BooleanNode):
+        if hydra_patches.is_boolean_field(cfg, key):
             for value in _values(o):
                 if value is not None and not isinstance(value, bool):
                     raise ConfigError(key, f"expected true or false, got {shorten(repr(value))}")

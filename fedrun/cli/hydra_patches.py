@@ -11,13 +11,23 @@ Hydra offers no public hook for what fedrun needs, so it replaces, calls or reco
 - ``hydra.core.utils._save_config(cfg, filename, output_dir)``: the frame that writes the job's ``.hydra/*.yaml``
   record, so a failed write of it names its file (:func:`hydra_record_in`).
 
-These may change in any hydra-core release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE` and
-tests/cli/test_hydra_patches.py fails on an installed version outside it or on a changed signature of any of the
-four. Only the patching lives here; what the patches do stays with their callers.
+It also reads, for fedrun's checks, what Hydra and OmegaConf keep private: the config repository of Hydra's
+loader (:func:`group_options`, :func:`group_exists`, :func:`config_exists`: compose_checks.py), a config node's
+unresolved value and type (OmegaConf's ``_get_node``/``_value``: :func:`raw_value`, :func:`is_boolean_field`), and
+the private class paths of Hydra's own sweeper and launcher (:func:`is_basic_sweeper`, :func:`is_basic_launcher`:
+the sweep console and the failed-job count of fedrun/cli/sweeps.py, and the targets a config may name).
+
+These may change in any hydra-core or omegaconf release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE`
+and tests/cli/test_hydra_patches.py fails on an installed version outside it, on a changed signature of any of the
+four, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
+scans imports, attributes and strings). An accessor whose private name is gone raises
+:class:`HydraInternalsChanged` instead of answering "no": a sweep's console and its failed-job count never switch
+off silently after an upgrade. Only the patching lives here; what the patches do stays with their callers.
 """
 
 from __future__ import annotations
 
+import importlib
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -26,15 +36,27 @@ from typing import Any
 
 import hydra._internal.utils as hydra_utils
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
+from omegaconf.nodes import BooleanNode
 
 __all__ = [
     "HYDRA_CORE",
+    "HYDRA_OWN_TARGETS",
     "ConfigLoaderImpl",
+    "HydraInternalsChanged",
     "around_composition",
+    "config_exists",
+    "group_exists",
+    "group_options",
+    "is_basic_launcher",
+    "is_basic_sweeper",
+    "is_boolean_field",
+    "raw_value",
     "hydra_record_in",
     "report_with",
     "saved",
@@ -42,6 +64,7 @@ __all__ = [
 ]
 
 HYDRA_CORE = ">=1.3.2,<1.4"  # the versions these patches were checked on; pyproject.toml's dependency says the same
+HYDRA_OWN_TARGETS = ("hydra._internal.core_plugins.",)  # where Hydra's own launchers and sweepers live
 
 # around(loader, overrides, run_mode, compose) -> the composed config; compose() runs Hydra's own composition
 Around = Callable[[ConfigLoaderImpl, list[str], RunMode, Callable[[], DictConfig]], DictConfig]
@@ -102,3 +125,90 @@ def hydra_record_in(tb: TracebackType | None) -> Path | None:
     if not saving:
         return None
     return Path(saving[-1].f_locals["output_dir"]) / str(saving[-1].f_locals["filename"])
+
+
+class HydraInternalsChanged(RuntimeError):
+    """A private name of Hydra or OmegaConf that fedrun reads is gone (an upgrade outside :data:`HYDRA_CORE`)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what}: the installed hydra-core/omegaconf changed a private name fedrun reads;"
+            f" fedrun/cli/hydra_patches.py needs updating (checked on hydra-core{HYDRA_CORE})"
+        )
+
+
+def _private(obj: Any, name: str) -> Any:
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise HydraInternalsChanged(f"{type(obj).__name__}.{name}") from None
+
+
+def group_options(loader: ConfigLoaderImpl, group: str) -> list[str]:
+    """The options of config group ``group`` in the loader's search path (``algorithm`` -> ``[fedavg, ...]``)."""
+    return list(_private(loader, "repository").get_group_options(group, results_filter=ObjectType.CONFIG))
+
+
+def group_exists(loader: ConfigLoaderImpl, group: str) -> bool:
+    """Whether ``group`` is a config group of the loader's search path."""
+    return bool(_private(loader, "repository").group_exists(group))
+
+
+def config_exists(loader: ConfigLoaderImpl, path: str) -> bool:
+    """Whether the config file ``path`` (``tracking/mlflow.yaml``) is in the loader's search path."""
+    return bool(_private(loader, "repository").config_exists(path))
+
+
+def _node(cfg: DictConfig, key: str) -> Any:
+    """OmegaConf's node at the dotted ``key`` (its interpolations unresolved); None when a part is missing."""
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return None
+        node = _private(node, "_get_node")(part)
+    return node
+
+
+def raw_value(cfg: DictConfig, key: str) -> Any:
+    """The value at the dotted ``key`` as written, an interpolation unresolved (``${hydra.job.num}``); None when a
+    part is missing."""
+    node = _node(cfg, key)
+    if node is None or isinstance(node, DictConfig | ListConfig):
+        return node
+    return _private(node, "_value")()
+
+
+def is_boolean_field(cfg: DictConfig, key: str) -> bool:
+    """Whether the dotted ``key`` is a boolean field of the composed schema (``output.plots``)."""
+    return isinstance(_node(cfg, key), BooleanNode)
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _names_class(target: Any, cls: type) -> bool:
+    """Whether the ``_target_`` string ``target`` names ``cls``: by its path, or by another path of Hydra's that
+    resolves to it; a path under Hydra's plugins that no longer resolves raises (an upgrade moved it)."""
+    if not isinstance(target, str):
+        return False
+    if target == _class_path(cls):
+        return True
+    if not target.startswith(HYDRA_OWN_TARGETS):
+        return False
+    module, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name) is cls
+    except (ImportError, AttributeError):
+        raise HydraInternalsChanged(f"{target} (named by the composed config)") from None
+
+
+def is_basic_sweeper(target: Any) -> bool:
+    """Whether ``hydra.sweeper._target_`` is Hydra's basic sweeper (fedrun numbers and counts its jobs)."""
+    return _names_class(target, BasicSweeper)
+
+
+def is_basic_launcher(target: Any) -> bool:
+    """Whether ``hydra.launcher._target_`` is Hydra's basic launcher (its jobs run in this process: the live
+    console of fedrun/cli/sweeps.py)."""
+    return _names_class(target, BasicLauncher)

@@ -227,6 +227,7 @@ def execute(
         absolute=to_absolute_path,
         echo=sweeps.round_echo(name) if multirun else None,
         wait=waiting(name) if multirun else None,
+        imports=compose_checks.command_imports(),
     )
     tell(result, run_dir, multirun, name)
     if multirun and result.outcome is Outcome.INTERRUPTED:

@@ -17,6 +17,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from fedrun.cli import hydra_patches
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
 from fedrun.report.sweep_console import Job, SweepConsole, table_command
@@ -25,8 +26,6 @@ from fedrun.run.sweep_index import folder_counts, job_status
 from fedrun.storage.status import Status
 
 RESOLVER = "fedrun.job_dir"  # conf/config.yaml: hydra.sweep.subdir: ${fedrun.job_dir:}
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 def varying_keys(overrides: Iterable[str], params: dict[str, Any] | None = None) -> list[str]:
@@ -53,7 +52,7 @@ def sweep_varying(root: DictConfig) -> list[str]:
     params = OmegaConf.select(root, "hydra.sweeper.params")
     params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
     command: list[str] = []
-    if OmegaConf.select(root, "hydra.sweeper._target_") == BASIC_SWEEPER:
+    if hydra_patches.is_basic_sweeper(OmegaConf.select(root, "hydra.sweeper._target_")):
         saved = Path(str(root.hydra.sweep.dir)) / "multirun.yaml"
         try:
             multirun = load_yaml(saved.read_text(), str(saved), plain=True)
@@ -150,12 +149,10 @@ def planned_jobs(config: DictConfig) -> int | None:
     """How many jobs the multirun composed as ``config`` launches: the basic sweeper's cartesian product, Optuna's
     ``n_trials``; None when not known."""
     sweeper = OmegaConf.select(config, "hydra.sweeper._target_")
-    if sweeper != BASIC_SWEEPER:
+    if not hydra_patches.is_basic_sweeper(sweeper):
         trials = OmegaConf.select(config, "hydra.sweeper.n_trials")
         return trials if isinstance(trials, int) else None
     from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from fedrun.cli import hydra_patches
 
     params = OmegaConf.select(config, "hydra.sweeper.params")
     space = OmegaConf.to_container(params) if isinstance(params, DictConfig) else {}
@@ -184,7 +181,7 @@ class SweepCallback(Callback):
         self.pid = os.getpid()
         self.sweep_dir = str(config.hydra.sweep.dir)
         self.total = planned_jobs(config)
-        in_process = OmegaConf.select(config, "hydra.launcher._target_") == BASIC_LAUNCHER
+        in_process = hydra_patches.is_basic_launcher(OmegaConf.select(config, "hydra.launcher._target_"))
         console = SweepConsole(self.sweep_dir, self.total, live=None if in_process else False)
         if in_process:
             _ACTIVE = console

@@ -9,13 +9,10 @@ any work with one line naming the field.
 from __future__ import annotations
 
 import functools
-import importlib
 import math
-import os
 import re
-import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from fedrun.config.imports import load_imports, not_imported_hint
 from fedrun.config.registry import (
     ALGORITHMS,
     DATASETS,
@@ -36,6 +34,7 @@ from fedrun.config.registry import (
     positive,
     schema_of,
 )
+from fedrun.config.resources import check_resources
 from fedrun.core.errors import ConfigError
 from fedrun.storage.tracking import TRACKERS, TrackingSection, require_trackers
 
@@ -418,42 +417,18 @@ def _hardware(node: Any) -> HardwareConfig:
     return hw
 
 
-MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
-
-
-def load_imports(modules: Any) -> None:
-    """Import ``imports`` (the user's modules, e.g. ``[mypkg.algo]``) so that the components they register
-    (``@ALGORITHMS.register(...)``) exist before validation. Names are dotted module names looked up on
-    ``sys.path`` and, after it, in the current directory (as ``python -m`` would); never file paths."""
-    if not modules:
-        return
-    if not isinstance(modules, list):
-        raise ConfigError("imports", f"expected a list of module names, got {modules!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    for i, name in enumerate(modules):
-        if not isinstance(name, str) or not MODULE_NAME.match(name):
-            raise ConfigError(f"imports[{i}]", f"{name!r} is not a module name (dotted, like mypkg.algo)")
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # noqa: BLE001 - the user's module: name it and why, in one line
-            why = str(e).splitlines()[0] if str(e) else ""
-            raise ConfigError(f"imports[{i}]", f"cannot import {name!r}: {type(e).__name__}: {why}") from None
-
-
-def config_node(cfg: DictConfig, key: str) -> Any:
-    """The node at the dotted ``key``, its interpolations unresolved; None when a part is missing."""
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
+def _raw_value(cfg: DictConfig, key: str) -> Any:
+    """The value at ``key`` (``fl.lr``, ``model.hidden[0]``) as written, its interpolation unresolved; None when a
+    part is missing (OmegaConf's public API: the unresolved container, walked)."""
+    node: Any = OmegaConf.to_container(cfg, resolve=False)
+    for part in re.findall(r"[^.\[\]]+", key):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
             return None
-        node = node._get_node(part)
     return node
-
-
-def _raw_node_value(cfg: DictConfig, key: str) -> Any:
-    node = config_node(cfg, key)
-    return node._value() if node is not None else None
 
 
 def resolve(cfg: DictConfig) -> dict[str, Any]:
@@ -464,7 +439,7 @@ def resolve(cfg: DictConfig) -> dict[str, Any]:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "config"
         why = re.sub(r"^While dereferencing interpolation '.*?': ", "", str(e).splitlines()[0])
-        value = _raw_node_value(cfg, key)
+        value = _raw_value(cfg, key)
         shown = f"cannot resolve {value!r}: " if isinstance(value, str) and "${" in value else ""
         raise ConfigError(key, f"{shown}{why}") from None
 
@@ -580,10 +555,23 @@ def check_model_fits_data(spec: RunSpec) -> None:
     )
 
 
-def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
-    """Check every field and build the typed run spec; raises ConfigError naming the first bad field."""
+def validate(cfg: DictConfig | dict[str, Any], imports: Collection[str] = ()) -> RunSpec:
+    """Check every field and build the typed run spec; raises ConfigError naming the first bad field.
+
+    ``imports``: the modules the current command named itself (fedrun's command line). Of the config's own
+    ``imports`` only these are imported (fedrun/config/imports.py): a config file or a run dir never runs code.
+    """
     raw = resolve(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
-    load_imports(raw.get("imports"))
+    skipped = load_imports(raw.get("imports"), imports)
+    try:
+        return _validated(raw)
+    except ConfigError as e:
+        if not skipped:
+            raise
+        raise ConfigError(e.field, e.message + not_imported_hint(skipped)) from None
+
+
+def _validated(raw: dict[str, Any]) -> RunSpec:
     spec = RunSpec(
         algorithm=_component("algorithm", ALGORITHMS, raw.get("algorithm")),
         data=_component("data", DATASETS, raw.get("data")),
@@ -612,5 +600,6 @@ def validate(cfg: DictConfig | dict[str, Any]) -> RunSpec:
     if extra:
         raise ConfigError(sorted(extra)[0], "unknown top-level key")
     check_step_scalars(spec)
+    check_resources(spec)  # before the fit check, which may build the model on CPU
     check_model_fits_data(spec)
     return spec

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from fedrun.core import omegaconf_private
 from fedrun.core.errors import ConfigError
 
 MAX_ALIAS_NODES = 10_000  # nodes that aliases may add to a document (a config has a few dozen, if any)
@@ -97,9 +98,7 @@ def load_yaml(text: str, source: str, plain: bool = False) -> Any:
     """``text`` (the YAML file ``source``) as plain Python objects, the way OmegaConf parses YAML (``plain``: as
     ``yaml.safe_load`` does), with its aliases bounded (:class:`YamlBomb`); malformed YAML is a ConfigError
     naming ``source``, too."""
-    from omegaconf import _utils
-
-    loader = yaml.SafeLoader if plain else getattr(_utils.get_yaml_loader, "__wrapped__", _utils.get_yaml_loader)()
+    loader = yaml.SafeLoader if plain else omegaconf_private.yaml_loader()
     try:
         return yaml.load(text, Loader=bounded(loader))  # noqa: S506 - a SafeLoader
     except YamlBomb as e:
@@ -111,14 +110,10 @@ def load_yaml(text: str, source: str, plain: bool = False) -> Any:
 def install() -> None:
     """Make OmegaConf (and Hydra, which loads config files through ``OmegaConf.load``) parse YAML with
     :func:`bounded` loaders. Idempotent."""
-    import omegaconf.basecontainer
-    from omegaconf import _utils
-
-    original = getattr(_utils.get_yaml_loader, "__wrapped__", _utils.get_yaml_loader)
+    original = omegaconf_private.original_yaml_loader_factory()
 
     def get_yaml_loader() -> Any:
         return bounded(original())
 
     get_yaml_loader.__wrapped__ = original  # type: ignore[attr-defined]
-    _utils.get_yaml_loader = get_yaml_loader
-    omegaconf.basecontainer.get_yaml_loader = get_yaml_loader
+    omegaconf_private.replace_yaml_loader_factory(get_yaml_loader)

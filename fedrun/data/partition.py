@@ -92,15 +92,30 @@ def make_partition(
     if path is not None and path.is_file():
         cached = _load_cached(path, key, len(data.train), n_clients)
         if cached is not None:
-            return cached
+            return check_federation(cached, name)
     parts = fn(partition_input(data), n_clients, params, np_rng(seed, "partition"))
     if len(parts) != n_clients:
         raise ConfigError("fl.clients", f"partition {name} produced {len(parts)} clients, expected {n_clients}")
-    parts = [np.asarray(p, dtype=np.int64) for p in parts]
+    parts = check_federation([np.asarray(p, dtype=np.int64) for p in parts], name)
     if path is not None:
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
         flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         write_cache(path, lambda tmp: np.savez(tmp, indices=flat, offsets=offsets, key=json.dumps(key)))
+    return parts
+
+
+def check_federation(parts: list[np.ndarray], name: str) -> list[np.ndarray]:
+    """``parts``, refused when its clients hold fewer training samples than there are clients: a federation that
+    cannot train (``partition=natural`` picks clients whose samples a subset cap, ``data.max_train_samples``,
+    may have cut to none; every other partition gives each client a sample)."""
+    held, empty = sum(len(p) for p in parts), sum(1 for p in parts if not len(p))
+    if held < len(parts):
+        raise ConfigError(
+            "data.max_train_samples",
+            f"the {len(parts)} clients of partition={name} hold {held} training samples ({empty} of them none),"
+            " fewer than one per client; valid: a larger data.max_train_samples (or, for partition=natural,"
+            " partition.choose=largest)",
+        )
     return parts
 
 

@@ -14,8 +14,7 @@ import os
 import time
 from typing import Any
 
-import torch
-
+THREADS_PER_CORE = 8  # hardware.threads above this many per CPU (and above 64) only oversubscribes the cores
 _CHOICE: dict[str, Any] = {}  # once per process: a sweep's jobs in one process share the measurement
 
 
@@ -25,6 +24,12 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+def max_threads() -> int:
+    """The most torch threads a run may ask for: :data:`THREADS_PER_CORE` per CPU of the machine, at least 64.
+    Each thread reserves its stack: 100,000 of them ended a run in a bare ``MemoryError``."""
+    return max(64, THREADS_PER_CORE * (os.cpu_count() or 1))
 
 
 def busy_cores(sample_s: float = 0.3) -> float:
@@ -56,6 +61,8 @@ def choose_threads(cores: int, busy: float) -> int:
 def apply_threads(configured: int, pinned: int | None = None) -> dict[str, Any]:
     """Set torch's intra-op threads: ``configured`` when > 0, else ``pinned`` (the count a resumed run recorded),
     else :func:`choose_threads` on a measurement. Returns what summary.json records."""
+    import torch  # here: validation asks max_threads() without importing torch
+
     if configured > 0 or pinned:
         n = configured if configured > 0 else int(pinned or 1)
         torch.set_num_threads(n)

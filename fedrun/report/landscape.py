@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrun.core.errors import ConfigError, DataError
+from fedrun.core.errors import ConfigError, DataError, ResumeError
 from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
 from fedrun.report.collect import run_labels
 from fedrun.report.provenance import run_dirs_note
@@ -170,15 +170,30 @@ def scan_notice(models: list[Path], scored_on: str | None) -> str:
     return "; ".join(p for p in parts if p)
 
 
+def _model_params(path: Path) -> Any:
+    """The global parameters saved in the checkpoint of ``path`` (run dir or file); DataError naming it when they
+    are not ``{name: tensor}`` (a damaged or foreign checkpoint), ResumeError when the file is refused."""
+    import torch
+
+    from fedrun.report.saved_runs import checkpoint_path
+    from fedrun.run.checkpoint import load_checkpoint
+
+    where = checkpoint_path(path)
+    params = load_checkpoint(where).params
+    if not isinstance(params, dict) or not all(isinstance(v, torch.Tensor) for v in params.values()):
+        raise DataError(f"{where}: damaged checkpoint (its params are not named tensors)")
+    return dict(params)
+
+
 def _scan_models(args: argparse.Namespace) -> str:
     """Run the line/plane/landscape scan of ``args``; returns what was written."""
     from fedrun.metrics.landscape import grid_scan, line_scan, plane_axes, plane_through, random_plane
-    from fedrun.report.saved_runs import eval_set, load_params, load_spec
+    from fedrun.report.saved_runs import eval_set, load_spec
 
     names = run_labels(args.models)  # by method (and what tells runs of one method apart), not job number
     es = eval_set(load_spec(args.models[0]), args.split, args.max_samples, args.client, args.device)
     notice = scan_notice(args.models, es.standin)
-    params = [es.check(load_params(m), str(m)) for m in args.models]
+    params = [es.check(_model_params(m), str(m)) for m in args.models]
     score = es.evaluator(args.batch_size)
     where = f"client {args.client}" if args.client is not None else args.split
     title = f"{where}, {len(es.split)} samples"
@@ -219,7 +234,7 @@ def main(argv: list[str]) -> int:
             written = str(out)
         else:
             written = _scan_models(args)
-    except (DataError, ConfigError, ValueError) as e:
+    except (DataError, ConfigError, ResumeError, ValueError, OSError) as e:  # ResumeError: a refused checkpoint
         print(f"fedrun-report {args.command}: error: {e}", file=sys.stderr)
         return 2
     print(f"written: {written}")

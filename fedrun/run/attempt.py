@@ -20,7 +20,7 @@ import errno
 import os
 import signal
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -79,6 +79,7 @@ def attempt(
     absolute: Callable[[str], str] = os.path.abspath,
     echo: str | None = None,
     wait: Callable[[int], None] | None = None,
+    imports: Collection[str] = (),
 ) -> AttemptResult:
     """Validate ``cfg`` (a composed config, or its mapping), then start, continue, extend or skip the run in
     ``run_dir``; how it ended.
@@ -86,7 +87,9 @@ def attempt(
     ``record``: the folder of Hydra's record of this job (``.hydra``), written for this attempt before it began;
     ``absolute``: how a relative data or cache path is made absolute (Hydra's original working directory);
     ``echo``: the label the run's log lines are echoed to stderr with (a launcher's job); ``wait``: wait for a run
-    directory another process holds (``wait(pid)`` says so) instead of :attr:`Outcome.BUSY`.
+    directory another process holds (``wait(pid)`` says so) instead of :attr:`Outcome.BUSY`; ``imports``: the
+    modules the current command named (``imports=[...]``), the only ones validation imports (a run dir's own
+    ``imports`` never are: fedrun/config/imports.py).
     """
     rd = RunDir(run_dir, record=record)
     after = SWEEP_AFTER if multirun else RUN_AFTER
@@ -97,7 +100,8 @@ def attempt(
     with contextlib.ExitStack() as held:  # the run dir's lock, once taken, is held until the outcome is recorded
         try:
             with interrupts(label or str(run_dir), after, on_exit=interrupted):
-                return _attempt(rd, cfg, multirun, absolute, echo, lambda: held.enter_context(rd.lock(wait)))
+                lock = lambda: held.enter_context(rd.lock(wait))  # noqa: E731
+                return _attempt(rd, cfg, multirun, absolute, echo, lock, imports)
         except RunDirBusy as e:
             return AttemptResult(Outcome.BUSY, message=str(e))
         except (ConfigError, DataError, ResumeError) as e:
@@ -120,6 +124,7 @@ def _attempt(
     absolute: Callable[[str], str],
     echo: str | None,
     lock: Callable[[], object],
+    imports: Collection[str],
 ) -> AttemptResult:
     """:func:`attempt` inside its interrupt handling: the checks, the lock (``lock()`` takes it, for the rest of the
     attempt), then the skip or the run."""
@@ -131,7 +136,7 @@ def _attempt(
             f"{rd.path} is not empty and holds no fedrun run, so fedrun leaves it as it is;"
             " valid: a new or empty directory, or one of a fedrun run",
         )
-    spec = validate(cfg)
+    spec = validate(cfg, imports=imports)
     spec.data.params.root = absolute(spec.data.params.root)
     spec.cache_dir = absolute(spec.cache_dir) if spec.cache_dir else None
     if multirun:

@@ -7,6 +7,7 @@ import ast
 import importlib.metadata
 import inspect
 from pathlib import Path
+from typing import Any
 
 import hydra._internal.hydra as hydra_core_hydra
 import hydra._internal.utils as hydra_utils
@@ -87,16 +88,159 @@ def test_patches_install_once_and_are_put_back() -> None:
     assert hydra_utils.run_and_report is original_reporter
 
 
-def test_no_other_module_of_fedrun_touches_hydra_internals() -> None:
-    root = REPO / "fedrun"
-    users = set()
-    for path in root.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if any(n.startswith("hydra._internal") for n in names):
-                users.add(str(Path(path).relative_to(REPO)))
-    assert users == {"fedrun/cli/hydra_patches.py"}
+# OmegaConf's and Hydra's private names fedrun has used or might reach for, read as attributes
+PRIVATE_ATTRIBUTES = {
+    "_get_node", "_value", "_set_value", "_metadata", "_get_full_key", "_get_parent", "_set_parent", "_content",
+    "_is_missing", "_is_none", "_is_interpolation", "_dereference_node", "_maybe_dereference_node", "_get_flag",
+    "_set_flag", "_save_config", "_run_hydra", "repository",
+}  # fmt: skip
+# strings that name a private module or class of Hydra (a _target_ compared as text, an import by name)
+PRIVATE_STRINGS = ("hydra._internal", "hydra.core.utils._", "_get_node", "_value()")
+# the fence: Hydra's and OmegaConf's private names in cli/, OmegaConf's YAML loader for the run-dir readers in core/
+FENCE = ("fedrun/cli/hydra_patches.py", "fedrun/core/omegaconf_private.py")
+
+
+def private_uses(path: Path) -> list[str]:
+    """Every private Hydra/OmegaConf name ``path`` uses: imports of ``hydra._internal`` or of an underscored name
+    of ``hydra``/``omegaconf``, attributes in :data:`PRIVATE_ATTRIBUTES` or underscored attributes of a name
+    bound to those packages, and strings (docstrings aside) naming ``hydra._internal`` and the like."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            names = [f"{module}.{a.name}" if module else a.name for a in node.names]
+            for name in names:
+                root, parts = name.split(".")[0], name.split(".")
+                if root in ("hydra", "omegaconf") and any(p.startswith("_") and not p.startswith("__") for p in parts):
+                    found.append(f"import {name}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in PRIVATE_ATTRIBUTES:
+                found.append(f".{node.attr}")
+            chain = node
+            while isinstance(chain, ast.Attribute):
+                chain = chain.value
+            if (
+                isinstance(chain, ast.Name)
+                and chain.id in ("hydra", "omegaconf")
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                found.append(f"{chain.id}...{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found += [f"{s!r} in a string" for s in PRIVATE_STRINGS if s in node.value]
+    return found
+
+
+def test_no_other_module_of_fedrun_uses_a_private_name_of_hydra_or_omegaconf() -> None:
+    """The fence: imports, attributes and strings; fedrun/cli/hydra_patches.py is the one module that may."""
+    users = {}
+    for path in sorted((REPO / "fedrun").rglob("*.py")):
+        rel = str(path.relative_to(REPO))
+        if rel not in FENCE and private_uses(path):
+            users[rel] = sorted(set(private_uses(path)))
+    assert users == {}
+    assert all(private_uses(REPO / f) for f in FENCE)  # the scan sees what the fence does
+
+
+def test_the_scan_sees_each_way_in(tmp_path: Path) -> None:
+    cases = {
+        "import hydra._internal.utils as u\n": "import hydra._internal.utils",
+        "from hydra.core.utils import _save_config\n": "import hydra.core.utils._save_config",
+        "x = cfg._get_node('a')._value()\n": "._get_node",
+        "ok = loader.repository.group_exists('a')\n": ".repository",
+        "import hydra\nhydra.core.utils._save_config\n": "hydra..._save_config",
+        "T = 'hydra._internal.core_plugins.basic_launcher.BasicLauncher'\n": "'hydra._internal' in a string",
+    }
+    for code, expected in cases.items():
+        f = tmp_path / "m.py"
+        f.write_text(code)
+        assert any(expected in u for u in private_uses(f)), (code, private_uses(f))
+    (tmp_path / "m.py").write_text(
+        '"""Mentions hydra._internal in a docstring."""\nimport hydra\nfrom omegaconf import OmegaConf\n'
+    )
+    assert private_uses(tmp_path / "m.py") == []
+
+
+def _loader() -> ConfigLoaderImpl:
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import initialize_config_dir
+
+    from fedrun.cli.main import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    initialize_config_dir(config_dir=str(CONF_DIR), version_base=None)
+    return GlobalHydra.instance().config_loader()  # type: ignore[return-value]
+
+
+SUBDIR = "${fedrun.job_dir:}"  # conf/config.yaml, as written
+
+
+def test_the_accessors_answer_on_the_installed_hydra() -> None:
+    """Tripwire: each accessor gives the answer fedrun relies on; after an upgrade that moved what it reads this
+    fails here, and at run time the accessor raises (never a quiet False: the sweep console would switch off)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from tests.conftest import compose_cfg
+
+    try:
+        loader = _loader()
+        assert "fedavg" in hydra_patches.group_options(loader, "algorithm")
+        assert hydra_patches.group_exists(loader, "algorithm") and not hydra_patches.group_exists(loader, "nope")
+        assert hydra_patches.config_exists(loader, "algorithm/fedavg.yaml")
+        assert not hydra_patches.config_exists(loader, "algorithm/nope.yaml")
+    finally:
+        GlobalHydra.instance().clear()
+    cfg = compose_cfg([])
+    root = compose_cfg_with_hydra()  # the default sweeper and launcher: Hydra's basic ones, by their private paths
+    assert hydra_patches.is_basic_sweeper(OmegaConf.select(root, "hydra.sweeper._target_"))
+    assert hydra_patches.is_basic_launcher(OmegaConf.select(root, "hydra.launcher._target_"))
+    assert not hydra_patches.is_basic_sweeper("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")
+    assert hydra_patches.raw_value(root, "hydra.sweep.subdir") == SUBDIR  # unresolved
+    assert hydra_patches.is_boolean_field(cfg, "output.plots") and not hydra_patches.is_boolean_field(cfg, "fl.lr")
+    assert hydra_patches.raw_value(cfg, "no.such.key") is None
+
+
+def compose_cfg_with_hydra() -> Any:
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import initialize_config_dir
+
+    from fedrun.cli.main import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            return compose(config_name="config", return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_an_accessor_whose_private_name_is_gone_fails_loudly() -> None:
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg([])
+
+    class Loader:  # a loader of a Hydra without ``repository``
+        pass
+
+    with pytest.raises(hydra_patches.HydraInternalsChanged, match=r"Loader.repository: .*hydra_patches.py"):
+        hydra_patches.group_exists(Loader(), "algorithm")  # type: ignore[arg-type]
+    with pytest.raises(hydra_patches.HydraInternalsChanged, match="hydra_patches.py"):
+        hydra_patches.is_basic_launcher("hydra._internal.core_plugins.basic_launcher_v2.BasicLauncher")
+
+    # what raw_value and is_boolean_field read of a node (OmegaConf's _get_node, _value), gone
+    with pytest.raises(hydra_patches.HydraInternalsChanged, match=r"object._get_node: .*hydra_patches.py"):
+        hydra_patches._private(object(), "_get_node")  # noqa: SLF001
+    assert hydra_patches._private(cfg, "_get_node")("output") is not None  # noqa: SLF001
 
 
 def test_the_record_writer_fedrun_recognises_has_the_name_and_parameters_it_reads(tmp_path: Path) -> None:

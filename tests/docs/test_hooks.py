@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
+pytest.importorskip("mkdocs")  # the docs extra: docs/hooks.py imports it
 _spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
 assert _spec is not None and _spec.loader is not None
 hooks = importlib.util.module_from_spec(_spec)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import ray
 import torch
 
 from fedrun.config.schema import RunSpec
@@ -23,6 +22,8 @@ from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from tests.engines.test_vectorised_engine import SMALL
+
+ray = pytest.importorskip("ray")  # the dist extra
 
 RUN = (*SMALL, "fl.rounds=3", "fl.momentum=0.5", "fl.keep_momentum=true", "checkpoint.every=0")
 TIMINGS = ["round_seconds", "aggregate_seconds", "seconds"]

@@ -76,3 +76,36 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "metrics.csv").write_text("round,test_acc\n1,0.5\n")
     assert main(["coherence", str(tmp_path)]) == 2
     assert "eval.diagnostics=true" in capsys.readouterr().err
+
+
+def _damage(how: str, ck: Path) -> None:
+    if how == "truncated":
+        ck.write_bytes(ck.read_bytes()[:100])
+    elif how == "empty":
+        ck.write_bytes(b"")
+    elif how == "foreign-pickle":
+        torch.save([1, 2, 3], ck)
+    elif how == "params-a-list":
+        state = torch.load(ck, weights_only=True)
+        state["params"] = [torch.zeros(2)]
+        torch.save(state, ck)
+    elif how == "params-not-tensors":
+        state = torch.load(ck, weights_only=True)
+        state["params"] = {k: 1.0 for k in state["params"]}
+        torch.save(state, ck)
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "foreign-pickle", "params-a-list", "params-not-tensors"])
+def test_a_refused_checkpoint_is_one_line(
+    how: str, tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A checkpoint fedrun refuses (truncated, foreign, damaged) ends a scan in one line naming it (issue 32)."""
+    _damage(how, tiny_run / CHECKPOINT_FILE)
+    capsys.readouterr()
+    for command in ("landscape", "line"):
+        models = [str(tiny_run)] * (2 if command == "line" else 1)
+        out = tmp_path / f"{command}.png"
+        assert main([command, *models, "--max-samples", "20", "--points", "2", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"{command}: error: " in err and "checkpoint" in err, err

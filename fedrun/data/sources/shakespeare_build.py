@@ -20,6 +20,8 @@ import json
 import os
 import re
 import sys
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,8 +132,8 @@ def read(folder: Path) -> Roles | None:
         with np.load(folder / "roles.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("lines", "codes", "offsets")}
         names, play_of = meta.pop("names"), meta.pop("plays_of_roles")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error):
+        return None  # e.g. a truncated roles.npz (BadZipFile), a member cut short (EOFError, zlib.error)
     roles = Roles(names, play_of, arrays["lines"], arrays["codes"], arrays["offsets"], meta)
     ok = len(names) == len(play_of) == len(roles.lines) == len(roles.offsets) - 1
     return roles if ok and roles.offsets[-1] == len(roles.codes) else None

