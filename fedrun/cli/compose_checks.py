@@ -123,8 +123,8 @@ def command_imports(args: list[str] | None = None) -> list[str]:
 def _job_overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
-    if HydraConfig.initialized():
-        return [str(o) for o in HydraConfig.get().overrides.task]
+    if HydraConfig.initialized():  # as written: an override's ${...} is the job's to resolve (and name if it fails)
+        return [str(o) for o in OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)]  # type: ignore[union-attr]
     return sys.argv[1:]
 
 
