@@ -85,10 +85,10 @@ def paired_gain(better: dict[int, float], worse: dict[int, float], low: bool) ->
 
 def gain_holds(ours: float, std: float, paper: float) -> bool:
     """Our gain has the paper's sign, and is within the tolerance of the paper's gain or within our spread."""
-    if np.sign(ours) != np.sign(paper):
+    if math.copysign(1, ours) != math.copysign(1, paper) and ours and paper:
         return False
     diff = abs(ours - paper)
-    return diff <= TOLERANCE + 1e-9 or (not math.isnan(std) and diff <= std)
+    return bool(diff <= TOLERANCE + 1e-9 or (not math.isnan(std) and diff <= std))
 
 
 def _label(paper: str, p: pd.Series, b: pd.Series) -> str:

@@ -42,10 +42,11 @@ def mixed(card: pd.DataFrame, records: list[dict[str, Any]]) -> list[str]:
     keys = {r["id"]: k for k, r in enumerate(used, 1)}
     by_id = {r["id"]: r for r in used}
     out = []
+    ran = card[card["records"].map(len) > 0] if not card.empty else card
     for by in (["table", "column"], ["table"]):
-        if card.empty:
+        if ran.empty:
             break
-        for name, grp in card.groupby(by, sort=False):
+        for name, grp in ran.groupby(by, sort=False):
             if by == ["table"] and grp["column"].nunique() < 2:
                 continue
             recs = [by_id[i] for i in dict.fromkeys(r for rs in grp["records"] for r in rs) if i in by_id]
