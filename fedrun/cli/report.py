@@ -472,7 +472,8 @@ def _scorecard(args: argparse.Namespace) -> int:
         runs, source = evidence_runs(), "from the evidence records in fedrun/papers/evidence/"
     card = scorecard(runs, target)
     if args.dirs and card.empty:
-        return _error(f"no run under {', '.join(map(str, args.dirs))} is a cell of {target.name}; valid: runs of its presets")
+        where = ", ".join(map(str, args.dirs))
+        return _error(f"no run under {where} is a cell of {target.name}; valid: runs of its presets")
     print(render_card(card, orders(card), target) + (f"\n\n{source}" if source else ""))
     if args.dirs:
         return _write(args, found, f"scorecard_{target.name}", {".csv": card.to_csv(index=False)})

@@ -39,7 +39,8 @@ def headline(card: pd.DataFrame, claim: pd.DataFrame, target: Target) -> list[st
     pub = published(target)
     ran = card[card["n"] > 0]
     per_table = ", ".join(
-        f"Table {t}: {int((ran['table'] == t).sum())} of {n}" for t, n in pub.groupby("table", sort=False).size().items()
+        f"Table {t}: {int((ran['table'] == t).sum())} of {n}"
+        for t, n in pub.groupby("table", sort=False).size().items()
     )
     text = f"cells run: {len(ran)} of {len(pub)} published ({per_table})"
     if target.budget_unknown:
@@ -133,8 +134,12 @@ def readings(card: pd.DataFrame, records: list[dict[str, Any]], target: Target) 
                 text += [f"round {r} {_num(v)}" for r, v in sorted(kept.items())]
                 at = kept.get(int(budget)) if budget is not None else None
                 if budget is not None and at is None and budget != rec.get("rounds"):
-                    text.append(f"round {budget} (the preset's budget): not in the record (it keeps no per-round curve)")
-                out.append(f"- {c['row']}, {c['column']}, seed {seed}: paper {_num(c['paper'])}; ours " + ", ".join(text))
+                    text.append(
+                        f"round {budget} (the preset's budget): not in the record (it keeps no per-round curve)"
+                    )
+                out.append(
+                    f"- {c['row']}, {c['column']}, seed {seed}: paper {_num(c['paper'])}; ours " + ", ".join(text)
+                )
     return out
 
 

@@ -62,7 +62,10 @@ def claim_pairs(paper: str, card: pd.DataFrame) -> list[tuple[int, int]]:
     if paper == "FedIMA":
         key = {(c["table"], c["row"], c["column"]): i for i, c in card.iterrows()}
         for i, c in card.iterrows():
-            if c["column"].endswith(IMA) and (b := key.get((c["table"], c["row"], c["column"][: -len(IMA)]))) is not None:
+            if (
+                c["column"].endswith(IMA)
+                and (b := key.get((c["table"], c["row"], c["column"][: -len(IMA)]))) is not None
+            ):
                 pairs.append((int(i), int(b)))
         return pairs
     for _, grp in card.groupby(["table", "column"], sort=False):

@@ -46,7 +46,13 @@ def test_the_headline_counts_cells_run_of_cells_published_and_claims_reproduced(
     assert f"cells run: 2 of {published} published (Table 3: 2 of {published}); within 1.5 points" in text
     assert "claims reproduced: 0 of 1 (the proposed method's gain over a baseline" in text
     claim = next(ln for ln in text.splitlines() if "FedLAW over FedAvg" in ln)
-    assert [x.strip() for x in claim.split("|")[3:8]] == ["FedLAW over FedAvg", "+1.19", "-0.15 ± 0.48", "8, 9, 10", "no"]
+    assert [x.strip() for x in claim.split("|")[3:8]] == [
+        "FedLAW over FedAvg",
+        "+1.19",
+        "-0.15 ± 0.48",
+        "8, 9, 10",
+        "no",
+    ]
 
 
 def test_fedcos_table2_prints_9_of_its_36_cells_and_names_each_cells_record() -> None:

@@ -73,7 +73,9 @@ def test_fedcos_composite_rows_take_the_codes_direction(make_spec, target: str) 
     composites = [m for m in BY_NAME[target].methods if "+FedCos" in m.label]
     assert len(composites) == 3
     for meth in composites:
-        assert make_spec(f"experiment={BY_NAME[target].presets[0]}", *meth.overrides).algorithm.params.direction == "code"
+        assert (
+            make_spec(f"experiment={BY_NAME[target].presets[0]}", *meth.overrides).algorithm.params.direction == "code"
+        )
     hp = make_spec("experiment=fedcos_table2_fmnist_mlp", *row(target, "FedAvgM(0.5)+FedCos(0.02)")).algorithm.params
     algo = FedCos(hp, FLConfig(), None)
     g = torch.Generator().manual_seed(0)

@@ -39,7 +39,11 @@ def test_a_column_whose_records_differ_in_setup_is_flagged() -> None:
 def test_a_table_whose_columns_ran_different_setups_is_flagged() -> None:
     ten = record("ten", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 82.0, "FedCos(0.05)": 85.0})
     twenty = record(
-        "twenty", "FMNIST 20% Best", "fl.participation=0.2", {"FedAvg": 83.0, "FedCos(0.05)": 86.0}, setup={"inputs": "x"}
+        "twenty",
+        "FMNIST 20% Best",
+        "fl.participation=0.2",
+        {"FedAvg": 83.0, "FedCos(0.05)": 86.0},
+        setup={"inputs": "x"},
     )
     assert mixed(card_of([ten, twenty]), [ten, twenty]) == [
         "mixed setups: Table IV across its columns: inputs: as the preset now [1], x [2]"
