@@ -269,7 +269,9 @@ def _collect(dirs: list[Path]) -> tuple[pd.DataFrame, list[Unreadable]]:
 
 def _scorecard(args: argparse.Namespace) -> int:
     """``--paper TARGET``: the scorecard of the runs under ``dirs`` (none: the shipped evidence records)."""
-    from fedrun.papers.scorecard import evidence_runs, orders, render_card, scorecard
+    from fedrun.papers.card import render_card
+    from fedrun.papers.claims import orders
+    from fedrun.papers.scorecard import evidence_runs, scorecard
     from fedrun.papers.targets import BY_NAME
 
     target = BY_NAME.get(args.paper)
@@ -290,6 +292,9 @@ def _scorecard(args: argparse.Namespace) -> int:
     else:
         runs, source = evidence_runs(), "from the evidence records in fedrun/papers/evidence/"
     card = scorecard(runs, target)
+    if args.dirs and card.empty:
+        where = ", ".join(map(str, args.dirs))
+        return _error(f"no run under {where} is a cell of {target.name}; valid: runs of its presets")
     print(render_card(card, orders(card), target) + (f"\n\n{source}" if source else ""))
     if args.dirs:
         return _write(args, found, f"scorecard_{target.name}", {".csv": card.to_csv(index=False)})

@@ -14,8 +14,6 @@ the ``fedrun -m ...`` and ``fedrun-report ...`` commands, quoted for a POSIX she
 from __future__ import annotations
 
 import argparse
-import copy
-import functools
 import os
 import re
 import shlex
@@ -23,15 +21,17 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
 
 from fedrun.config import location as conf_location
-from fedrun.config.schema import store_schemas
 from fedrun.host.allocator import tune_glibc_malloc
+from fedrun.papers.cost import (
+    SEC_PER_SAMPLE,
+    calibration,
+    client_samples,
+    estimated_models,
+    preset_cfg,
+)
+from fedrun.papers.cost import cost_seconds as full_cost
 from fedrun.papers.smoke import (
     SMOKE_SEC_PER_SAMPLE,
     SMOKE_START_S,
@@ -42,47 +42,6 @@ from fedrun.papers.smoke import (
 from fedrun.papers.targets import BY_NAME, TARGETS, Target
 
 CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf
-# training-set sizes used for the cost estimate (approximate where marked)
-TRAIN_SIZE = {
-    "fmnist": 60000,
-    "mnist": 60000,
-    "cifar10": 50000,
-    "cifar100": 50000,
-    "emnist": 139586,
-    "digit5": 125000,
-    "pacs": 8000,
-    "shakespeare": 395060,
-}  # digit5/pacs: rough; shakespeare: FedCos Table V's 143 roles (data.roles=143, split=random)
-# Cost model, measured on this machine's CPU (2 shared cores, nice 19): wall seconds per client-sample of a
-# full-length run (training + per-round evaluation), by model; models not measured use the slowest measured rate
-# and are listed as a lower bound. Plus a fixed cost per run and per `fedrun -m` invocation (start-up, data load),
-# measured on a -smoke target (fedcos-table2: ~4 s start-up + ~12 s first-job data load, then ~1.5-2 s per run).
-# mlp: FedLAW Table 3 FMNIST-MLP FedAvg seed 8, 774 s wall for 36.0M client-samples (vectorised engine, chunk 20)
-# ima_cnn: FedIMA Table I FMNIST-CNN shards FedAvg, the full 300 rounds (sequential engine, 1 thread, two runs at
-# once on the 2 cores): 3,440 s wall for 9.0M client-samples (the earlier 1.17e-3 came from 3 rounds under load)
-# fedcos_mlp: FedCos Table II FedAvg, round 3 (the fastest of 3 at full size): 19.7 s for 358,400 client-samples
-# lstm: FedCos Table V FedAvg at full size, 1 thread, sequential engine, CPU seconds of a round (load average 12, so
-# process time, not wall): 35.1 s at 10% (7,000 client-samples; 8.1 s training, 27.0 s evaluating 98,839 windows in
-# 128-row chunks) and 44.1 s at 20% (14,000; 16.8 + 27.4): 3.8e-3 s per client-sample over the sweep. The
-# evaluation does not grow with the cohort: a 10% run costs ~33% more than this, a 20% run ~16% less.
-SEC_PER_SAMPLE = {"mlp": 2.15e-5, "fedcos_mlp": 5.5e-5, "ima_cnn": 3.8e-4, "lstm": 3.8e-3}
-RUN_OVERHEAD_S = 2.0
-INVOCATION_OVERHEAD_S = 15.0
-
-
-def preset_cfg(preset: str) -> dict[str, Any]:
-    """The composed (unvalidated) config of a preset, as a plain dict (a fresh copy; composed once)."""
-    return copy.deepcopy(_preset_cfg(preset))
-
-
-@functools.cache
-def _preset_cfg(preset: str) -> dict[str, Any]:
-    GlobalHydra.instance().clear()
-    store_schemas()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=[f"experiment={preset}"])
-    GlobalHydra.instance().clear()
-    return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
 
 
 def commands(
@@ -169,43 +128,17 @@ SMOKE_NOT_COMPARED = (
 )
 
 
-def preset_samples(target: Target, preset: str) -> float:
-    """Client samples trained by the target's runs of one preset, from its rounds, cohort and local work."""
-    cfg = preset_cfg(preset)
-    fl = cfg["fl"]
-    n = TRAIN_SIZE.get(cfg["data"]["name"], 50000)
-    per_client = (
-        fl["local_steps"] * fl["batch_size"] if fl.get("local_steps") else fl["local_epochs"] * n / fl["clients"]
-    )
-    runs = target.runs() / len(target.presets)
-    # a swept participation (FedCos Tables IV, V: 10% and 20%) counts each value's cohort, not the preset's alone
-    rates = [float(r) for r in dict(target.sweep).get("fl.participation", str(fl["participation"])).split(",")]
-    cohort = sum(max(int(r * fl["clients"]), 1) for r in rates) / len(rates)
-    return runs * fl["rounds"] * cohort * per_client
-
-
-def client_samples(target: Target) -> float:
-    """Client samples trained by the whole sweep."""
-    return sum(preset_samples(target, p) for p in target.presets)
-
-
 def cost_seconds(target: Target, smoke: bool = False) -> tuple[float, bool]:
-    """(estimated CPU seconds, whether every model's rate was measured): per preset, client-samples x the
-    model's measured rate (unmeasured models: the FedIMA CNN's rate, a rough guess), plus the fixed cost of
-    each run and each multirun invocation. ``smoke``: the -smoke sweep in one process (fedrun/papers/smoke.py)."""
-    if smoke:
-        models = {preset_cfg(p)["model"]["name"] for p in target.presets} | set(
-            dict(target.sweep).get("model", "").split(",")
-        )
-        total = SMOKE_START_S + sum(smoke_seconds(preset_cfg(p), target.sweep, target.methods) for p in target.presets)
-        return total, models - {""} <= SMOKE_SEC_PER_SAMPLE.keys()
-    total, measured = 0.0, True
-    for preset in target.presets:
-        model = preset_cfg(preset)["model"]["name"]
-        measured &= model in SEC_PER_SAMPLE
-        total += preset_samples(target, preset) * SEC_PER_SAMPLE.get(model, max(SEC_PER_SAMPLE.values()))
-    invocations = len(target.presets) * len(target.methods)
-    return total + target.runs() * RUN_OVERHEAD_S + invocations * INVOCATION_OVERHEAD_S, measured
+    """(estimated CPU seconds, whether every model's rate was measured): the full sweep's
+    (:func:`fedrun.papers.cost.cost_seconds`) or, ``smoke``, the -smoke sweep in one process
+    (fedrun/papers/smoke.py)."""
+    if not smoke:
+        return full_cost(target)
+    models = {preset_cfg(p)["model"]["name"] for p in target.presets} | set(
+        dict(target.sweep).get("model", "").split(",")
+    )
+    total = SMOKE_START_S + sum(smoke_seconds(preset_cfg(p), target.sweep, target.methods) for p in target.presets)
+    return total, models - {""} <= SMOKE_SEC_PER_SAMPLE.keys()
 
 
 def list_targets() -> str:
@@ -223,9 +156,11 @@ def list_targets() -> str:
             f"{t.runs(True)} | {smoke / 60:.1f} | {t.note} |"
         )
     lines.append(
-        "\nCost = client-samples x measured s/sample of the model (FMNIST MLP, FedIMA CNN, Shakespeare LSTM measured;"
-        " '~': a model not measured, costed at the slowest measured rate, the LSTM's: a lower bound) + per-run and"
-        " per-invocation start-up. -smoke: all runs in one process, per-model train/eval rates of the shrunk runs"
+        "\nCost = client-samples x s/sample of the model + per-run and per-invocation start-up (fedrun/papers/cost.py)."
+        f" Measured at full length: {', '.join(SEC_PER_SAMPLE)}; '~': a rate estimated from training steps of the"
+        f" model x {calibration():.1f} (full-run / step rate of the measured models), neither bound:"
+        f" {', '.join(estimated_models())}."
+        " -smoke: all runs in one process, per-model train/eval rates of the shrunk runs"
         " + per-run and start-up cost, all measured"
         " (fedrun/papers/smoke.py); a dataset missing here is replaced by stand-in data of its shape"
         " (data.standin). CPU only; GPU not measured."

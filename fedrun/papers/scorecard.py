@@ -1,12 +1,18 @@
 """The reproduction scorecard: each published cell of a target's tables beside ours (``fedrun-report --paper``).
 
+The card judges the papers' claims, not single cells (:mod:`fedrun.papers.claims`): per column, the proposed
+method's gain over each baseline, ours beside the paper's, on the seeds both rows ran; and the column orders only
+where the paper separates two rows by more than the tolerance. Cells are listed with the evidence record each
+came from (:mod:`fedrun.papers.setups`: its commit, note, and a flag where a column's records ran different
+setups); the text is :mod:`fedrun.papers.card`.
+
 The papers' cells ship as data (``fedrun/papers/cells/<paper>.csv``: paper, table, row, column, value, spread,
 and how to find our runs of the cell: the summary ``metric``, the ``preset`` and the ``setting``, config
 ``key=value`` pairs joined by ``;``). A cell of ours is the mean over seeds of the runs of the cell's preset,
 method row (``tags.method``, or the row's overrides in :mod:`fedrun.papers.targets`) and setting, times 100 for
-accuracies. A cell is *reproduced* when it is within 1.5 points of the paper's, or within our spread over
-seeds (sample std). Runs on stand-in data (``summary.data_standin``) are never compared. For each column the
-card says whether the paper's order of the methods we ran holds in ours.
+accuracies, with the value of each seed kept (``values``). A cell is *within* when it is within 1.5 points of the
+paper's, or within our spread over seeds (sample std). Runs on stand-in data (``summary.data_standin``) are never
+compared.
 
 Evidence records (``fedrun/papers/evidence/*.json``) keep full-length cells run on real data (command, commit,
 seeds, wall time, load, the numbers); :func:`evidence_runs` turns them into runs the same card reads.
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from io import StringIO
 from typing import Any
@@ -99,12 +105,23 @@ def _method_mask(runs: pd.DataFrame, target: Target, row: str, preset: str) -> p
 
 @dataclass(frozen=True)
 class Ours:
-    """Our value of one cell: mean and sample std over seeds (``n`` runs), or why there is none."""
+    """Our value of one cell: mean and sample std over seeds (``n`` runs), the value of each seed (points), the
+    evidence records the runs came from, or why there is none."""
 
     mean: float = float("nan")
     std: float = float("nan")
     n: int = 0
     note: str = ""
+    values: dict[int, float] = field(default_factory=dict)
+    records: tuple[str, ...] = ()
+
+
+def _per_seed(mine: pd.DataFrame, col: str, scale: float) -> dict[int, float]:
+    """{seed: value in points} (runs without a seed column are numbered; two runs of one seed: their mean)."""
+    v = pd.to_numeric(mine[col], errors="coerce") * scale
+    seeds = mine["seed"] if "seed" in mine else pd.Series(range(len(mine)), index=mine.index)
+    ok = v.notna()
+    return {int(k): float(x) for k, x in v[ok].groupby(seeds[ok].astype(int)).mean().items()}
 
 
 def our_cell(runs: pd.DataFrame, target: Target, cell: pd.Series) -> Ours:
@@ -132,8 +149,16 @@ def our_cell(runs: pd.DataFrame, target: Target, cell: pd.Series) -> Ours:
     v = pd.to_numeric(mine[col], errors="coerce").dropna().to_numpy(dtype=float)
     if len(v) == 0:
         return Ours(note="never reached" if cell["metric"] == "round_to_target" else "no value")
-    v = v * PERCENT.get(cell["metric"], 100.0)
-    return Ours(float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else float("nan"), len(v))
+    scale = PERCENT.get(cell["metric"], 100.0)
+    v = v * scale
+    records = tuple(dict.fromkeys(mine["evidence"].dropna())) if "evidence" in mine else ()
+    return Ours(
+        float(v.mean()),
+        float(v.std(ddof=1)) if len(v) > 1 else float("nan"),
+        len(v),
+        values=_per_seed(mine, col, scale),
+        records=records,
+    )
 
 
 def reproduced(ours: float, std: float, paper: float) -> bool:
@@ -142,9 +167,22 @@ def reproduced(ours: float, std: float, paper: float) -> bool:
     return diff <= TOLERANCE + 1e-9 or (not math.isnan(std) and diff <= std)
 
 
+CARD_COLUMNS = [
+    *["table", "row", "column", "metric", "ours", "ours_std", "n", "paper", "difference", "reproduced", "note"],
+    *["values", "records"],
+]
+
+
+def published(target: Target) -> pd.DataFrame:
+    """The published cells of ``target``'s presets (a value and a run metric): what a full sweep would run."""
+    cells = load_cells(target.paper)
+    return cells[cells["preset"].isin(target.presets) & cells["value"].notna() & cells["metric"].ne("")]
+
+
 def scorecard(runs: pd.DataFrame, target: Target) -> pd.DataFrame:
     """One line per published cell of ``target``'s presets that our runs cover (and, as notes, those on
-    stand-in data): table, row, column, ours, ours_std, n, paper, difference, reproduced, note."""
+    stand-in data): table, row, column, ours, ours_std, n, paper, difference, reproduced (within the tolerance),
+    note, values ({seed: points}) and records (the evidence records of the runs)."""
     cells = load_cells(target.paper)
     cells = cells[cells["preset"].isin(target.presets)]
     lines = []
@@ -165,60 +203,11 @@ def scorecard(runs: pd.DataFrame, target: Target) -> pd.DataFrame:
             "reproduced": bool(ours.n and not math.isnan(cell["value"]))
             and reproduced(ours.mean, ours.std, cell["value"]),
             "note": ours.note,
+            "values": ours.values,
+            "records": ours.records,
         }
         lines.append(line)
-    return pd.DataFrame(lines, columns=list(lines[0]) if lines else None)
-
-
-def orders(card: pd.DataFrame) -> pd.DataFrame:
-    """Per (table, column) with two or more methods of ours: the paper's order of those methods (best first)
-    and whether ours is the same."""
-    out = []
-    have = card[card["n"] > 0] if not card.empty else card
-    for (table, column), grp in have.groupby(["table", "column"], sort=False):
-        grp = grp.dropna(subset=["paper", "ours"])
-        if len(grp) < 2:
-            continue
-        low = grp["metric"].iloc[0] in LOWER_IS_BETTER
-        paper = list(grp.sort_values("paper", ascending=low, kind="stable")["row"])
-        ours = list(grp.sort_values("ours", ascending=low, kind="stable")["row"])
-        out.append({"table": table, "column": column, "paper order": " > ".join(paper), "holds": paper == ours})
-    return pd.DataFrame(out, columns=["table", "column", "paper order", "holds"])
-
-
-def _num(v: float, fmt: str = "{:.2f}") -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
-
-
-def render_card(card: pd.DataFrame, order: pd.DataFrame, target: Target) -> str:
-    """The card as Markdown: cells (ours | paper | difference | reproduced), then the column orders."""
-    head = f"Scorecard: {target.name} ({target.paper})"
-    if card.empty:
-        return f"{head}\n\nno run of these runs is a cell of {target.name}'s tables"
-    rows = []
-    for _, c in card.iterrows():
-        ours = _num(c["ours"]) + (f" ± {c['ours_std']:.2f}" if not math.isnan(c["ours_std"]) else "")
-        rows.append(
-            {
-                "table": c["table"],
-                "row": c["row"],
-                "column": c["column"],
-                "ours": ours if c["n"] else c["note"],
-                "paper": _num(c["paper"]),
-                "difference": _num(c["difference"], "{:+.2f}") if c["n"] else "-",
-                "reproduced": ("yes" if c["reproduced"] else "no") if c["n"] else "-",
-                "seeds": int(c["n"]),
-            }
-        )
-    compared = card[card["n"] > 0]
-    text = [head, "", pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True), ""]
-    text.append(
-        f"reproduced: {int(compared['reproduced'].sum())} of {len(compared)} compared cells "
-        f"(within {TOLERANCE} points or our seed spread); cells on stand-in data are not compared"
-    )
-    if not order.empty:
-        text += ["", order.assign(holds=order["holds"].map({True: "yes", False: "no"})).to_markdown(index=False)]
-    return "\n".join(text)
+    return pd.DataFrame(lines, columns=CARD_COLUMNS)
 
 
 # ---- evidence records ----------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""The records behind a scorecard: each one's commit, note and setup; a column (or a table across its columns)
+whose records ran different setups is flagged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from fedrun.papers.scorecard import evidence_runs, load_evidence, scorecard
+from fedrun.papers.setups import mixed, record_lines
+from fedrun.papers.targets import BY_NAME
+
+COS4 = BY_NAME["fedcos-table4"]
+
+
+def record(rid: str, column: str, setting: str, rows: dict[str, float], **extra: Any) -> dict[str, Any]:
+    cells = [
+        {"row": r, "column": column, "metric": "test_acc_best", "setting": setting, "values": {"0": v}}
+        for r, v in rows.items()
+    ]
+    base = {"id": rid, "paper": "FedCos", "table": "IV", "target": "fedcos-table4"}
+    return {**base, "preset": "fedcos_table4_fmnist_mlp", "commit": f"c-{rid}", "seeds": [0], "cells": cells, **extra}
+
+
+def card_of(records: list[dict[str, Any]]) -> pd.DataFrame:
+    return scorecard(evidence_runs(records), COS4)
+
+
+def test_a_column_whose_records_differ_in_setup_is_flagged() -> None:
+    a = record("a", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 82.0}, setup={"inputs": "mean/std"})
+    b = record("b", "FMNIST 10% Best", "fl.participation=0.1", {"FedCos(0.05)": 85.0})
+    lines = mixed(card_of([a, b]), [a, b])
+    assert lines == ["mixed setups: Table IV, FMNIST 10% Best: inputs: mean/std [1], as the preset now [2]"]
+    same = record("c", "FMNIST 10% Best", "fl.participation=0.1", {"FedCos(0.05)": 85.0}, setup={"inputs": "mean/std"})
+    assert mixed(card_of([a, same]), [a, same]) == []  # two commits, one setup: not mixed
+
+
+def test_a_table_whose_columns_ran_different_setups_is_flagged() -> None:
+    ten = record("ten", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 82.0, "FedCos(0.05)": 85.0})
+    twenty = record(
+        "twenty",
+        "FMNIST 20% Best",
+        "fl.participation=0.2",
+        {"FedAvg": 83.0, "FedCos(0.05)": 86.0},
+        setup={"inputs": "x"},
+    )
+    assert mixed(card_of([ten, twenty]), [ten, twenty]) == [
+        "mixed setups: Table IV across its columns: inputs: as the preset now [1], x [2]"
+    ]
+
+
+def test_each_record_on_the_card_is_listed_with_its_commit_note_and_setup() -> None:
+    a = record("a", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 82.0}, note="seed 0", setup={"k": "v"})
+    assert record_lines(card_of([a]), [a]) == ["[1] a: commit c-a; seed 0; differs from the preset now: k: v"]
+
+
+def test_the_shipped_fedcos_records_flag_their_mixed_columns() -> None:
+    # issue 38 point 3: Table IV's 20% column ran with mean/std inputs, its 10% column with 0.5/0.5; Table II's rows
+    # scored 9,900 or 10,000 test images
+    records = load_evidence()
+    four = mixed(scorecard(evidence_runs(), COS4), records)
+    assert any(line.startswith("mixed setups: Table IV across its columns: inputs:") for line in four)
+    two = mixed(scorecard(evidence_runs(), BY_NAME["fedcos-table2"]), records)
+    assert any(line.startswith("mixed setups: Table II, Totally non-IID: test images: 9,900") for line in two)
