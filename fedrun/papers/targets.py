@@ -86,7 +86,7 @@ IMA_T1 = (
     "pacs_alexnet",
 )
 # FedIMA's code (utils/optimizer.py, fedsam_optimizer) builds FedASAM with (rho, eta) = (0.7, 0.2) when the split
-# name contains "CNN" (its CNN runs: '2CNN_2') and (0.2, 0.05) otherwise: conf/algorithm/fedasam.yaml holds the
+# name contains "CNN" (its CNN runs: '2CNN_2') and (0.2, 0.05) otherwise: FedASAMParams's defaults are the
 # first, and the rows of the models that are not CNNs (ResNet-18, VGG-11, AlexNet) get the second.
 IMA_ASAM = tuple((f"fedima_table1_{p}", ("algorithm.rho=0.2", "algorithm.eta=0.05")) for p in IMA_T1 if "cnn" not in p)
 IMA_METHODS = (
