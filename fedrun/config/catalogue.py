@@ -148,7 +148,8 @@ def field_notes(params: type) -> dict[str, str]:
     for cls in reversed(params.__mro__):
         if dataclasses.is_dataclass(cls):
             notes.update({k: v for k, v in _class_notes(cls).items() if v or k not in notes})
-    return {f.name: notes.get(f.name, "") for f in dataclasses.fields(params) if f.init}
+    # a field made by code (a registry's on/off switch) has no source line: its note is in its metadata
+    return {f.name: notes.get(f.name) or f.metadata.get("note", "") for f in dataclasses.fields(params) if f.init}
 
 
 def yaml_values(path: Path) -> dict[str, Any]:

@@ -182,7 +182,13 @@ def _tracking_class() -> type[TrackingBase]:
     for name in sorted(TRACKERS.names(), key=lambda n: (TRACKERS.get(n).params is not None, n)):
         params = TRACKERS.get(name).params
         spec.append(
-            (name, bool, field(default=False)) if params is None else (name, params, field(default_factory=params))
+            (
+                name,
+                bool,
+                field(default=False, metadata={"note": f"log each round to {name} (fedrun/storage/trackers/)"}),
+            )
+            if params is None
+            else (name, params, field(default_factory=params))
         )
     return make_dataclass("TrackingConfig", spec, bases=(TrackingBase,))
 

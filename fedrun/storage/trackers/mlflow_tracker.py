@@ -32,7 +32,7 @@ SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")  # RFC 3986; two letters at lea
 class MlflowTracking:
     """MLflow (``tracking=[mlflow]``): one MLflow run per fedrun run, continued when the run resumes."""
 
-    enabled: bool = False
+    enabled: bool = False  # log each round to MLflow (or list it: tracking=[mlflow])
     uri: str | None = None  # the tracking store or server; default a local file store, outputs/mlruns
     experiment: str | None = None  # default: the sweep directory in a multirun, else "fedrun"
 

@@ -32,10 +32,10 @@ DEFAULT_SERVER = "https://api.wandb.ai"  # W&B's own default, unless WANDB_BASE_
 class WandbTracking:
     """Weights & Biases (``tracking=[wandb]``): one W&B run per fedrun run, continued when the run resumes."""
 
-    enabled: bool = False
+    enabled: bool = False  # log each round to W&B (or list it: tracking=[wandb])
     mode: str = "offline"  # offline: files under <run_dir>/wandb, uploaded later by `wandb sync`
-    project: str = "fedrun"
-    entity: str | None = None
+    project: str = "fedrun"  # the W&B project the run goes to
+    entity: str | None = None  # the W&B user or team; None: the logged-in user's default
 
     def __post_init__(self) -> None:
         if self.mode not in WANDB_MODES:
