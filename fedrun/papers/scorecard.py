@@ -32,6 +32,7 @@ import pandas as pd
 
 from fedrun.papers.targets import Method, Target
 from fedrun.report.provenance import STANDIN
+from fedrun.storage.status import Status
 
 TOLERANCE = 1.5  # points: a cell within this of the paper's is reproduced
 LOWER_IS_BETTER = {"round_to_target"}
@@ -138,7 +139,7 @@ def our_cell(runs: pd.DataFrame, target: Target, cell: pd.Series) -> Ours:
         if real.empty:
             return Ours(note="stand-in data: not compared")
         mine = real
-    mine = mine[mine["status"] == "completed"] if "status" in mine else mine
+    mine = mine[mine["status"] == Status.COMPLETED] if "status" in mine else mine
     col = f"summary.{cell['metric']}"
     if mine.empty or col not in mine:
         return Ours(note="no completed run")
@@ -229,7 +230,7 @@ def evidence_runs(records: list[dict[str, Any]] | None = None) -> pd.DataFrame:
             for seed, value in cell["values"].items():
                 row: dict[str, Any] = {"tags.preset": rec["preset"], "tags.method": cell["row"], "seed": int(seed)}
                 row.update({k: v for k, v in setting_pairs(cell.get("setting", ""))})
-                row["status"] = "completed"
+                row["status"] = Status.COMPLETED.value
                 scale = PERCENT.get(cell["metric"], 100.0)
                 row[f"summary.{cell['metric']}"] = np.nan if value is None else value / scale
                 row["evidence"] = rec["id"]

@@ -20,3 +20,8 @@ def test_parse_takes_only_the_five_words():
 
 def test_every_status_but_running_has_ended():
     assert Status.RUNNING not in ENDED and set(ENDED) == set(Status) - {Status.RUNNING}
+
+
+def test_a_status_keys_a_mapping_as_its_word_does():
+    assert {Status.COMPLETED: "FINISHED"}.get("completed") == "FINISHED"
+    assert "diverged" in {Status.DIVERGED} and hash(Status.FAILED) == hash("failed")

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedrun.storage.status import Status
 from fedrun.storage.trackers.base import TRACKERS, Tracker, check_reachable
 from fedrun.storage.trackers.common import TrackerState, artifacts, flatten, scalars, status_of
 
 DEFAULT_STORE = "outputs/mlruns"
 DEFAULT_EXPERIMENT = "fedrun"
 PARAMS_PER_CALL = 100  # MLflow's log_batch limit
-END_STATUS = {"completed": "FINISHED", "interrupted": "KILLED"}  # diverged and failed: FAILED
+END_STATUS = {Status.COMPLETED: "FINISHED", Status.INTERRUPTED: "KILLED"}  # diverged and failed: FAILED
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")  # RFC 3986; two letters at least, so C:/ stays a Windows path
 
 

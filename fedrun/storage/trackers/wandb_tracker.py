@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.core.errors import ConfigError
+from fedrun.storage.status import Status
 from fedrun.storage.trackers.base import TRACKERS, Tracker, check_reachable
 from fedrun.storage.trackers.common import TrackerState, artifacts, scalars, status_of
 
@@ -102,7 +103,7 @@ class WandbTracker(Tracker):
         for path in artifacts(run_dir):
             shutil.copyfile(path, files / path.name)
             self.run.save(str(files / path.name), base_path=str(files), policy="now")
-        self._end(0 if status_of(summary) == "completed" else 1)
+        self._end(0 if status_of(summary) == Status.COMPLETED else 1)
 
     def _end(self, exit_code: int) -> None:
         if not self.closed:
