@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -73,6 +74,23 @@ SUBCOMMANDS = {
     "landscape": "2-D loss/error around one model along two random directions (Li et al. 2018)",
     "coherence": "per-round diagnostics (grad coherence, client drift) of runs with eval.diagnostics=true",
 }
+Handler = Callable[[list[str]], int]
+HANDLERS: dict[str, Handler] = {}  # subcommands added by register_subcommand (docs/extending.md)
+
+
+def register_subcommand(name: str, line: str) -> Callable[[Handler], Handler]:
+    """Add ``fedrun-report NAME``: the decorated function gets the words after NAME and returns the exit code;
+    ``line`` is its line in ``fedrun-report --help``. A name taken already is refused."""
+
+    def add(handler: Handler) -> Handler:
+        if name in SUBCOMMANDS:
+            raise ValueError(f"fedrun-report {name}: a subcommand of that name exists")
+        SUBCOMMANDS[name], HANDLERS[name] = line, handler
+        return handler
+
+    return add
+
+
 OUT_HELP = "where the files go (a file prefix or a folder; default: reports/ beside the runs, else in the cwd)"
 FORCE_HELP = "overwrite an existing report instead of suffixing _2, _3..."
 
@@ -161,6 +179,8 @@ def report(argv: list[str]) -> int:
         return _partition(rest)
     if command in ("table", "scorecard"):
         return _tabulate(parse_args(rest, command))
+    if command in HANDLERS:
+        return HANDLERS[command](rest)
     return _tabulate(parse_args(argv))  # the flag form: table, or --paper / --partition
 
 

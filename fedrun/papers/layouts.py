@@ -273,6 +273,22 @@ LAYOUTS: dict[str, Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]]
 }
 
 
+Layout = Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]
+
+
+def register_layout(name: str) -> Callable[[Layout], Layout]:
+    """Add a table layout (``fedrun-report table --layout NAME``): the decorated function turns the runs' frame, the
+    row keys and the column keys into the table (docs/extending.md). A name taken already is refused."""
+
+    def add(layout: Layout) -> Layout:
+        if name in LAYOUTS:
+            raise ValueError(f"layout {name}: a layout of that name exists")
+        LAYOUTS[name] = layout
+        return layout
+
+    return add
+
+
 def render(name: str, runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
     """The table of layout ``name``; raises ValueError for an unknown layout or config key."""
     if name not in LAYOUTS:

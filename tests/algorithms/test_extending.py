@@ -144,3 +144,41 @@ def test_the_tracker_of_the_extending_page_receives_every_row(monkeypatch, tmp_p
     assert rows == [{"round": 1, "test_acc": 0.25}, {"round": 2, "test_acc": 0.5}]
     with pytest.raises(ConfigError, match=r"^tracking\.jsonl\.fil: Key 'fil' not in 'JsonlTracking'"):
         build_params(section, {"jsonl": {"enabled": True, "fil": "x"}}, "tracking", ignore=())
+
+
+# ---- docs/extending.md: a report subcommand and a table layout, run as written ------------------------------------
+
+
+def _sweep(folder: Path) -> Path:
+    from tests.report.fake_runs import fake_run
+
+    for i, (name, status, acc) in enumerate([("fedavg", "completed", 0.5), ("fedprox", "completed", 0.7)]):
+        fake_run(folder / f"r{i}", {"algorithm.name": name}, curve=[acc - 0.1, acc], status=status)
+    fake_run(folder / "r2", {"algorithm.name": "fedprox"}, curve=[0.2, 0.9], status="completed")
+    return folder
+
+
+def test_the_report_subcommand_of_the_extending_page_runs(monkeypatch, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from fedrun.cli import report
+
+    monkeypatch.setattr(report, "SUBCOMMANDS", dict(report.SUBCOMMANDS))
+    monkeypatch.setattr(report, "HANDLERS", dict(report.HANDLERS))
+    _load(monkeypatch, _titled("extending.md")["fedrun/cli/report_count.py"], "report_count_example", tmp_path)
+    assert report.report(["count", str(_sweep(tmp_path / "sweep"))]) == 0
+    assert capsys.readouterr().out == "completed: 3\n"
+    assert report.report(["--help"]) == 0 and "how many runs the directories hold" in capsys.readouterr().out
+    assert report.report(["count"]) == 2
+    with pytest.raises(ValueError, match="fedrun-report count: a subcommand of that name exists"):
+        report.register_subcommand("count", "again")(lambda argv: 0)
+
+
+def test_the_table_layout_of_the_extending_page_tables_runs(monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+    from fedrun.papers import layouts
+    from fedrun.report.collect import load_runs
+
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))
+    _load(monkeypatch, _titled("extending.md")["fedrun/papers/layout_best.py"], "layout_best_example", tmp_path)
+    table = layouts.render("best", load_runs([_sweep(tmp_path / "sweep")]), ["algorithm"], [])
+    assert table["summary.test_acc_best"].round(6).to_dict() == {"fedavg": 50.0, "fedprox": 90.0}
+    with pytest.raises(ValueError, match="layout best: a layout of that name exists"):
+        layouts.register_layout("best")(lambda runs, rows, cols: runs)
