@@ -268,8 +268,8 @@ def resume(run_dir: Path, overrides: list[str]) -> None:
         raw = rd.read_config(plain=False)
     except NotAConfig:
         raw = {}
-    except UnreadableRunFile as e:
-        _fail(f"resume: {e}")
+    except UnreadableRunFile as e:  # its message starts with the file's name
+        _fail(f"resume: {rd.path / str(e)}")
     if raw is None:
         _fail(f"resume: {run_dir} holds no fedrun run (no {rd.config_file.name})")
     if not isinstance(raw.get("algorithm"), dict):

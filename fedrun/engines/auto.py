@@ -162,8 +162,8 @@ def valid_choice(entry: Any) -> bool:
     """A cached decision as :func:`measure` writes it (a measured one, with each engine's timing, or a fallback)."""
     if not isinstance(entry, dict) or entry.get("engine") not in ENGINES.names():
         return False
-    if "reason" in entry:  # a fallback: the only engine that could run the method
-        return isinstance(entry["reason"], str)
+    if "reason" in entry:  # a fallback: the only engine that could run the method, so one that runs every method
+        return isinstance(entry["reason"], str) and ENGINES.get(entry["engine"]).obj.runs_every_method
     times = {k.removesuffix("_s"): v for k, v in entry.items() if k.endswith("_s")}
     if len(times) < 2 or entry["engine"] not in times:
         return False

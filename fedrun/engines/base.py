@@ -53,6 +53,10 @@ class Engine(ABC):
         (None for an engine that registered none)."""
         return cls(algorithm, data, fl, seed)
 
+    # an engine that runs every method as written (the reference semantics): the one a fallback can name, when
+    # every other engine failed its warm-up on a method (engine=auto)
+    runs_every_method: bool = False
+
     @classmethod
     def machine_blocker(cls, device: torch.device, hw: HardwareConfig, options: Any) -> str | None:
         """Why ``engine=auto`` must not consider this engine on this machine (a package not installed, a device it

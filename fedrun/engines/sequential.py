@@ -16,6 +16,8 @@ from fedrun.engines.base import CohortResult, Engine
 class SequentialEngine(Engine):
     """Loops over the cohort; the semantics every other engine must reproduce."""
 
+    runs_every_method = True
+
     def train_cohort(
         self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
     ) -> CohortResult:
