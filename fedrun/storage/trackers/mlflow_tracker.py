@@ -25,7 +25,7 @@ from fedrun.storage.trackers.common import TrackerState, artifacts, flatten, sca
 DEFAULT_STORE = "outputs/mlruns"
 DEFAULT_EXPERIMENT = "fedrun"
 PARAMS_PER_CALL = 100  # MLflow's log_batch limit
-END_STATUS = {Status.COMPLETED: "FINISHED", Status.INTERRUPTED: "KILLED"}  # diverged and failed: FAILED
+END_STATUS: dict[str, str] = {Status.COMPLETED: "FINISHED", Status.INTERRUPTED: "KILLED"}  # diverged and failed: FAILED
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")  # RFC 3986; two letters at least, so C:/ stays a Windows path
 
 
