@@ -133,14 +133,18 @@ def write_report(
                 with contextlib.suppress(OSError):
                     f.unlink()
             continue
-        if failures:
-            notes.append(f"fedrun-report: cannot write {failures[0]}; wrote to {claimed.parent} instead")
-        if claimed != prefix:
-            notes.append(
-                f"fedrun-report: {prefix.name}{suffixes[0]} exists; wrote {claimed.name}.* (--force overwrites)"
-            )
-        return claimed, notes
+        return claimed, notes + _placement_notes(failures, prefix, claimed, suffixes, "wrote", "wrote to")
     raise _unwritable(out, failures)
+
+
+def _placement_notes(
+    failures: list[str], prefix: Path, claimed: Path, suffixes: tuple[str, ...], verb: str, verb_to: str
+) -> list[str]:
+    """Why a report's files are not where asked: the first place that could not be written, a name taken."""
+    notes = [f"fedrun-report: cannot write {failures[0]}; {verb_to} {claimed.parent} instead"] if failures else []
+    if claimed != prefix:
+        notes.append(f"fedrun-report: {prefix.name}{suffixes[0]} exists; {verb} {claimed.name}.* (--force overwrites)")
+    return notes
 
 
 def claim_figure(
@@ -156,12 +160,7 @@ def claim_figure(
         except OSError as e:
             failures.append(_failure(e, prefix))
             continue
-        notes = [f"fedrun-report: cannot write {failures[0]}; writing to {claimed.parent} instead"] if failures else []
-        if claimed != prefix:
-            notes.append(
-                f"fedrun-report: {prefix.name}{suffixes[0]} exists; writing {claimed.name}.* (--force overwrites)"
-            )
-        return claimed, notes
+        return claimed, _placement_notes(failures, prefix, claimed, suffixes, "writing", "writing to")
     raise _unwritable(out, failures)
 
 
