@@ -75,6 +75,8 @@ def _tell_ran(result: AttemptResult, fields: Mapping[str, Any], run_dir: Path, m
         print_summary(s, Console())
     if result.outcome is Outcome.INTERRUPTED:
         if not multirun:
-            print(f"fedrun: {name}: {s.error}; {resume_hint(run_dir)}", file=sys.stderr)
+            done = s.fields.get("checkpoint_round")
+            saved = f" (checkpoint of round {done} saved)" if done else ""
+            print(f"fedrun: {name}: {s.error}{saved}; {resume_hint(run_dir)}", file=sys.stderr)
     elif result.outcome is not Outcome.COMPLETED:
         print(f"fedrun: {name}: {s.status}: {s.error or ''}", file=sys.stderr)

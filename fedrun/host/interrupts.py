@@ -14,6 +14,9 @@ main thread once no import is under way), so the run ends as above; a second sig
 one line and ends the process at once (``os._exit``, 128 + its number). While the command's own modules load
 (:func:`loading`), before anything is written, any signal does the latter.
 
+Inside :func:`deferred` (the few statements that make a finished round the run's state) a first signal waits
+until the block ends, so the state a run saves when interrupted is always that of a whole round.
+
 A signal that was ignored when the process started stays ignored, as POSIX tools expect: ``nohup fedrun ...``
 ignores SIGHUP, so the run goes on after logout; a job started with ``&`` by a non-interactive shell (a script)
 ignores SIGINT (and SIGQUIT), so a Ctrl-C meant for the script's foreground leaves it running. SIGTERM, which
@@ -35,6 +38,8 @@ SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGH
 # Read when this module is first imported, before fedrun installs any handler: what the process inherited.
 IGNORED_AT_START = frozenset(int(s) for s in SIGNALS if signal.getsignal(s) == signal.SIG_IGN)
 _IMPORTING = "<frozen importlib._bootstrap"
+# inside :func:`deferred`: its depth, and the first signal that arrived there (re-raised when the block ends)
+_DEFER: dict[str, int] = {"depth": 0, "pending": 0}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -80,41 +85,47 @@ def _say(line: str) -> None:
 @contextmanager
 def interrupts(
     label: str,
-    after: str = "re-run the same command to resume from the last checkpoint",
+    after: str | Callable[[], str] = "",
     on_exit: Callable[[int], None] | None = None,
 ) -> Iterator[None]:
     """Route the :func:`handled_signals` as described in the module docstring for the ``with`` block (in the
     main thread only: elsewhere Python cannot install handlers, and the block runs unchanged).
 
     ``label`` names what is stopped (a run dir, a sweep's job; none: the command); ``after`` says what to do
-    next, in the line printed when a second signal ends the process; ``on_exit(signum)`` is called then, before
-    the process ends, to record the interruption (its errors are ignored).
+    next, in the line printed when a second signal ends the process (a callable is asked then, so that it can say
+    what is on disk at that moment); ``on_exit(signum)`` is called then, before the process ends, to record the
+    interruption (its errors are ignored).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     seen: list[int] = []
-    deferred: list[int] = []  # a first signal that arrived inside an import, until it is re-sent
+    held_back: list[int] = []  # a first signal that arrived inside an import, until it is re-sent
     resent = threading.Event()  # set by the watcher just before it re-sends: that delivery is not a new signal
     done = threading.Event()
     main_id = threading.main_thread().ident
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if resent.is_set() and deferred and signum == deferred[-1]:
+        if resent.is_set() and held_back and signum == held_back[-1]:
             resent.clear()
-            deferred.clear()
+            held_back.clear()
         else:
             seen.append(signum)
         in_import = importing(frame)
         if len(seen) == 1:
+            if _DEFER["depth"] and not in_import:  # raised when the deferred block ends
+                _DEFER["pending"] = signum
+                return
             if not in_import:
                 raise Interrupted(signum)
-            deferred.append(signum)
+            held_back.append(signum)
             args = (signum, main_id, done, resent)
             threading.Thread(target=_resend_after_import, args=args, name="fedrun-interrupt", daemon=True).start()
             return
         where = f"{label}: " if label else ""
-        _say(f"fedrun: {where}{signal.Signals(signum).name} again: stopping now, without finishing up; {after}")
+        then = after if isinstance(after, str) else _asked(after)
+        then = f"; {then}" if then else ""
+        _say(f"fedrun: {where}{signal.Signals(signum).name} again: stopping now, without finishing up{then}")
         if on_exit is not None:
             with contextlib.suppress(Exception):
                 on_exit(signum)
@@ -129,8 +140,17 @@ def interrupts(
             yield
     finally:
         done.set()
-    if deferred:  # the block ended before the watcher re-sent the signal
-        raise Interrupted(deferred[-1])
+        _DEFER["pending"] = 0
+    if held_back:  # the block ended before the watcher re-sent the signal
+        raise Interrupted(held_back[-1])
+
+
+def _asked(after: Callable[[], str]) -> str:
+    """``after()``, or nothing when it fails (it runs inside a signal handler)."""
+    try:
+        return after()
+    except Exception:  # noqa: BLE001
+        return ""
 
 
 def _resend_after_import(signum: int, main_id: int | None, done: threading.Event, resent: threading.Event) -> None:
@@ -143,6 +163,23 @@ def _resend_after_import(signum: int, main_id: int | None, done: threading.Event
                 resent.set()
                 signal.pthread_kill(main_id, signum)
             return
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A block that a first signal does not cut in two: inside :func:`interrupts` it raises :class:`Interrupted` when
+    the block ends instead (a second signal still ends the process at once). Keep it to a few statements."""
+    _DEFER["depth"] += 1
+    try:
+        yield
+    except BaseException:
+        _DEFER["pending"] = 0  # the block failed: its error goes on (a signal that came meanwhile is dropped)
+        raise
+    finally:
+        _DEFER["depth"] -= 1
+    if not _DEFER["depth"] and _DEFER["pending"]:
+        signum, _DEFER["pending"] = _DEFER["pending"], 0
+        raise Interrupted(signum)
 
 
 @contextmanager

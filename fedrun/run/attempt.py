@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import signal
 import traceback
 from collections.abc import Callable, Collection, Mapping
@@ -38,7 +39,7 @@ from fedrun.storage.status import Status
 BAD_DIR_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.EISDIR, errno.ENOTDIR)
 # what to do after a signal ended the command (fedrun/host/interrupts.py)
 SWEEP_AFTER = "the same command (same hydra.sweep.dir) resumes a sweep"
-RUN_AFTER = "re-running the same command starts the run, or resumes it from its last checkpoint"
+RUN_AFTER = "nothing had started; run the same command again to start it"
 
 
 class Outcome(Enum):
@@ -92,7 +93,7 @@ def attempt(
     ``imports`` never are: fedrun/config/imports.py).
     """
     rd = RunDir(run_dir, record=record)
-    after = SWEEP_AFTER if multirun else RUN_AFTER
+    after: str | Callable[[], str] = SWEEP_AFTER if multirun else lambda: resume_hint(rd.path)  # asked then
 
     def interrupted(signum: int) -> None:  # the process ends at once (a second signal, or one inside an import)
         rd.set_status(Status.INTERRUPTED, f"interrupted by {signal.Signals(signum).name}", only_running=True)
@@ -152,7 +153,7 @@ def _attempt(
     if prior in FINISHED:
         return _skipped(rd, spec, Status(prior))
     with run_log(rd, echo=echo):
-        summary = run(spec, rd)
+        summary = run(spec, rd, announce=echo is None)  # a sweep's job echoes its log line instead
     return _ran(summary, spec)
 
 
@@ -225,11 +226,21 @@ def _status(rd: RunDir) -> Status | None:
     return Status.parse(rd.status()) if rd.started else None
 
 
+def resume_command(run_dir: Path) -> str:
+    """``fedrun resume=<run dir>``, pasteable: the directory absolute (it works from any folder), quoted for the
+    shell where it needs it."""
+    return f"fedrun {shlex.quote(f'resume={os.path.abspath(run_dir)}')}"
+
+
 def resume_hint(run_dir: Path) -> str:
-    """What re-running the command does now: resume from the last checkpoint, or start over."""
-    if RunDir(run_dir).checkpoint_file.is_file():
-        return "re-run the same command to resume from the last checkpoint"
-    return "no checkpoint was written yet, so re-running the command starts the run over"
+    """What to run next, for a run that stopped before its end: the exact command that continues it (re-running
+    the command that started it would start a new run in a new dated directory, Hydra's default run dir)."""
+    rd = RunDir(run_dir)
+    if rd.checkpoint_file.is_file():
+        return f"resume it with: {resume_command(run_dir)}"
+    if rd.config_file.is_file():
+        return f"no round had finished; run it from round 1 with: {resume_command(run_dir)}"
+    return RUN_AFTER
 
 
 def redraw_curves(rd: RunDir, spec: RunSpec) -> None:

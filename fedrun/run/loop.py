@@ -12,12 +12,20 @@ from rich.console import Console
 from fedrun.config.identity import fingerprint
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
-from fedrun.host.interrupts import signal_name
+from fedrun.host.interrupts import deferred, signal_name
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.run.experiment import Experiment, build_experiment, earlier_engine_and_threads
 from fedrun.run.recorder import RoundMonitor, log
 from fedrun.run.rounds import evaluation_row, is_eval_round, lr_at, train_round
-from fedrun.run.state import RunState, open_state, save_state
+from fedrun.run.state import (
+    FinishedRound,
+    RunState,
+    StagedClientStates,
+    finished_round,
+    open_state,
+    rewind,
+    save_state,
+)
 from fedrun.run.summary import Outcome, describe_run, final_summary, summary_line
 from fedrun.storage.figures import plot_curves
 from fedrun.storage.rundir import RunDir
@@ -27,13 +35,16 @@ from fedrun.storage.tracking import check_trackers
 __all__ = ["lr_at", "run"]
 
 
-def run(spec: RunSpec, run_dir: Path | RunDir, console: Console | None = None) -> dict[str, Any]:
+def run(
+    spec: RunSpec, run_dir: Path | RunDir, console: Console | None = None, announce: bool = False
+) -> dict[str, Any]:
     """Run one experiment, writing metrics.csv, summary.json, partition and curve files to ``run_dir``.
 
     When ``run_dir`` holds a checkpoint of this config the run continues from it; the metrics it then
     writes are identical (timings aside) to those of an uninterrupted run. Given a :class:`RunDir` (the CLI's),
     the run starts (:meth:`RunDir.start`: config.yaml, and the status is this process's to write) once the
-    experiment is built, so that nothing that fails before touches the directory.
+    experiment is built, so that nothing that fails before touches the directory. ``announce``: a resumed run
+    says on ``console`` (stderr) after which round it goes on.
     """
     t0 = time.perf_counter()
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
@@ -49,6 +60,9 @@ def run(spec: RunSpec, run_dir: Path | RunDir, console: Console | None = None) -
         try:
             if isinstance(run_dir, RunDir):
                 rd.start(OmegaConf.to_yaml(spec.raw))
+            if announce and state.start:
+                line = f"fedrun: {rd.path}: {progress_words(spec, state.start)}"
+                monitor.progress.console.print(line, highlight=False, soft_wrap=True)
             return _run(spec, rd, experiment, state, t0, monitor)
         except BaseException:
             monitor.trackers.close()  # (again, where the loop closed them: closing is idempotent)
@@ -70,6 +84,9 @@ def _run(
     log.info(start_line(spec, info, state.start))
     outcome, client_acc = Outcome(), client_accuracy(experiment)
     t_loop = time.perf_counter()
+    # a round's client-state writes wait until it has finished; ``last``: the state an interrupted run saves
+    state.clients = staged = StagedClientStates(state.clients)
+    last, saved = finished_round(state, experiment, state.start), state.start
     try:
         with monitor:
             for rnd in range(state.start, spec.fl.rounds):
@@ -77,18 +94,24 @@ def _run(
                 monitor.weights(result.weight_rows)
                 if is_eval_round(spec, rnd):
                     monitor.record(evaluation_row(experiment, state, result, t0, client_acc))
+                monitor.advance()
+                with deferred():  # the round has finished: it becomes the state an interrupted run saves
+                    staged.commit()
+                    last = finished_round(state, experiment, rnd + 1)
                 if checkpoint_due(spec, rnd):
                     save_state(state, experiment, run_dir, rnd + 1, fp, t0)
-                monitor.advance()
+                    saved = rnd + 1
         if not spec.checkpoint.keep_final:
             rd.checkpoint_file.unlink(missing_ok=True)
     except DivergenceError as e:
         # rounds are 1-based in metrics.csv and summary.json; the last good checkpoint stays in place
         where = f"round {e.round_idx + 1}" + (f", client {e.client}" if e.client is not None else "")
-        extra = {"diverged_round": e.round_idx + 1, "diverged_client": e.client}
+        extra: dict[str, Any] = {"diverged_round": e.round_idx + 1, "diverged_client": e.client}
         outcome = Outcome(Status.DIVERGED, f"diverged at {where}: {e.what}", extra)
-    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (fedrun/host/interrupts.py): the last checkpoint stays
-        outcome = Outcome(Status.INTERRUPTED, f"interrupted by {signal_name(e)}", {"signal": signal_name(e)})
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (fedrun/host/interrupts.py)
+        save_interrupted(state, experiment, rd, last, saved, fp, t0)
+        extra = {"signal": signal_name(e), "checkpoint_round": last.done}
+        outcome = Outcome(Status.INTERRUPTED, f"interrupted by {signal_name(e)}", extra)
     if state.rows and spec.output.plots:  # before summary.json says how the run ended
         plot_curves(state.rows, rd.accuracy_plot, f"{spec.algorithm.name} on {spec.data.name}")
     summary = final_summary(info, state, spec, outcome, t0, t_loop, run_dir)
@@ -96,6 +119,22 @@ def _run(
     monitor.finish(summary)
     log.info(summary_line(summary))
     return summary
+
+
+def save_interrupted(
+    state: RunState, experiment: Experiment, rd: RunDir, last: FinishedRound, saved: int, fp: str, t0: float
+) -> None:
+    """An interrupted run: its state goes back to the last finished round (``last``), which is checkpointed unless
+    the checkpoint on disk already holds it (``saved`` rounds). The write is atomic: a second signal during it
+    ends the process with the earlier checkpoint whole."""
+    rewind(state, experiment, last, rd.path)
+    if last.done > saved:
+        save_state(state, experiment, rd.path, last.done, fp, t0)
+
+
+def progress_words(spec: RunSpec, start: int) -> str:
+    """Where a run begins: ``resuming after round 17 of 50`` (or ``starting: 50 rounds``)."""
+    return f"resuming after round {start} of {spec.fl.rounds}" if start else f"starting: {spec.fl.rounds} rounds"
 
 
 def start_line(spec: RunSpec, info: dict[str, Any], start: int) -> str:

@@ -3,6 +3,11 @@
 Everything a killed run needs to continue bit-exactly lives in :class:`RunState`: the global model, the
 server state, every client's persistent state, the metrics rows, the client-weight log and the counters.
 The checkpoint file is this state plus torch's global RNG and the global model's buffers.
+
+A run interrupted mid-round saves the state after its last *finished* round (:class:`FinishedRound`): a round's
+writes to the client states wait in :class:`StagedClientStates` until the round is finished, and the model and
+server state of the last finished round are kept as copies (a method may update its server state in place: IMA's
+window), so nothing of a half round reaches the checkpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import torch
 
 from fedrun.config.identity import fingerprints
 from fedrun.core.errors import ResumeError
-from fedrun.core.tree import Tensors, Tree, all_finite, nbytes, zeros_like
+from fedrun.core.tree import Tensors, Tree, all_finite, clone, nbytes, zeros_like
 from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE, resumed_rows
 from fedrun.run.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, save_checkpoint, to_device
 from fedrun.run.client_states import ClientStates
@@ -57,6 +62,70 @@ def fresh_state(experiment: Experiment) -> RunState:
     big = cuda and fl.clients * nbytes(template) > torch.cuda.get_device_properties(experiment.device).total_memory // 4
     clients = ClientStates(template, fl.clients, experiment.device, offload=big)
     return RunState(params, algo.server_init(params), clients)
+
+
+class StagedClientStates(ClientStates):
+    """The client states as a round sees them: it reads the rows of the last finished round, and its writes
+    (:meth:`scatter`) wait until :meth:`commit` (the round finished) or are dropped (:meth:`rollback`)."""
+
+    def __init__(self, base: ClientStates) -> None:  # noqa: D107 - shares base's rows, copies nothing
+        self.base, self.device, self.home, self.rows = base, base.device, base.home, base.rows
+        self.pending: list[tuple[torch.Tensor, Tree]] = []
+
+    def scatter(self, clients: torch.Tensor, values: Tree) -> None:
+        self.pending.append((clients, values))
+
+    def commit(self) -> None:
+        """The round finished: its writes go into the rows."""
+        for clients, values in self.pending:
+            self.base.scatter(clients, values)
+        self.pending.clear()
+
+    def rollback(self) -> None:
+        self.pending.clear()
+
+    def load_state_dict(self, rows: Tree) -> None:
+        self.pending.clear()
+        self.base.load_state_dict(rows)
+        self.rows = self.base.rows
+
+
+@dataclass(frozen=True)
+class FinishedRound:
+    """The run state after ``done`` finished rounds, kept while the next round runs: copies of the model, the
+    server state and the model's buffers, how many metrics and client-weight rows it had, its counters and RNG."""
+
+    done: int
+    params: Tensors
+    server_state: Tree
+    buffers: Tree
+    rows: int
+    weight_rows: int
+    counters: tuple[int, float, float]  # samples, train_time, agg_time
+    torch_rng: torch.Tensor
+
+
+def finished_round(state: RunState, experiment: Experiment, done: int) -> FinishedRound:
+    """Keep the state after ``done`` finished rounds (its client states: :class:`StagedClientStates`' rows)."""
+    return FinishedRound(
+        done, clone(state.params), clone(state.server_state), clone(experiment.model.buffers), len(state.rows),
+        len(state.weight_log), (state.samples, state.train_time, state.agg_time), torch.get_rng_state(),
+    )  # fmt: skip
+
+
+def rewind(state: RunState, experiment: Experiment, last: FinishedRound, run_dir: Path) -> None:
+    """Put ``state`` (its client states staged) back to ``last``, and metrics.csv and client_weights.csv with it:
+    what an unfinished round changed is dropped."""
+    if isinstance(state.clients, StagedClientStates):
+        state.clients.rollback()
+    state.params, state.server_state = clone(last.params), clone(last.server_state)
+    if last.buffers:
+        experiment.model.set_buffers(last.buffers)
+    state.samples, state.train_time, state.agg_time = last.counters
+    torch.set_rng_state(last.torch_rng)
+    del state.rows[last.rows :], state.weight_log[last.weight_rows :]
+    _rewrite(run_dir / METRICS_FILE, state.rows)  # (a row may be in the file and not yet in ``rows``)
+    _rewrite(run_dir / CLIENT_WEIGHTS_FILE, state.weight_log)
 
 
 def restore(state: RunState, ck: Checkpoint, experiment: Experiment) -> None:
