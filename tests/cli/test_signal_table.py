@@ -22,9 +22,10 @@ import pytest
 
 from fedrun.run.checkpoint import CHECKPOINT_FILE
 from tests.conftest import REPO
+from tests.pause_worker import PAUSED
 from tests.run.test_resume import SMALL
 
-LONG = [*SMALL, "fl.rounds=40"]  # runs for many seconds: a signal at these moments always lands before its end
+LONG = [*SMALL, "fl.rounds=400"]  # runs for many seconds: a signal at these moments always lands before its end
 SWEEP = ["-m", *LONG, "seed=0,1"]
 # (case, arguments, signal, seconds after launch, is a sweep): moments from Python's start to the first round
 SWEEP_SIGNAL = [
@@ -62,9 +63,10 @@ def test_a_signal_at_any_moment_is_128_plus_n_and_one_line(
     tmp_path: Path, case: str, args: list[str], sig: signal.Signals, after_s: float, sweep: bool
 ) -> None:
     proc = _start(args, tmp_path)
-    time.sleep(after_s)
+    _wait_routed(proc, sig)  # before, a loaded machine could start Python so late that the signal killed it
+    time.sleep(after_s)  # the moment: any moment from here on must end the same way, so this is no race
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 128 + sig, err
     assert "Traceback" not in err and "partially initialized" not in err
     last = [ln for ln in err.splitlines() if ln.startswith("fedrun: ") and sig.name in ln]
@@ -75,6 +77,16 @@ def test_a_signal_at_any_moment_is_128_plus_n_and_one_line(
         assert "sweep" not in last[0], err
     if not sweep or "job" not in last[0]:
         assert len(err.strip().splitlines()) == 1, err
+
+
+def _wait_routed(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
+    """Until the process catches ``sig`` (its bit in /proc/<pid>/status's SigCgt): before that moment no program can
+    answer a signal with a line, so the table's moments count from it."""
+    deadline = time.monotonic() + 600  # a bound, not a timing
+    status = Path(f"/proc/{proc.pid}/status")
+    while not int(re.findall(r"^SigCgt:\s*([0-9a-f]+)", status.read_text(), re.M)[0], 16) >> (sig - 1) & 1:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
 
 
 def test_nohup_keeps_a_run_going_at_logout(tmp_path: Path) -> None:
@@ -113,15 +125,15 @@ def test_a_sweep_stopped_mid_job_prints_one_line(tmp_path: Path, sig: signal.Sig
     sweep = tmp_path / "sweep"
     args = [*SWEEP, f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/c"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedrun.cli", *args], cwd=tmp_path, env=env,
+        [sys.executable, "-m", "tests.pause_worker", "round:2", *args], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not list(sweep.glob("*/metrics.csv")):
-        assert proc.poll() is None and time.monotonic() < deadline, "job 0 recorded no round"
+    deadline = time.monotonic() + 600  # a bound, not a timing: job 0 waits in round 2 for the signal
+    while not (tmp_path / PAUSED).exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "job 0 did not reach round 2"
         time.sleep(0.02)
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode == 128 + sig, err
     (job,) = [p.name for p in sweep.iterdir() if p.is_dir()]
     assert err.splitlines() == [

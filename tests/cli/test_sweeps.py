@@ -25,6 +25,7 @@ from fedrun.run.job_dirs import job_dir_name
 from fedrun.run.recorder import ROW_RECORD
 from fedrun.run.sweep_index import find_jobs, read_index
 from tests.conftest import REPO, compose_cfg, main_exit_code
+from tests.pause_worker import PAUSED
 
 TINY = [
     "experiment=smoke",
@@ -79,18 +80,18 @@ def test_a_sweep_grows_by_its_new_jobs_only_and_the_report_sees_each_config_once
 def test_ctrl_c_stops_a_sweep(tmp_path: Path) -> None:
     """Ctrl-C in job 0 ends the sweep (exit 130, one line); before, the next job started and the sweep exited 0."""
     sweep = tmp_path / "sweep"
-    long = [*TINY, "fl.rounds=400", "checkpoint.every=1"]
+    long = [*TINY, "fl.rounds=400", "checkpoint.every=1"]  # job 0 pauses in round 2 (tests/pause_worker.py)
     job0 = sweep / job_dir_name(compose_cfg([*long, "seed=0"]), ["seed=0"], {"seed"})
-    cmd = [sys.executable, "-m", "fedrun.cli", "-m", *long, "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    cmd = [sys.executable, "-m", "tests.pause_worker", "round:2", "-m", *long, "seed=0,1", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([*cmd, f"cache_dir={tmp_path / 'cache'}"], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    deadline = time.monotonic() + 180
-    while not (job0 / "checkpoint.pt").is_file():
-        assert proc.poll() is None and time.monotonic() < deadline, "job 0 wrote no checkpoint"
+    deadline = time.monotonic() + 600  # a bound, not a timing: job 0 waits in round 2 for the signal
+    while not (tmp_path / PAUSED).exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "job 0 did not reach round 2"
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     assert "fedrun: stopped by SIGINT; the same command (same hydra.sweep.dir) resumes a sweep" in err
     assert "Traceback" not in err

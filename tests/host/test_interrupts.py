@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,63 +23,86 @@ from fedrun.host.interrupts import Interrupted, interrupts
 from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.run.loop import run
 from tests.conftest import REPO, compose_cfg
+from tests.pause_worker import PAUSED
 from tests.run.test_resume import SMALL, _metrics, _summary
 
-LONGER = [*SMALL, "fl.rounds=40"]  # long enough that a signal sent after the first checkpoint lands mid-run
+# rounds 1-7 of 10 finished, the last checkpoint of round 5: an interrupt in round 8 saves round 7
+BETWEEN = [*(a for a in SMALL if not a.startswith("checkpoint.every")), "fl.rounds=10", "checkpoint.every=5"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_mid_run_ends_it_as_interrupted_and_a_rerun_resumes_exactly(
     tmp_path: Path, make_spec: Callable[..., RunSpec], sig: signal.Signals
 ) -> None:
+    """The signal lands in the middle of round 8 (trained and aggregated, not yet recorded): the checkpoint then
+    holds round 7, and the printed command resumes from it to the uninterrupted run's metrics."""
     run_dir = tmp_path / "run"
-    args = [*LONGER, f"hydra.run.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
+    args = [*BETWEEN, f"hydra.run.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
     err = tmp_path / "stderr.txt"
-    proc = _popen(args, tmp_path, err)
-    deadline = time.monotonic() + 300
-    while not (run_dir / CHECKPOINT_FILE).is_file():
-        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
-        time.sleep(0.01)
+    proc = _popen(args, tmp_path, err, pause="round:8")
+    _wait_paused(proc, tmp_path)
     proc.send_signal(sig)
-    assert proc.wait(timeout=120) == 128 + sig
+    assert proc.wait(timeout=300) == 128 + sig
     lines = err.read_text().strip().splitlines()
     assert "Traceback" not in err.read_text()
-    assert lines[-1].startswith(f"fedrun: {run_dir}: interrupted by {sig.name}; re-run the same command to resume")
+    saved = f"interrupted by {sig.name} (checkpoint of round 7 saved)"
+    assert lines[-1] == f"fedrun: {run_dir}: {saved}; resume it with: fedrun resume={run_dir}"
     s = _summary(run_dir)
-    assert s["status"] == "interrupted" and s["signal"] == sig.name and s["rounds_completed"] < 40
-    at = load_checkpoint(run_dir / CHECKPOINT_FILE).round
-    assert 1 <= at < 40
+    assert s["status"] == "interrupted" and s["signal"] == sig.name and s["rounds_completed"] == 7
+    assert load_checkpoint(run_dir / CHECKPOINT_FILE).round == 7
 
     cli.resume(run_dir, [])
-    assert _summary(run_dir)["status"] == "completed" and _summary(run_dir)["resumed_from_round"] == at
+    assert _summary(run_dir)["status"] == "completed" and _summary(run_dir)["resumed_from_round"] == 7
     reference = tmp_path / "reference"
     reference.mkdir()
-    run(make_spec(*LONGER), reference)
+    run(make_spec(*BETWEEN), reference)
     pd.testing.assert_frame_equal(_metrics(run_dir), _metrics(reference), check_exact=True)
 
 
-def _popen(args: list[str], tmp_path: Path, stderr: Path) -> subprocess.Popen:
-    """``python -m fedrun.cli.main ARGS`` in a subprocess, its stderr to the file ``stderr``."""
+def _popen(args: list[str], tmp_path: Path, stderr: Path, pause: str) -> subprocess.Popen:
+    """``fedrun ARGS`` in a subprocess in ``tmp_path``, paused at ``pause`` (tests/pause_worker.py), its stderr to the
+    file ``stderr``."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with stderr.open("w") as f:
-        cmd = [sys.executable, "-m", "fedrun.cli", *args]
+        cmd = [sys.executable, "-m", "tests.pause_worker", pause, *args]
         return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=f)
 
 
-def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    args = [*SMALL, f"hydra.run.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
+def _wait_paused(proc: subprocess.Popen, cwd: Path) -> None:
+    """Until the run is at its pause (the file ``paused``): an event, not a time, so a loaded machine waits longer."""
+    deadline = time.monotonic() + 600  # a bound for a broken run, not a timing
+    while not (cwd / PAUSED).exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its pause"
+        time.sleep(0.01)
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_its_command_starts_the_run(tmp_path: Path) -> None:
+    """Ctrl-C once the run dir is started (config.yaml), before round 1: one line, exit 130, and the command it
+    prints, pasted in a shell in another folder, runs the run in that directory (a folder name with a space: quoted).
+    Before: the run sometimes ended (exit 0) before a signal sent when config.yaml appeared was handled."""
+    run_dir = tmp_path / "my run"
+    args = [*SMALL, f"hydra.run.dir='{run_dir}'", f"cache_dir={tmp_path / 'cache'}"]
     err = tmp_path / "stderr.txt"
-    proc = _popen(args, tmp_path, err)
-    deadline = time.monotonic() + 300
-    while not (run_dir / "config.yaml").is_file():  # execute() has started: data and model are being built
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.002)
+    proc = _popen(args, tmp_path, err, pause="start-up")
+    _wait_paused(proc, tmp_path)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130
+    assert proc.wait(timeout=300) == 130
     text = err.read_text()
-    assert "Traceback" not in text
-    assert text.strip().splitlines()[-1].startswith(f"fedrun: {run_dir}: interrupted by SIGINT; ")
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1, text
+    how = "no round had finished; run it from round 1 with: fedrun"
+    assert text.strip() == f"fedrun: {run_dir}: interrupted by SIGINT; {how} 'resume={run_dir}'"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pasted = text.strip().split("with: fedrun ", 1)[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m fedrun.cli {pasted}", shell=True, cwd=elsewhere, env=env,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert _summary(run_dir)["status"] == "completed" and len(_metrics(run_dir)) == 8
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_a_second_signal_exits_at_once_with_one_line(capsys: pytest.CaptureFixture) -> None:
@@ -116,10 +140,10 @@ def test_an_interrupt_writes_the_summary_then_exits_or_stops_the_sweep(
     err = capsys.readouterr().err
     if multirun:  # for fedrun.cli.main.main, which prints the sweep's one line naming the job
         assert isinstance(e.value, Interrupted) and e.value.signum == signal.SIGTERM
-        assert e.value.job == "job 0 [x=1]" and "re-run the same command" not in err  # its run log only
+        assert e.value.job == "job 0 [x=1]" and "resume it with" not in err  # its run log only
     else:
         assert e.value.code == 128 + signal.SIGTERM
-        assert "interrupted by SIGTERM; re-run the same command to resume" in err
+        assert f"interrupted by SIGTERM (checkpoint of round 2 saved); resume it with: fedrun resume={run_dir}" in err
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "interrupted" and s["error"] == "interrupted by SIGTERM" and s["rounds_completed"] == 2
     assert load_checkpoint(run_dir / CHECKPOINT_FILE).round == 2
@@ -139,14 +163,25 @@ try:
             import slowmod
         else:
             pathlib.Path("ready").touch()
-            for _ in range(150):
+            end = time.monotonic() + 600  # until the test releases it (a bound, not a timing)
+            while not pathlib.Path("release").exists() and time.monotonic() < end:
                 time.sleep(0.01)
 except KeyboardInterrupt as e:
     print("caught", signal_name(e), "slowmod" in sys.modules)  # True: the import was let finish
     sys.exit(exit_code(e))
 print("finished")
 """
-SLOWMOD = "import pathlib, time\npathlib.Path('ready').touch()\nfor _ in range(100):\n    time.sleep(0.01)\n"
+# A module whose import lasts until the test releases it; it says when a first signal was held back (the watcher
+# thread that re-sends it runs), so that the test sends a second one only then (two SIGINTs pending merge into one).
+SLOWMOD = """
+import pathlib, threading, time
+pathlib.Path("ready").touch()
+end = time.monotonic() + 600
+while not pathlib.Path("release").exists() and time.monotonic() < end:
+    if any(t.name == "fedrun-interrupt" for t in threading.enumerate()):
+        pathlib.Path("held").touch()
+    time.sleep(0.01)
+"""
 HUP, INT, TERM = signal.SIGHUP, signal.SIGINT, signal.SIGTERM
 AGAIN = "fedrun: job 0: {} again: stopping now, without finishing up; run it again"
 # The sweep-signal table, moments and inheritances: (case, mode, ignored at start, sent, exit code, stderr, stdout).
@@ -185,18 +220,26 @@ def test_sweep_signal_table(
         [sys.executable, str(tmp_path / "child.py"), mode], cwd=tmp_path, env=env, preexec_fn=inherit,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "ready").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.005)
-    for s in sent:
-        proc.send_signal(s)
-        time.sleep(0.05)
-    stdout, stderr = proc.communicate(timeout=60)
+    _wait_for(tmp_path / "ready", proc)
+    for n, s in enumerate(sent):
+        proc.send_signal(s)  # an ignored signal is dropped by the kernel before send_signal returns
+        if n < len(sent) - 1 and mode == "import" and s not in ignored:
+            _wait_for(tmp_path / "held", proc)  # the first is held back until the import ends: now the second
+    if out:  # the child goes on until released (a signal that ends it at once needs no release)
+        (tmp_path / "release").touch()
+    stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == code, stderr
     assert stderr.strip() == err and stdout.strip() == out
     recorded = tmp_path / "recorded"  # on_exit: only when a second signal ends the process at once
     assert recorded.read_text() == str(int(sent[-1])) if len(sent) == 2 and not ignored else not recorded.exists()
+
+
+def _wait_for(file: Path, proc: subprocess.Popen) -> None:
+    """Until ``file`` appears (an event: a loaded machine only makes the wait longer)."""
+    deadline = time.monotonic() + 600  # a bound for a broken child, not a timing
+    while not file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
 
 
 def test_a_signal_ignored_at_start_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from fedrun.cli import main as cli
 from fedrun.config.schema import RunSpec
 from fedrun.engines.sequential import SequentialEngine
+from fedrun.host.interrupts import Interrupted
 from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.run.loop import run
 from fedrun.storage.atomic import TIMING_COLUMNS
@@ -245,3 +246,84 @@ def test_runs_that_cannot_be_extended_are_refused_in_one_line(tmp_path: Path, ca
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and says in err, err
         assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
+
+
+class _InterruptedInRound7(SequentialEngine):
+    """Ctrl-C while round 7 (index 6) trains: rounds 1-6 have finished, the last checkpoint is of round 5."""
+
+    def train_cohort(self, rnd, params, extras, clients, states, lr):  # noqa: ANN001, ANN201
+        if rnd == 6:
+            raise Interrupted(signal.SIGINT)
+        return super().train_cohort(rnd, params, extras, clients, states, lr)
+
+
+def _interrupt_in_round_7(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Interrupt round 7 while its cohort trains, or after it aggregated (in its evaluation): either way the
+    round has not finished, and what it changed (client states, IMA's window, updated in place) must not be saved."""
+    if where == "training":
+        monkeypatch.setattr("fedrun.run.experiment.select_engine", lambda spec, pinned=None: _InterruptedInRound7)
+        return
+    import fedrun.run.rounds as rounds
+
+    real, calls = rounds.evaluate, [0]
+
+    def evaluate(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls[0] += 1
+        if calls[0] == 7:  # eval.every=1, test split only: the 7th evaluation is round 7's
+            raise Interrupted(signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rounds, "evaluate", evaluate)
+
+
+@pytest.mark.parametrize(
+    ("method", "where"),
+    [
+        (["algorithm=scaffold"], "training"),
+        (["algorithm=scaffold"], "evaluation"),
+        (["ima.enabled=true", "ima.start=0.25", "ima.window=3"], "evaluation"),
+    ],
+)
+def test_an_interrupt_between_checkpoints_saves_its_last_finished_round_and_resumes_exactly(
+    tmp_path: Path,
+    make_spec: Callable[..., RunSpec],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    method: list[str],
+    where: str,
+) -> None:
+    args = [*(o for o in SMALL if not o.startswith("hardware.engine")), "hardware.engine=sequential", *method]
+    args += ["checkpoint.every=5", "eval.every=1"]
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as patched:
+        _interrupt_in_round_7(patched, where)
+        with pytest.raises(SystemExit) as e:
+            cli.execute(compose_cfg([*args, f"cache_dir={tmp_path / 'cache'}"]), run_dir, multirun=False)
+    assert e.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    saved = "interrupted by SIGINT (checkpoint of round 6 saved)"
+    assert err[-1] == f"fedrun: {run_dir}: {saved}; resume it with: fedrun resume={run_dir}"
+    assert load_checkpoint(run_dir / CHECKPOINT_FILE).round == 6  # not the every-5 checkpoint of round 5
+    s = _summary(run_dir)
+    assert s["status"] == "interrupted" and s["checkpoint_round"] == 6 and s["rounds_completed"] == 6
+    assert len(_metrics(run_dir)) == 6  # round 7's row, written before its evaluation failed or not, is not kept
+
+    cli.resume(run_dir, [])
+    assert "resuming after round 6 of 8" in capsys.readouterr().err
+    assert _summary(run_dir)["status"] == "completed" and _summary(run_dir)["resumed_from_round"] == 6
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*args), reference)
+    pd.testing.assert_frame_equal(_metrics(run_dir), _metrics(reference), check_exact=True)
+    got, want = load_checkpoint(run_dir / CHECKPOINT_FILE), load_checkpoint(reference / CHECKPOINT_FILE)
+    for name in ("params", "server_state", "client_states"):
+        mine, theirs = _flat(getattr(got, name)), _flat(getattr(want, name))
+        assert mine.keys() == theirs.keys() and all(torch.equal(v, theirs[k]) for k, v in mine.items()), name
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, torch.Tensor]:
+    """A tensor tree as ``{"a/b": tensor}``."""
+    out: dict[str, torch.Tensor] = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}/") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
