@@ -15,12 +15,11 @@ from fedrun.cli import report as report_cli
 from fedrun.config.schema import RunSpec
 from fedrun.report.collect import load_runs
 from fedrun.report.tables import make_table
-from fedrun.run.checkpoint import CHECKPOINT_FILE
 from fedrun.run.job_dirs import job_dir_name
 from fedrun.run.loop import run
 from fedrun.run.sweep_index import find_jobs
 from tests.conftest import compose_cfg
-from tests.run.test_resume import SMALL, _kill_after_first_checkpoint, _metrics, _start
+from tests.run.test_resume import SMALL, _kill_at_pause, _metrics, _start
 
 
 def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
@@ -34,7 +33,7 @@ def test_killed_sweep_resumes_and_a_bad_job_is_isolated_and_reported(
         sweep / job_dir_name(compose_cfg([*SMALL, lr, cache]), [lr], {"fl.lr"}) for lr in ("fl.lr=0.05", "fl.lr=-1")
     )
     proc = _start([*args, f"hydra.sweep.dir={sweep}", cache], tmp_path)
-    _kill_after_first_checkpoint(proc, good / CHECKPOINT_FILE)
+    _kill_at_pause(proc, tmp_path)  # in round 3 of job 0
     assert not bad.exists()  # the sweep died inside job 0
 
     res = run_cli(*args)  # the same sweep command, the same sweep dir

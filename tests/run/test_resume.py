@@ -24,6 +24,7 @@ from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.run.loop import run
 from fedrun.storage.atomic import TIMING_COLUMNS
 from tests.conftest import REPO, compose_cfg
+from tests.pause_worker import PAUSED
 
 # A run of a few seconds: 600 Fashion-MNIST images, 4 clients, a 32-unit MLP, a checkpoint every round;
 # dropout under vmap, so that an exact resume also needs torch's global RNG handled.
@@ -53,16 +54,18 @@ def _summary(run_dir: Path) -> dict:
 
 
 def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    """``fedrun ARGS`` in ``tmp_path``, paused in the middle of round 3 (tests/pause_worker.py)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "fedrun.cli", *args]
+    cmd = [sys.executable, "-m", "tests.pause_worker", "round:3", *args]
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _kill_after_first_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not ckpt.is_file():
-        assert proc.poll() is None, "the run ended before writing a checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint appeared"
+def _kill_at_pause(proc: subprocess.Popen, cwd: Path) -> None:
+    """SIGKILL once the run is at its pause: an event, so a loaded machine cannot let the run end first."""
+    deadline = time.monotonic() + 600  # a bound, not a timing
+    while not (cwd / PAUSED).exists():
+        assert proc.poll() is None, "the run ended before its pause"
+        assert time.monotonic() < deadline, "the run did not reach its pause"
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -71,7 +74,7 @@ def _kill_after_first_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout: fl
 def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
     killed = tmp_path / "run"
     proc = _start([*SMALL, f"hydra.run.dir={killed}", f"cache_dir={tmp_path / 'cache'}"], tmp_path)
-    _kill_after_first_checkpoint(proc, killed / CHECKPOINT_FILE)
+    _kill_at_pause(proc, tmp_path)
     assert _summary(killed)["status"] == "running"  # really killed mid-run, not after the end
     at_kill = load_checkpoint(killed / CHECKPOINT_FILE).round
     assert 1 <= at_kill < 8
