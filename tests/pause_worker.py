@@ -2,10 +2,11 @@
 until a signal arrives, so that a test can send its signal at that moment on a loaded machine without guessing
 how long start-up or a round takes (tests/host/test_interrupts.py, tests/cli/test_signal_table.py, ...).
 
-At the moment the process creates the file ``paused`` in its working directory, then waits (at most
-:data:`LIMIT_S`, a bound, not a timing) and goes on. WHERE is ``start-up`` (the run dir started: config.yaml
-written, before the first round) or ``round:N`` (round N trained and aggregated, not yet evaluated or recorded:
-the middle of a round), each the first time it happens in the process.
+At the moment the process creates the file ``paused`` in its working directory, then waits until a signal's
+handler raises or the file ``release`` appears there (or :data:`LIMIT_S` passed: a bound, not a timing), and goes
+on. WHERE is ``start-up`` (the run dir started: config.yaml written, before the first round) or ``round:N`` (round
+N trained and aggregated, not yet evaluated or recorded: the middle of a round), each the first time it happens in
+the process.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from typing import Any
 
 LIMIT_S = 600.0
 PAUSED = "paused"
+RELEASE = "release"
 
 
 def pause() -> None:
-    """Say so (the file ``paused``), then sleep until a signal's handler raises, or :data:`LIMIT_S` passed."""
+    """Say so (the file ``paused``), then sleep until a signal's handler raises, ``release`` appears, or
+    :data:`LIMIT_S` passed."""
     Path(PAUSED).touch()
     end = time.monotonic() + LIMIT_S
-    while time.monotonic() < end:
+    while time.monotonic() < end and not Path(RELEASE).exists():
         time.sleep(0.01)
 
 

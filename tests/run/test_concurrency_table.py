@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pytest
 from fedrun.storage.lock import LOCK_FILE, lock_holder
 from tests.conftest import REPO
 from tests.hostile import TINY, Case, completed_run, ids, run_case
+from tests.pause_worker import PAUSED, RELEASE
 
 CATEGORY = "concurrency"
 BUSY = "in use by another fedrun process (its lock .fedrun.lock is held)"
@@ -63,25 +65,37 @@ sys.stdin.read()
 
 class First:
     """The first process: started by a case's set-up, ended (and its exit code kept in ``{t}/first.rc``) when the
-    second has ended."""
+    second has ended. A real fedrun pauses in round 2 holding its run's (or job's) lock (tests/pause_worker.py) until
+    the second process has ended or waits for that lock: before, a loaded machine could let it finish first."""
 
     def __init__(self, t: Path, args: list[str], held: str | None = None, script: bool = False) -> None:
         self.t, self.script = t, script
+        if held is not None:
+            args = ["-m", "tests.pause_worker", "round:2", *args[2:]]  # args: -m fedrun.cli ...
         self.proc = subprocess.Popen(
             [sys.executable, *args], cwd=t, env=ENV, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         if script:
             assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 240
-        while held is not None and not self._holds(held):  # a real fedrun: until its run (or a job) holds the lock
+        deadline = time.monotonic() + 600  # a bound, not a timing
+        while held is not None and not ((t / PAUSED).exists() and self._holds(held)):
             assert self.proc.poll() is None and time.monotonic() < deadline, self.proc.communicate()
             time.sleep(0.02)
+        if held is not None:  # released once another process waits for a lock (a twin sweep's job)
+            threading.Thread(target=self._release_when_waited_for, daemon=True).start()
 
     def _holds(self, pattern: str) -> bool:
         return any(lock_holder(p) == self.proc.pid for p in self.t.glob(pattern))
 
+    def _release_when_waited_for(self) -> None:
+        while self.proc.poll() is None and not (self.t / RELEASE).exists():
+            if any(" -> FLOCK " in line for line in Path("/proc/locks").read_text().splitlines()):
+                (self.t / RELEASE).touch()
+            time.sleep(0.02)
+
     def close(self) -> None:
+        (self.t / RELEASE).touch()
         if self.script:
             self.proc.kill()
         _, err = self.proc.communicate(timeout=600)
