@@ -62,6 +62,15 @@ def sweep_varying(root: DictConfig) -> list[str]:
     return varying_keys(command, params)  # type: ignore[arg-type]
 
 
+def command_varying(config: DictConfig) -> list[str]:
+    """The keys a sweep composed as ``config`` (the sweep's own, with its ``hydra`` node) varies: its command line's
+    and its sweeper's ``params``."""
+    params = OmegaConf.select(config, "hydra.sweeper.params")
+    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
+    task = OmegaConf.select(config, "hydra.overrides.task", default=None)
+    return varying_keys(list(task) if task is not None else [], params)  # type: ignore[arg-type]
+
+
 def _job_dir(*, _root_: DictConfig) -> str:
     """Resolver of ``hydra.sweep.subdir``: Hydra resolves it in the job's process with the job's whole config."""
     task = OmegaConf.masked_copy(_root_, [str(k) for k in _root_ if k != "hydra"])
@@ -91,9 +100,12 @@ def report_multirun(returns: Any) -> int:
         return 0
     bad: dict[str, int] = {}
     sweep_dir: Path | str = "."  # every job's parent: set by the loop (jobs is not empty)
+    varying: list[str] = []
     for r in jobs:
         run_dir = Path(r.hydra_cfg.hydra.runtime.output_dir)  # type: ignore[union-attr]  # set on every job
         sweep_dir = run_dir.parent
+        with contextlib.suppress(Exception):  # the table's keys: from the sweep's command, as Hydra saved it
+            varying = varying or sweep_varying(r.hydra_cfg)  # type: ignore[arg-type]
         status = Status.FAILED.value if r.status == JobStatus.FAILED else job_status(run_dir)
         status = Status.FAILED.value if status == "refused" else status
         if status != Status.COMPLETED:
@@ -101,10 +113,8 @@ def report_multirun(returns: Any) -> int:
     if not bad:
         return 0
     kinds = ", ".join(f"{k}: {n}" for k, n in sorted(bad.items()))
-    print(
-        f"fedrun: {sum(bad.values())} of {len(jobs)} jobs failed ({kinds}); `{table_command(sweep_dir)}` lists them",
-        file=sys.stderr,
-    )
+    table = table_command(sweep_dir, varying)
+    print(f"fedrun: {sum(bad.values())} of {len(jobs)} jobs failed ({kinds}); `{table}` lists them", file=sys.stderr)
     return 1
 
 
@@ -193,10 +203,13 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         console = _ACTIVE
         if console is not None:
+            console.varying = command_varying(config)
             console.finish()
             close_console()
         else:  # the jobs ran elsewhere: how they ended, from their folders
-            SweepConsole(self.sweep_dir, live=False).finish(folder_counts(Path(self.sweep_dir)))
+            console = SweepConsole(self.sweep_dir, live=False)
+            console.varying = command_varying(config)
+            console.finish(folder_counts(Path(self.sweep_dir)))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE

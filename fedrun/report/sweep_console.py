@@ -10,6 +10,7 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,21 @@ from fedrun.storage.status import Status
 ENDED = (Status.COMPLETED, Status.DIVERGED)  # a job that starts in a folder with one of these is skipped
 
 
-def table_command(sweep_dir: Path | str) -> str:
-    """The command that prints a sweep's table, ready to paste."""
-    return f"fedrun-report table {shlex.quote(str(sweep_dir))}"
+DEFAULT_ROWS = "algorithm"  # fedrun-report table's --rows when none is given
+POOLED = ("seed",)  # fedrun-report table's --over: the keys a cell averages over
+
+
+def table_command(sweep_dir: Path | str, varying: Sequence[str] = ()) -> str:
+    """The command that prints a sweep's table, ready to paste: the keys the sweep varies (``varying``, but the seed,
+    which a cell averages over) as its rows (the first) and columns (the others). Without them ``fedrun-report
+    table`` puts ``algorithm`` in the rows and refuses (exit 2) a table whose cells would mix another varying key."""
+    keys = [k for k in dict.fromkeys(varying) if k not in POOLED]
+    command = f"fedrun-report table {shlex.quote(str(sweep_dir))}"
+    if keys[1:]:
+        command += f" --rows {shlex.quote(keys[0])} --cols {shlex.quote(','.join(keys[1:]))}"
+    elif keys and keys[0] != DEFAULT_ROWS:
+        command += f" --rows {shlex.quote(keys[0])}"
+    return command
 
 
 @dataclass
@@ -62,6 +75,7 @@ class SweepConsole:
         from rich.console import Console
 
         self.sweep_dir, self.total, self.ends_only, self.local, self.quiet = sweep_dir, total, ends_only, local, quiet
+        self.varying: list[str] = []  # the keys the sweep varies, for the table's command (set by the sweep)
         self.console = console or Console(highlight=False)
         self.live_mode = self.console.is_interactive if live is None else live
         self.jobs: list[Job] = []
@@ -102,7 +116,7 @@ class SweepConsole:
         self.stop()
         counts = counts if counts is not None else self.counts()
         ended = ", ".join(f"{n} {status}" for status, n in counts.items()) or "no job ran"
-        self._say(f"sweep done ({ended}): {self.sweep_dir}; its table: {table_command(self.sweep_dir)}")
+        self._say(f"sweep done ({ended}): {self.sweep_dir}; its table: {table_command(self.sweep_dir, self.varying)}")
 
     def counts(self) -> dict[str, int]:
         """How many of this sweep's jobs ended how (``skipped``: found done), in a fixed order."""

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -180,3 +181,29 @@ def test_a_config_cannot_point_fedruns_callback_at_other_code(
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("fedrun: error: hydra.callbacks.fedrun_sweep: refused") and err.count("\n") == 1
+
+
+def test_the_readme_sweeps_table_command_works_when_pasted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The README's first sweep varies two keys besides the seed: the command its last line prints puts them in the
+    rows and the columns, and exits 0 when pasted. Before: ``fedrun-report table <dir>`` (rows: algorithm), which
+    refuses cells that mix partition.alpha 0.1 and 1.0 (exit 2)."""
+    from fedrun.cli import report
+
+    (line,) = [ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("fedrun -m experiment=")]
+    readme = [a for a in shlex.split(line)[2:] if not a.startswith("hydra.sweep.dir=")]
+    given = {a.split("=", 1)[0] for a in readme}
+    small = [a for a in TINY if a.split("=", 1)[0] not in given]
+    sweep = tmp_path / "first sweep"
+    monkeypatch.chdir(tmp_path)
+    argv = ["fedrun", "-m", *readme, *small, f"hydra.sweep.dir='{sweep}'", f"cache_dir={tmp_path / 'cache'}"]
+    assert main_exit_code(monkeypatch, argv) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"sweep done (8 completed): {sweep}; its table: ")
+    pasted = last.split("; its table: ", 1)[1]
+    assert pasted == f"fedrun-report table '{sweep}' --rows algorithm --cols partition.alpha"
+    args = shlex.split(pasted)
+    assert args[0] == "fedrun-report" and report.main(args[1:]) == 0
+    out = capsys.readouterr().out
+    assert "| algorithm=fedavg " in out and "partition.alpha=1.0" in out
