@@ -230,6 +230,8 @@ def execute(
         imports=compose_checks.command_imports(),
     )
     tell(result, run_dir, multirun, name)
+    if not multirun and result.outcome is Outcome.REFUSED:
+        sweeps.remove_refused_run_dir(run_dir)  # a dated one this command made: nothing named like a run is left
     if multirun and result.outcome is Outcome.INTERRUPTED:
         raise _in_job(Interrupted(signal.Signals[result.signal or "SIGINT"]), name)  # the sweep stops
     code = exit_code_of(result)

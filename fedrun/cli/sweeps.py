@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -174,6 +175,53 @@ def planned_jobs(config: DictConfig) -> int | None:
         return None
 
 
+# Hydra's record of a job (hydra.output_subdir) and what a refused attempt leaves beside it
+REFUSED_LEFT = frozenset({".hydra", "error.txt", ".fedrun.lock"})
+HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
+_NEW_RUN_DIR: list[tuple[Path, Path]] = []  # (the dated run dir, the topmost folder of it this command creates)
+
+
+def note_new_run_dir(config: DictConfig) -> None:
+    """Before Hydra makes a single run's directory: when it is a dated one (``hydra.run.dir`` with ``${now:...}``,
+    fedrun's default ``outputs/<date>/<time>-<method>-<data>``) that does not exist yet, remember it and the topmost
+    of its folders that this command creates, for :func:`remove_refused_run_dir`."""
+    _NEW_RUN_DIR.clear()
+    try:
+        settings = OmegaConf.to_container(config.hydra.run, resolve=False)
+        pattern = settings.get("dir") if isinstance(settings, dict) else None
+        run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))  # ${now:...} is cached: Hydra gets the same
+    except Exception:  # noqa: BLE001 - no dated directory to remember; Hydra reports what is wrong
+        return
+    if "${now:" not in str(pattern) or os.path.lexists(run_dir):
+        return
+    top = run_dir
+    while not os.path.lexists(top.parent) and top.parent != top:
+        top = top.parent
+    _NEW_RUN_DIR.append((run_dir, top))
+
+
+def remove_refused_run_dir(run_dir: Path) -> None:
+    """A refused single run (bad input) in a dated directory that this command created (:func:`note_new_run_dir`):
+    remove it, and the folders above it that the command created, when they hold only what a refused attempt
+    leaves (Hydra's record of the job, error.txt, the lock): a refused command leaves nothing named like a run.
+    A directory named by the user (``hydra.run.dir=...``, ``resume=...``) or that existed before keeps its
+    error.txt."""
+    if not _NEW_RUN_DIR or _NEW_RUN_DIR[0][0] != Path(os.path.abspath(run_dir)):
+        return
+    run_dir, top = _NEW_RUN_DIR.pop()
+    record = run_dir / ".hydra"
+    with contextlib.suppress(OSError):
+        if not {p.name for p in run_dir.iterdir()} <= REFUSED_LEFT or run_dir.is_symlink():
+            return
+        if record.exists() and (record.is_symlink() or not {p.name for p in record.iterdir()} <= HYDRA_RECORD):
+            return
+        shutil.rmtree(run_dir)
+        folder = run_dir.parent
+        while folder != top.parent and not any(folder.iterdir()):  # the empty folders it made (outputs/<date>/)
+            folder.rmdir()
+            folder = folder.parent
+
+
 class SweepCallback(Callback):
     """fedrun's Hydra callback (conf/config.yaml ``hydra.callbacks.fedrun_sweep``): a multirun prints its directory
     at the start and the end and shows its jobs (:class:`SweepConsole`). With the basic launcher the jobs run in
@@ -185,6 +233,9 @@ class SweepCallback(Callback):
         self.sweep_dir = ""
         self.total: int | None = None
         self.job: Job | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        note_new_run_dir(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE

@@ -13,6 +13,7 @@ from fedrun.config.schema import FLConfig
 from fedrun.engines.sampling import sample_clients
 from fedrun.run.experiment import build_experiment
 from fedrun.storage.atomic import TIMING_COLUMNS
+from tests.conftest import main_exit_code
 
 SMALL = ("data.max_train_samples=3000", "data.max_test_samples=1000", "fl.clients=5", "fl.rounds=3")
 TIMING = list(TIMING_COLUMNS)
@@ -171,3 +172,21 @@ def test_a_failure_whose_traceback_cannot_be_saved_names_no_error_log(
     assert e.value.code == 1 and err.startswith("fedrun: job failed: OSError: [Errno 28] No space left on device")
     assert "error.log" not in err and err.count("\n") == 1
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize("outputs_before", [False, True], ids=["no-outputs-folder", "outputs-folder-of-the-user"])
+def test_a_refused_command_leaves_no_dated_run_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture, outputs_before: bool
+) -> None:
+    """Bad input with Hydra's default run dir (outputs/<date>/<time>-<method>-<data>): one line, exit 2, and no
+    folder the command created is left, so nothing looks like a run that did not happen; folders that were there
+    stay. Before: outputs/<date>/<time>-fedavg-fmnist/ holding only .hydra/ and error.txt."""
+    if outputs_before:
+        (tmp_path / "outputs" / "2020-01-01").mkdir(parents=True)
+        (tmp_path / "outputs" / "mine.txt").write_text("the user's\n")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    monkeypatch.chdir(tmp_path)
+    assert main_exit_code(monkeypatch, ["fedrun", "experiment=smoke", "fl.clients=0", "cache_dir=cache"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedrun: error: fl.clients") and err.count("\n") == 1, err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
