@@ -5,13 +5,14 @@ Hydra composes the config groups and runs one job (or a sweep with ``-m``); each
 tells in one line and maps to the exit code through one table (:data:`EXIT_CODES`); the run's files go into its own
 run directory (fedrun/storage/rundir.py owns its layout).
 Bad input of any kind ends with one line on stderr naming the field and the valid choices, exit code 2, and
-nothing but ``error.txt`` (beside Hydra's ``.hydra/`` record of the job) in a new run directory; a directory
-that held anything before keeps it as it was, one another process holds is not touched at all, and one that is not
+nothing but ``error.txt`` (beside Hydra's ``.hydra/`` record of the job) in a new run directory the command named;
+a dated one (the default ``outputs/<date>/<time>-...``) that it created is removed (fedrun/cli/sweeps.py's
+:func:`~fedrun.cli.sweeps.remove_refused_run_dir`); a directory that held anything before keeps it as it was, one another process holds is not touched at all, and one that is not
 empty and holds no fedrun run is refused.
 In a multirun a failing job is recorded and the sweep goes on.
 
-Re-running the same command on the same run directory (or ``fedrun resume=<dir>``) continues from the
-run's last checkpoint and skips a run that already finished; a directory holding a run of a different
+``fedrun resume=<dir>`` (the command an interrupted run prints), or the same command on the same run directory,
+continues from the run's last checkpoint and skips a run that already finished; a directory holding a run of a different
 config is refused and left untouched. Re-running a sweep with the same ``hydra.sweep.dir`` does the same
 for each of its jobs.
 
