@@ -7,13 +7,13 @@ run directory (fedrun/storage/rundir.py owns its layout).
 Bad input of any kind ends with one line on stderr naming the field and the valid choices, exit code 2, and
 nothing but ``error.txt`` (beside Hydra's ``.hydra/`` record of the job) in a new run directory the command named;
 a dated one (the default ``outputs/<date>/<time>-...``) that it created is removed (fedrun/cli/sweeps.py's
-:func:`~fedrun.cli.sweeps.remove_refused_run_dir`); a directory that held anything before keeps it as it was, one another process holds is not touched at all, and one that is not
-empty and holds no fedrun run is refused.
+:func:`~fedrun.cli.sweeps.remove_refused_run_dir`); a directory that held anything before keeps it as it was, one
+another process holds is not touched at all, and one that is not empty and holds no fedrun run is refused.
 In a multirun a failing job is recorded and the sweep goes on.
 
 ``fedrun resume=<dir>`` (the command an interrupted run prints), or the same command on the same run directory,
-continues from the run's last checkpoint and skips a run that already finished; a directory holding a run of a different
-config is refused and left untouched. Re-running a sweep with the same ``hydra.sweep.dir`` does the same
+continues from the run's last checkpoint and skips a run that already finished; a directory holding a run of a
+different config is refused and left untouched. Re-running a sweep with the same ``hydra.sweep.dir`` does the same
 for each of its jobs.
 
 Each job returns its ``output.objective`` (summary.json's ``test_acc_last_k`` by default) to Hydra, so a
