@@ -160,7 +160,7 @@ def test_a_failure_whose_traceback_cannot_be_saved_names_no_error_log(
     def full(rd: RunDir, text: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    def run(spec: object, rd: RunDir) -> dict:
+    def run(spec: object, rd: RunDir, **kwargs: object) -> dict:
         rd.start("seed: 0\n")
         raise OSError(errno.ENOSPC, "No space left on device")
 

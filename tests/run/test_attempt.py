@@ -68,7 +68,7 @@ def test_a_failure_whose_traceback_cannot_be_saved_does_not_name_error_log(
     def full(rd: RunDir, text: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    def run(spec: object, rd: RunDir) -> dict:
+    def run(spec: object, rd: RunDir, **kwargs: object) -> dict:
         rd.start("seed: 0\n")
         raise OSError(errno.ENOSPC, "No space left on device", "partition.csv")
 
@@ -83,7 +83,7 @@ def test_a_failure_whose_traceback_cannot_be_saved_does_not_name_error_log(
 def test_an_interrupt_before_the_run_started_is_interrupted_with_no_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def run(spec: object, rd: RunDir) -> dict:
+    def run(spec: object, rd: RunDir, **kwargs: object) -> dict:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(loop, "run", run)
