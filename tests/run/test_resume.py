@@ -330,3 +330,62 @@ def _flat(tree: dict, prefix: str = "") -> dict[str, torch.Tensor]:
     for k, v in tree.items():
         out.update(_flat(v, f"{prefix}{k}/") if isinstance(v, dict) else {f"{prefix}{k}": v})
     return out
+
+
+class _CtrlCInRound7(SequentialEngine):
+    """A real Ctrl-C (SIGINT to this process) while round 7 trains."""
+
+    def train_cohort(self, rnd, params, extras, clients, states, lr):  # noqa: ANN001, ANN201
+        if rnd == 6:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().train_cohort(rnd, params, extras, clients, states, lr)
+
+
+def test_a_second_ctrl_c_while_the_interrupted_run_saves_leaves_the_earlier_checkpoint_whole(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Ctrl-C in round 7, then a second one half way through writing the checkpoint of round 6: the process ends at
+    once (130, one more line with the resume command), the checkpoint of round 5 is whole, no temp file is left, and
+    resuming from it gives the uninterrupted metrics."""
+    import fedrun.run.checkpoint as checkpoint
+    from fedrun.storage.atomic import TEMP_SUFFIX, atomic_write_with
+
+    args = [*(o for o in SMALL if not o.startswith("hardware.engine")), "hardware.engine=sequential"]
+    args += ["checkpoint.every=5", "eval.every=1"]
+    run_dir = tmp_path / "run"
+    real, saves = checkpoint.atomic_write, [0]
+
+    def second_signal_half_way(path: Path, data: bytes) -> None:
+        saves[0] += 1
+        if saves[0] == 1:  # the checkpoint of round 5
+            real(path, data)
+            return
+
+        def write(tmp: Path) -> None:
+            tmp.write_bytes(data[: len(data) // 2])
+            os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C: its handler raises here
+            tmp.write_bytes(data)
+
+        atomic_write_with(path, write)
+
+    with monkeypatch.context() as patched:
+        patched.setattr("fedrun.run.experiment.select_engine", lambda spec, pinned=None: _CtrlCInRound7)
+        patched.setattr(checkpoint, "atomic_write", second_signal_half_way)
+        with pytest.raises(SystemExit) as e:
+            cli.execute(compose_cfg([*args, f"cache_dir={tmp_path / 'cache'}"]), run_dir, multirun=False)
+    assert saves[0] == 2
+    assert e.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"fedrun: {run_dir}: SIGINT again: stopping now, without finishing up; resume it with: fedrun resume={run_dir}"
+    ]
+    assert load_checkpoint(run_dir / CHECKPOINT_FILE).round == 5
+    assert not [p for p in run_dir.iterdir() if TEMP_SUFFIX.search(p.name)]
+    assert _summary(run_dir)["status"] == "interrupted"
+
+    cli.resume(run_dir, [])
+    assert _summary(run_dir)["resumed_from_round"] == 5
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    run(make_spec(*args), reference)
+    pd.testing.assert_frame_equal(_metrics(run_dir), _metrics(reference), check_exact=True)
