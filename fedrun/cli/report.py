@@ -104,10 +104,18 @@ def top_parser() -> argparse.ArgumentParser:
         epilog="fedrun-report SUBCOMMAND --help: its options. The flag form of earlier versions still works:"
         " 'fedrun-report DIR ...' is 'table', 'DIR --paper T' is 'scorecard', '--partition RUN_DIR' is 'partition'.",
     )
+    ap.add_argument("--version", action="version", version=version_line(), help="fedrun's version (as fedrun --version)")
     sub = ap.add_subparsers(dest="command", metavar="SUBCOMMAND", title="subcommands")
     for name, line in SUBCOMMANDS.items():
         sub.add_parser(name, help=line, aliases=["diagnostics"] if name == "coherence" else [], add_help=False)
     return ap
+
+
+def version_line() -> str:
+    """``fedrun <version>``: what ``fedrun --version`` prints (one package, one version)."""
+    from fedrun.cli.help import fedrun_version
+
+    return f"fedrun {fedrun_version()}"
 
 
 def parse_args(argv: list[str], command: str = "") -> argparse.Namespace:
@@ -170,6 +178,9 @@ def report(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         top_parser().print_help(sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(version_line())
+        return 0
     command, rest = argv[0], argv[1:]
     if command in ANALYSIS_COMMANDS:
         return _analysis([command, *rest])
