@@ -104,7 +104,7 @@ def top_parser() -> argparse.ArgumentParser:
         epilog="fedrun-report SUBCOMMAND --help: its options. The flag form of earlier versions still works:"
         " 'fedrun-report DIR ...' is 'table', 'DIR --paper T' is 'scorecard', '--partition RUN_DIR' is 'partition'.",
     )
-    ap.add_argument("--version", action="version", version=version_line(), help="fedrun's version (as fedrun --version)")
+    ap.add_argument("--version", action="version", version=version_line(), help="as fedrun --version")
     sub = ap.add_subparsers(dest="command", metavar="SUBCOMMAND", title="subcommands")
     for name, line in SUBCOMMANDS.items():
         sub.add_parser(name, help=line, aliases=["diagnostics"] if name == "coherence" else [], add_help=False)
