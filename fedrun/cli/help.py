@@ -50,11 +50,16 @@ def fedrun_version() -> str:
         return __version__
 
 
+def version_line() -> str:
+    """``fedrun <version>``: what ``fedrun --version`` and ``fedrun-report --version`` print."""
+    return f"fedrun {fedrun_version()}"
+
+
 def print_version_if_asked(argv: list[str]) -> None:
     """``fedrun --version`` (anywhere on the line, as argparse reads it): ``fedrun <version>``, exit 0, before Hydra
     (whose own ``--version`` prints Hydra's)."""
     if "--version" in argv:
-        print(f"fedrun {fedrun_version()}")
+        print(version_line())
         sys.exit(0)
 
 

@@ -14,7 +14,7 @@ fedrun-report partition RUN_DIR   (client-by-class heatmap and per-domain breakd
 fedrun-report line|plane|landscape|coherence ...   (analysis plots: see fedrun/report/landscape.py)
 
 The flag form of earlier versions still works: ``fedrun-report DIR ...`` is ``table`` (``DIR --paper TARGET``:
-``scorecard``), ``fedrun-report --partition RUN_DIR`` is ``partition``.
+``scorecard``), ``fedrun-report --partition RUN_DIR`` is ``partition``. ``fedrun-report --version``: fedrun's.
 
 A cell averages over seeds only (``--over`` names more keys); a config key that varies inside a cell is an
 error naming it. Under the table: runs that did not complete or were refused, missing runs (a seed that other
@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedrun.cli.help import version_line
 from fedrun.core.errors import DataError
 from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
 from fedrun.report import output
@@ -111,13 +112,6 @@ def top_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def version_line() -> str:
-    """``fedrun <version>``: what ``fedrun --version`` prints (one package, one version)."""
-    from fedrun.cli.help import fedrun_version
-
-    return f"fedrun {fedrun_version()}"
-
-
 def parse_args(argv: list[str], command: str = "") -> argparse.Namespace:
     """The table's options (``command`` "table"), the scorecard's ("scorecard"), or the flag form of earlier
     versions ("": both, and ``--partition``)."""
@@ -167,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except BrokenPipeError:
-        # the reader went away: say nothing more, and keep Python from complaining when it flushes at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the reader went away: say nothing, even at exit's flush
         os.dup2(devnull, sys.stdout.fileno())
         return 0
 
@@ -178,9 +171,8 @@ def report(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         top_parser().print_help(sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    if argv[0] == "--version":
-        print(version_line())
-        return 0
+    if argv[0] == "--version":  # what fedrun --version prints (one package, one version)
+        return _print(version_line())
     command, rest = argv[0], argv[1:]
     if command in ANALYSIS_COMMANDS:
         return _analysis([command, *rest])
