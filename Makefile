@@ -93,8 +93,12 @@ clean:
 	rm -rf $(VENV) $(GPU_VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache
 	find fedrun tests scripts conf -name __pycache__ -type d -prune -exec rm -rf {} +
 
-## Every target with its one-line doc (the last unindented `## ` line above it in this Makefile)
+# the pattern rules reproduce-% and reproduce-%-smoke are listed as the paper targets they run, by name, from the
+# registry (scripts/make_help_targets.py); before make install, one line says how to see them
+## Every target with its one-line doc (the last unindented `## ` line above it), each paper target by name
 help:
 	@awk '/^## [^ ]/ { doc = substr($$0, 4); next } /^##/ { next } /^$$/ { doc = ""; next } \
-	  /^[a-zA-Z0-9%_.-]+:/ && doc != "" { split($$0, t, ":"); printf "  %-22s %s\n", t[1], doc; doc = "" }' \
+	  /^[a-zA-Z0-9_.-]+:/ && doc != "" { split($$0, t, ":"); printf "  %-32s %s\n", t[1], doc; doc = "" }' \
 	  $(firstword $(MAKEFILE_LIST))
+	@if test -x $(BIN)/python; then $(BIN)/python scripts/make_help_targets.py 32; \
+	  else echo "  reproduce-TARGET[-smoke]         a paper's table: make install, then make help names each target"; fi

@@ -11,6 +11,7 @@ show, :func:`fedrun.config.catalogue.field_notes`); a YAML option adds only the 
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
@@ -49,11 +50,16 @@ def fedrun_version() -> str:
         return __version__
 
 
+def version_line() -> str:
+    """``fedrun <version>``: what ``fedrun --version`` and ``fedrun-report --version`` print."""
+    return f"fedrun {fedrun_version()}"
+
+
 def print_version_if_asked(argv: list[str]) -> None:
     """``fedrun --version`` (anywhere on the line, as argparse reads it): ``fedrun <version>``, exit 0, before Hydra
     (whose own ``--version`` prints Hydra's)."""
     if "--version" in argv:
-        print(f"fedrun {fedrun_version()}")
+        print(version_line())
         sys.exit(0)
 
 
@@ -66,7 +72,35 @@ def header_doc(path: Path) -> str:
         header, _ = yaml_comments(path)
     except (OSError, UnicodeDecodeError):
         return ""
-    return header.splitlines()[0] if header else ""
+    return first_sentence(header)
+
+
+# words whose "." ends no sentence (FedLAW Sec. 4, Li et al. 2020, e.g. ...)
+_ABBREVIATIONS = ("al", "Alg", "App", "Sec", "Fig", "Eq", "Eqs", "Tab", "e.g", "i.e", "vs", "cf", "resp", "No")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'`])")
+
+
+def first_sentence(header: str, limit: int = 160) -> str:
+    """The first sentence of a header comment's first paragraph, its lines joined: the whole of a phrase that
+    wraps onto the next line, never its first line cut mid-phrase (issue 33, point 8). A sentence longer than
+    ``limit`` characters ends at a clause's end (``; `` outside brackets): the last within the limit, else the first."""
+    paragraph = " ".join(header.split("\n\n", 1)[0].split())
+    sentence = paragraph
+    for end in _SENTENCE_END.finditer(paragraph):
+        before = paragraph[: end.start()]
+        if not before.endswith(tuple(f"{a}." for a in _ABBREVIATIONS)) and not re.search(r"\b[A-Z]\.$", before):
+            sentence = before
+            break
+    if len(sentence) <= limit:
+        return sentence
+    depth, clauses = 0, []
+    for i, ch in enumerate(sentence):
+        depth += (ch in "([{") - (ch in ")]}")
+        if depth == 0 and sentence[i : i + 2] == "; ":
+            clauses.append(i)
+    within = [i for i in clauses if i <= limit]
+    cut = within[-1] if within else next(iter(clauses), len(sentence))
+    return sentence[:cut]
 
 
 def registry_doc(group: str, name: str) -> str:

@@ -14,7 +14,7 @@ fedrun-report partition RUN_DIR   (client-by-class heatmap and per-domain breakd
 fedrun-report line|plane|landscape|coherence ...   (analysis plots: see fedrun/report/landscape.py)
 
 The flag form of earlier versions still works: ``fedrun-report DIR ...`` is ``table`` (``DIR --paper TARGET``:
-``scorecard``), ``fedrun-report --partition RUN_DIR`` is ``partition``.
+``scorecard``), ``fedrun-report --partition RUN_DIR`` is ``partition``. ``fedrun-report --version``: fedrun's.
 
 A cell averages over seeds only (``--over`` names more keys); a config key that varies inside a cell is an
 error naming it. Under the table: runs that did not complete or were refused, missing runs (a seed that other
@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedrun.cli.help import version_line
 from fedrun.core.errors import DataError
 from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
 from fedrun.report import output
@@ -104,6 +105,7 @@ def top_parser() -> argparse.ArgumentParser:
         epilog="fedrun-report SUBCOMMAND --help: its options. The flag form of earlier versions still works:"
         " 'fedrun-report DIR ...' is 'table', 'DIR --paper T' is 'scorecard', '--partition RUN_DIR' is 'partition'.",
     )
+    ap.add_argument("--version", action="version", version=version_line(), help="as fedrun --version")
     sub = ap.add_subparsers(dest="command", metavar="SUBCOMMAND", title="subcommands")
     for name, line in SUBCOMMANDS.items():
         sub.add_parser(name, help=line, aliases=["diagnostics"] if name == "coherence" else [], add_help=False)
@@ -159,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except BrokenPipeError:
-        # the reader went away: say nothing more, and keep Python from complaining when it flushes at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the reader went away: say nothing, even at exit's flush
         os.dup2(devnull, sys.stdout.fileno())
         return 0
 
@@ -170,6 +171,8 @@ def report(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         top_parser().print_help(sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0] == "--version":  # what fedrun --version prints (one package, one version)
+        return _print(version_line())
     command, rest = argv[0], argv[1:]
     if command in ANALYSIS_COMMANDS:
         return _analysis([command, *rest])

@@ -66,22 +66,43 @@ def _wall(record: dict[str, Any]) -> str:
     )
 
 
-def record_section(record: dict[str, Any]) -> str:
-    """One evidence record: its cells, then how they were run."""
+def _cells(record: dict[str, Any]) -> list[dict[str, str]]:
+    """The cells of one evidence record as the page prints them: row, column, ours (± std), per seed, paper,
+    difference, within."""
     card = record_card(record)
-    title = f"{record['paper']} Table {record['table']}: `{record['preset']}`"
-    out = [f"## {title}", ""]
-    rows = ["| row | column | ours | per seed | paper | difference | within |", "|---|---|---|---|---|---|---|"]
     values = {(c["row"], c["column"]): c["values"] for c in record["cells"]}
+    out = []
     for _, c in card.iterrows():
         std = f" ± {c['ours_std']:.2f}" if not math.isnan(c["ours_std"]) else ""
         seeds = ", ".join(f"{v:.2f}" for v in values.get((c["row"], c["column"]), {}).values())
-        within = ("yes" if c["reproduced"] else "no") if c["n"] else "-"
-        rows.append(
-            f"| {c['row']} | {c['column']} | {_num(c['ours'])}{std} | {seeds} | {_num(c['paper'])} "
-            f"| {_num(c['difference'], '{:+.2f}')} | {within} |"
+        out.append(
+            {
+                "row": c["row"],
+                "column": c["column"],
+                "ours": f"{_num(c['ours'])}{std}",
+                "seeds": seeds,
+                "paper": _num(c["paper"]),
+                "difference": _num(c["difference"], "{:+.2f}"),
+                "within": ("yes" if c["reproduced"] else "no") if c["n"] else "-",
+            }
         )
-    out += rows + [""]
+    return out
+
+
+def _table_title(record: dict[str, Any]) -> str:
+    return f"{record['paper']} Table {record['table']}: `{record['preset']}`"
+
+
+def record_section(record: dict[str, Any]) -> str:
+    """One evidence record (a ``###`` section under its paper table's heading): its cells, then how they were run."""
+    out = [f"### Record `{record['id']}` {{ #{anchor(record['id'])} }}", ""]
+    out += ["| row | column | ours | per seed | paper | difference | within |", "|---|---|---|---|---|---|---|"]
+    for c in _cells(record):
+        out.append(
+            f"| {c['row']} | {c['column']} | {c['ours']} | {c['seeds']} | {c['paper']} | {c['difference']} "
+            f"| {c['within']} |"
+        )
+    out.append("")
     commands = record["command"] if isinstance(record["command"], list) else [record["command"]]
     if len(commands) == 1:
         out += [f"- command: `{commands[0]}`"]
@@ -97,8 +118,23 @@ def record_section(record: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def overview(records: list[dict[str, Any]]) -> list[str]:
+    """``## All cells``: every measured cell on one table, each linking to its record's section."""
+    out = ["## All cells", "", "| table | row | column | ours | paper | difference | within |"]
+    out.append("|---|---|---|---|---|---|---|")
+    for r in records:
+        link = f"[{r['paper']} Table {r['table']}](#{anchor(r['id'])})"
+        for c in _cells(r):
+            out.append(
+                f"| {link} | {c['row']} | {c['column']} | {c['ours']} | {c['paper']} | {c['difference']} "
+                f"| {c['within']} |"
+            )
+    return [*out, ""]
+
+
 def reproduction_page(records: list[dict[str, Any]] | None = None) -> str:
-    """``reproduction.md``: the status, then every evidence record's cells and provenance."""
+    """``reproduction.md``: the status, every cell on one table, then per paper table (one heading each, so the
+    contents name it once) its evidence records' cells and provenance."""
     records = load_evidence() if records is None else records
     n_records, measured, within = counts(records)
     out = [
@@ -110,8 +146,13 @@ def reproduction_page(records: list[dict[str, Any]] | None = None) -> str:
         "several); *within* applies that rule. `fedrun-report --paper <target>` prints the same card from these "
         "records. How the targets and presets are set up: [Reproducing the papers](reproducing.md).",
         "",
+        *overview(records),
     ]
-    out += [record_section(r) for r in records]
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        tables.setdefault(_table_title(r), []).append(r)
+    for title, mine in tables.items():
+        out += [f"## {title}", ""] + [record_section(r) for r in mine]
     return "\n".join(out)
 
 
@@ -168,9 +209,7 @@ def paper_page(paper: str, records: list[dict[str, Any]]) -> str:
         "",
     ]
     if mine:
-        out += [
-            f"- [{r['paper']} Table {r['table']}: `{r['preset']}`](../{PAGE}) ({len(r['cells'])} cells)" for r in mine
-        ]
+        out += [f"- [{_table_title(r)}](../{PAGE}#{anchor(r['id'])}) ({len(r['cells'])} cells)" for r in mine]
     else:
         out += ["No full-length cell of this paper has been measured on real data yet."]
     out += ["", "## Targets", ""]

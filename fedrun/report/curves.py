@@ -2,10 +2,12 @@
 per row group (one panel per ``--cols`` group), over the seeds of each group, as every FL paper draws it.
 
 A group pools its runs over ``--over`` (seeds) only; another config key that varies inside it is an error, as in
-the tables. Only completed runs are drawn; the others are listed. Writes ``curves_<metric>.png`` and a CSV of
-the drawn values (group, round, mean, std, n) beside it. A line keeps one colour in every panel
-(:func:`fedrun.storage.figures.method_styles`); runs on stand-in data put the notice on the figure, in the PNG
-and as the CSV's first ``#`` line (fedrun.report.provenance).
+the tables, unless ``--split`` makes each such key name lines too. Only completed runs are drawn; the others are
+listed. Writes ``curves_<metric>.png`` and a CSV of the drawn values (group, round, mean, std, n) beside it. A
+line keeps one colour, line style and marker in every panel, and the legend lists the lines in that order
+(:func:`fedrun.storage.figures.method_styles`); a panel whose lines are single runs says so instead of "mean ±
+std". Runs on stand-in data put the notice on the figure, in the PNG and as the CSV's first ``#`` line
+(fedrun.report.provenance).
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.report.collect import collect_runs
-from fedrun.report.pooling import DEFAULT_OVER, check_pooling, drop_duplicates, label
+from fedrun.report.pooling import DEFAULT_OVER, check_pooling, drop_duplicates, label, varying_keys
 from fedrun.report.provenance import csv_text, standin_note
 from fedrun.report.tables import value_key as norm
 from fedrun.storage.atomic import atomic_write
-from fedrun.storage.figures import method_styles, save_figure
+from fedrun.storage.figures import marker_every, method_styles, save_figure
 from fedrun.storage.rundir import METRICS_FILE
 from fedrun.storage.status import Status
 
@@ -34,6 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rows", default="algorithm", help="config keys of a line (comma-separated)")
     ap.add_argument("--cols", default="", help="config keys of a panel (comma-separated)")
     ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a line averages over (default: seed)")
+    ap.add_argument("--split", action="store_true", help="keys that vary inside a line become line keys (--rows)")
     ap.add_argument("--metric", default="test_acc", help="a metrics.csv column (default: test_acc)")
     ap.add_argument(
         "--out", type=Path, default=None, help="PNG path (default: reports/curves_<metric>.png beside the runs)"
@@ -71,6 +74,14 @@ def line_name(rows: list[str], key: tuple) -> str:
     return label(rows, key[: len(rows)]) or "all runs"
 
 
+def what_is_drawn(curves: list[pd.DataFrame], over: list[str]) -> str:
+    """A panel's words for its lines: "mean ± std over seed" where a line pools runs, else "1 run per line"
+    (a std of one run is no std)."""
+    if all(int(c["n"].max()) <= 1 for c in curves):
+        return "1 run per line"
+    return f"mean ± std over {', '.join(over) or 'the runs'} (n = runs per line)"
+
+
 def plot(
     curves: dict[tuple, pd.DataFrame],
     rows: list[str],
@@ -79,10 +90,12 @@ def plot(
     path: Path,
     notice: str = "",
     styles: dict[str, dict[str, str]] | None = None,
+    over: list[str] | None = None,
 ) -> None:
-    """One panel per column group, one line (mean, with a ± std band) per row group. ``styles``: line name ->
-    ``Axes.plot`` style (default: :func:`method_styles` of these lines; pass one map to several figures to keep
-    their colours); ``notice``: see :func:`fedrun.storage.figures.save_figure`."""
+    """One panel per column group, one line (mean, with a ± std band) per row group, the legend in the styles'
+    order. ``styles``: line name -> ``Axes.plot`` style (default: :func:`method_styles` of these lines; pass one
+    map to several figures to keep their colours); ``over``: the keys a line pools (the title says so, or that
+    each line is one run); ``notice``: see :func:`fedrun.storage.figures.save_figure`."""
     from matplotlib.ticker import MaxNLocator
 
     from fedrun.storage.figures import _plt
@@ -93,21 +106,25 @@ def plot(
     fig, axes = plt.subplots(
         1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False, sharey=True, layout="constrained"
     )
+    rank = {name: i for i, name in enumerate(styles)}
+    ordered = sorted(curves, key=lambda k: rank.get(line_name(rows, k), len(rank)))
     unit = " (%)" if metric in PERCENT_COLUMNS else ""
     for ax, panel in zip(axes[0], panels, strict=True):
-        for key, c in curves.items():
-            if norm(key[len(rows) :]) != norm(panel):
-                continue
+        mine = [k for k in ordered if norm(k[len(rows) :]) == norm(panel)]
+        for key in mine:
+            c = curves[key]
             n = int(c["n"].max())
             name = line_name(rows, key)
             style = styles.get(name, {})
-            ax.plot(c["round"], c["mean"], label=f"{name} (n={n})", **style)
+            every = marker_every(len(c), rank.get(name, 0))
+            ax.plot(c["round"], c["mean"], label=f"{name} (n={n})", markevery=every, **style)
             ax.fill_between(
                 c["round"], c["mean"] - c["std"], c["mean"] + c["std"], color=style.get("color"), alpha=0.2, lw=0
             )
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(label(cols, panel) or f"{metric}: mean ± std over seeds")
+        what = what_is_drawn([curves[k] for k in mine], list(DEFAULT_OVER) if over is None else over)
+        ax.set_title(f"{label(cols, panel)}: {what}" if cols else f"{metric}: {what}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0, 0].set_ylabel(f"{metric}{unit}")
@@ -130,6 +147,8 @@ def main(argv: list[str]) -> int:
         for key in rows + cols:
             if key not in runs:
                 raise ValueError(f"no config key '{key}' in these runs")
+        if args.split:  # each key that varies inside a line names lines too, as the tables' --split makes columns
+            rows += [k for k in varying_keys(runs, rows + cols, over) if k not in rows + cols]
         check_pooling(runs, rows + cols, over)
         has_metrics = runs["run_dir"].map(lambda d: (Path(d) / METRICS_FILE).is_file())
         done = runs[(runs["status"] == Status.COMPLETED) & has_metrics]
@@ -141,7 +160,7 @@ def main(argv: list[str]) -> int:
         return 2
     out = args.out or args.dirs[0] / f"curves_{args.metric}.png"
     notice = standin_note(done)
-    plot(curves, rows, cols, args.metric, out, notice=notice)
+    plot(curves, rows, cols, args.metric, out, notice=notice, over=over)
     table = pd.concat(
         [c.assign(group=label(rows + cols, k) or "all runs") for k, c in curves.items()], ignore_index=True
     )[["group", "round", "mean", "std", "n"]]

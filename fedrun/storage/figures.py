@@ -43,7 +43,8 @@ PALETTE = (
     "#756bb1",
     "#636363",
 )
-LINESTYLES = ("-", "--", ":", "-.")  # after every colour was used once, the colours again with the next style
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # drawn open: two markers on one point both show
 PNG_NOTICE_KEY = "Warning"  # a PNG keyword of the standard's own list (tEXt chunk)
 NOTICE_COLOR = "#b00000"
 _PAD_PX = 4.0  # room kept between a wrapped text and the figure's (or a neighbouring panel's) edge
@@ -54,16 +55,30 @@ def _natural(name: str) -> list[Any]:
 
 
 def method_styles(names: Iterable[str], order: Sequence[str] = ()) -> dict[str, dict[str, str]]:
-    """A line style (``color``, ``linestyle``: keyword arguments of ``Axes.plot``) per method name, the same
-    whatever order or subset of the names a panel draws: the names of ``order`` first (the paper's method
-    order, when the caller knows it), then the others sorted by name, each taking the next palette colour."""
+    """A line style (``color``, ``linestyle``, ``marker``, ``markerfacecolor``: keyword arguments of
+    ``Axes.plot``) per method name, the same whatever order or subset of the names a panel draws: the names of
+    ``order`` first (the paper's method order, when the caller knows it), then the others sorted by name, each
+    taking the next palette colour, line style and marker. Neighbours differ in all three, so two methods whose
+    curves coincide both stay visible (dashes and open markers show the line beneath). The map's order is the
+    order a legend lists them in."""
     distinct = set(map(str, names))
     ranked = [n for n in dict.fromkeys(map(str, order)) if n in distinct]
     ranked += sorted(distinct - set(ranked), key=_natural)
-    return {
-        n: {"color": PALETTE[i % len(PALETTE)], "linestyle": LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)]}
-        for i, n in enumerate(ranked)
-    }
+    return {n: _style(i) for i, n in enumerate(ranked)}
+
+
+def marker_every(points: int, rank: int = 0) -> tuple[int, int]:
+    """``Axes.plot``'s ``markevery`` for a line of ``points`` points: about 10 markers, the ``rank``-th line's
+    shifted by ``rank`` points so that the markers of coinciding lines fall on different rounds."""
+    step = max(1, points // 10)
+    return rank % step, step
+
+
+def _style(i: int) -> dict[str, str]:
+    # past the palette the line style shifts by one, so (colour, style) pairs stay distinct for 80 names
+    dash = LINESTYLES[(i + i // len(PALETTE)) % len(LINESTYLES)]
+    marker = MARKERS[i % len(MARKERS)]
+    return {"color": PALETTE[i % len(PALETTE)], "linestyle": dash, "marker": marker, "markerfacecolor": "none"}
 
 
 def write_partition(
@@ -269,16 +284,40 @@ def plot_partition(
     save_figure(fig, path, notice=notice)
 
 
+def run_setting(run_dir: Path) -> str:
+    """The setting of the run in ``run_dir`` as :func:`partition_title` words it, from its config.yaml ("" when
+    it has none, or one without a partition)."""
+    from fedrun.storage.summary import UnreadableRunFile
+
+    try:
+        cfg = RunDir(run_dir).read_config()
+    except UnreadableRunFile:
+        return ""
+    cfg = cfg or {}
+    part = cfg.get("partition")
+    if not isinstance(part, dict) or "name" not in part:
+        return ""
+    params = {k: v for k, v in part.items() if k != "name"}
+    return partition_title(str(part["name"]), params, (cfg.get("fl") or {}).get("clients", "?"), cfg.get("seed", "?"))
+
+
 def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """A run's ``accuracy.png``: test (and train) accuracy in % against the round (whole rounds), titled
+    ``title`` and, beneath, the setting read from the run's config.yaml beside ``path`` (:func:`run_setting`)."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _plt()
     df = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
-    ax.plot(df["round"], df["test_acc"], label="test")
+    every = marker_every(len(df))
+    ax.plot(df["round"], 100 * df["test_acc"], label="test", markevery=every, **_style(0))
     if "train_acc" in df:
-        ax.plot(df["round"], df["train_acc"], label="train")
+        ax.plot(df["round"], 100 * df["train_acc"], label="train", markevery=every, **_style(1))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
-    ax.set_ylabel("accuracy")
-    ax.set_title(title)
+    ax.set_ylabel("accuracy (%)")
+    setting = run_setting(path.parent)
+    ax.set_title(f"{title}\n{setting}" if setting else title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
     save_figure(fig, path)

@@ -1,4 +1,6 @@
-"""``make help`` lists every Make target with its one-line doc (the last unindented ``## `` line above it)."""
+"""``make help`` lists every Make target with its one-line doc (the last unindented ``## `` line above it), and the
+pattern rules ``reproduce-%`` / ``reproduce-%-smoke`` as the paper targets they run, each by name (issue 33,
+point 8: it printed ``reproduce-%``, which a newcomer cannot type)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import subprocess
 
 import pytest
 
+from fedrun.papers.targets import TARGETS
 from tests.conftest import REPO
 
 
@@ -22,7 +25,21 @@ def test_make_help_lists_every_target_with_its_doc() -> None:
         ["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
     ).stdout
     listed = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines() if line.strip()}
-    assert set(_targets()) == set(listed), out
+    papers = {f"reproduce-{t.name}{tail}" for t in TARGETS for tail in ("", "-smoke")}
+    plain = {t for t in _targets() if "%" not in t}
+    assert {"reproduce-%", "reproduce-%-smoke"} <= set(_targets())  # the rules the paper targets run
+    assert set(listed) == plain | papers, out
+    assert "%" not in out and "$$" not in out
     assert all(len(doc) > 10 for doc in listed.values())
-    assert listed["reproduce-%-smoke"].startswith("A target's sweep shrunk")
-    assert "$$" not in out
+    assert listed["reproduce-fedlaw-table3"].startswith("FedLAW Table 3: its")
+    assert listed["reproduce-fedlaw-table3-smoke"].startswith("the same sweep shrunk")
+    assert listed["reproduce-fedsam-appf"].startswith("FedSAM App. F")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_a_listed_paper_target_is_one_make_runs() -> None:
+    """The names make help prints resolve to the reproduce-% rules (make -n: the command, nothing run)."""
+    out = subprocess.run(
+        ["make", "-n", "reproduce-fedlaw-table3-smoke"], cwd=REPO, capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "fedrun-reproduce run fedlaw-table3 --smoke" in out

@@ -124,3 +124,14 @@ def test_partition_of_a_folder_without_partition_csv(tmp_path: Path, capsys: pyt
     assert main(["partition", str(tmp_path)]) == 2
     assert "partition.csv" in capsys.readouterr().err
     assert not (tmp_path.parent / "reports").exists() or not list((tmp_path.parent / "reports").glob("partition_*"))
+
+
+def test_version_is_fedruns(capsys: pytest.CaptureFixture) -> None:
+    """Issue 33, point 8: ``fedrun-report --version`` was an error (exit 2); it prints what ``fedrun --version``
+    prints, and ``--help`` lists it."""
+    from fedrun.cli.help import fedrun_version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"fedrun {fedrun_version()}\n"
+    assert main(["--help"]) == 0
+    assert "--version" in capsys.readouterr().out

@@ -262,3 +262,40 @@ def test_plane_anchors_take_their_methods_colour_in_both_panels(tmp_path: Path, 
     for ax in kept[0].axes[:2]:  # loss, error (then their colorbars)
         got = {c.get_label(): to_hex(c.get_facecolor()[0]) for c in ax.collections if c.get_label() in names}
         assert got == {n: styles[n]["color"] for n in names}
+
+
+def test_coinciding_methods_stay_visible_and_the_legend_is_sorted(tmp_path: Path, kept: list) -> None:
+    """Issue 33, point 7: two methods with the same curve differ by line style and marker, not colour alone (the
+    second drawn hid the first); the legend lists the lines in the styles' order, not the sweep's."""
+    same = _curve(5)
+    groups = {("scaffold",): _curve(5).assign(mean=5.0), ("fedprox",): same, ("fedavg",): same.copy()}
+    curves.plot(groups, ["algorithm"], [], "test_acc", tmp_path / "c.png")
+    (ax,) = kept[0].axes
+    lines = {line.get_label().split(" (n=")[0]: line for line in ax.get_lines()}
+    looks = {(line.get_linestyle(), line.get_marker()) for line in lines.values()}
+    assert len(looks) == 3 and all(marker not in (None, "None", "") for _, marker in looks), looks
+    legend = [t.get_text().split(" (n=")[0] for t in ax.get_legend().get_texts()]
+    assert legend == ["algorithm=fedavg", "algorithm=fedprox", "algorithm=scaffold"]
+
+
+def test_curves_of_single_runs_claim_no_std(tmp_path: Path, kept: list) -> None:
+    """n = 1 per line: the title says one run per line, not "mean ± std over seeds"; n = 2: mean ± std."""
+    curves.plot({("fedavg",): _curve().assign(n=1)}, ["algorithm"], [], "test_acc", tmp_path / "one.png")
+    curves.plot({("fedavg",): _curve()}, ["algorithm"], [], "test_acc", tmp_path / "two.png")
+    one, two = (fig.axes[0].get_title() for fig in kept)
+    assert "±" not in one and "std" not in one and "1 run" in one, one
+    assert "mean ± std" in two, two
+
+
+def test_curves_split_takes_what_its_error_suggests(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 33, point 5: a key varying inside a line is an error suggesting --split; that command, pasted, draws
+    one line per value of the key (exit 0)."""
+    curve = [0.2, 0.4, 0.5]
+    fake_run(tmp_path / "runs" / "0", {"algorithm.name": "fedavg", "fl.lr": 0.1}, curve=curve)
+    fake_run(tmp_path / "runs" / "1", {"algorithm.name": "fedavg", "fl.lr": 0.01}, curve=curve)
+    out = tmp_path / "out" / "c.png"
+    assert report_main(["curves", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    assert "--split" in capsys.readouterr().err
+    assert report_main(["curves", str(tmp_path / "runs"), "--out", str(out), "--split"]) == 0
+    groups = set(pd.read_csv(out.with_suffix(".csv"))["group"])
+    assert groups == {"algorithm=fedavg, fl.lr=0.01", "algorithm=fedavg, fl.lr=0.1"}
