@@ -6,10 +6,12 @@ built on the contract runs unchanged. Each client uses exactly the minibatches o
 sequential engine's plan): at local step ``t`` the chunk's batches are gathered as one ``[clients, batch]``
 index tensor and short batches (an epoch's last) are padded with per-sample weight ``w = 0``.
 
-Unequal clients (Dirichlet splits) are bucketed by step count: the cohort is sorted by size, largest
+Unequal clients (Dirichlet splits) are ordered by step count: the cohort is sorted by size, largest
 first, before being cut into chunks of ``chunk`` clients, so inside a chunk the clients still training at
-step ``t`` are always a prefix. When a client's plan ends its final values are set aside and the stacked
-tensors shrink to the remaining prefix: a finished client stops updating and costs nothing afterwards.
+step ``t`` are always a prefix. With step budgets (stragglers' partial work, fedrun/system/) the sort key is the
+steps each client really runs (:func:`cohort_order_key`), so partial clients stay in the same vmap. When a
+client's plan ends its final values are set aside and the stacked tensors shrink to the remaining prefix: a
+finished client stops updating and costs nothing afterwards.
 The only waste left is padding inside short batches, counted in :attr:`VectorisedEngine.stats`. Chunks
 bound the memory of large cohorts.
 """
