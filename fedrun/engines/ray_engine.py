@@ -262,6 +262,16 @@ class RayEngine(Engine):
     def _seed(self, rnd: int, shard: int) -> int:
         return derive(self.seed, "ray", rnd, shard)
 
+    def _positions(self, rnd: int, clients: torch.Tensor, budgets: torch.Tensor | None) -> list[torch.Tensor]:
+        """Each actor's cohort positions: whole chunks of the vectorised engine's sort (sizes; with budgets the steps
+        each client runs), so its engine forms the same chunks; contiguous parts for sequential actors."""
+        if self.inner == "vectorised":
+            key = cohort_order_key(self, rnd, clients, budgets)
+            shards = shard_chunks(key.tolist(), self.width or 1, len(self.actors))
+        else:
+            shards = split_contiguous(len(clients), len(self.actors))
+        return [torch.tensor(s, dtype=torch.long) for s in shards]
+
     def train_cohort(
         self,
         rnd: int,
@@ -276,13 +286,7 @@ class RayEngine(Engine):
         if not self.actors:
             self._start(params, states, m)
         ray = self.ray
-        if self.inner == "vectorised":
-            # the vectorised engine's sort key (sizes; with budgets the steps each client runs): the same chunks
-            key = cohort_order_key(self, rnd, clients, budgets)
-            shards = shard_chunks(key.tolist(), self.width or 1, len(self.actors))
-        else:
-            shards = split_contiguous(m, len(self.actors))
-        positions = [torch.tensor(s, dtype=torch.long) for s in shards]
+        positions = self._positions(rnd, clients, budgets)
         p_ref, e_ref = ray.put(params), ray.put(extras)  # once per round, read by every actor
         # the global model's buffers change every round on the driver (the runner or the method sets them);
         # the actors' copies of the model would otherwise keep the ones they were started with
