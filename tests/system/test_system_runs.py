@@ -138,3 +138,30 @@ def test_cli_refuses_bad_rates_and_traces_in_one_line(run_cli: Callable[..., Any
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "system.trace:" in proc.stderr and "client '5' is not one of this run's clients 0..4" in proc.stderr
     assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_fednova_sees_the_true_step_counts(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedrun.algorithms.fednova import FedNova
+    from fedrun.data.federated import num_local_steps
+
+    seen: list[tuple[list[int], list[int]]] = []
+    aggregate = FedNova.aggregate
+
+    def spy(self, params, server_state, uploads, weights, info):  # noqa: ANN001, ANN202
+        seen.append((info.clients.tolist(), info.steps.tolist()))
+        return aggregate(self, params, server_state, uploads, weights, info)
+
+    monkeypatch.setattr(FedNova, "aggregate", spy)
+    spec = make_spec(*SMALL, "algorithm=fednova", "system.stragglers=0.5", "system.straggler_policy=partial")
+    m = run_in(tmp_path, "nova", spec)
+    assert (m["stragglers"] == 3).all() and (m["clients"] == 6).all()
+    from fedrun.run.experiment import build_experiment
+
+    sizes = build_experiment(spec).fed.sizes
+    for clients, steps in seen:
+        full = [num_local_steps(int(sizes[c]), spec.fl) for c in clients]
+        cut = [s for s, f in zip(steps, full, strict=True) if s < f]
+        assert len(cut) == 3  # the three stragglers ran fewer steps, and FedNova's a_i is told so
+        assert all(s % (f // spec.fl.local_epochs) == 0 for s, f in zip(steps, full, strict=True))  # whole epochs
