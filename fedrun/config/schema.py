@@ -329,11 +329,12 @@ def check_system(spec: RunSpec) -> None:
             "over-selection keeps the first cohort-many sampled clients to report, but fl.train_all trains every"
             " client; valid: 1 with fl.train_all=true",
         )
-    if sy.stragglers and sy.straggler_work == "epochs" and (fl.local_steps is not None or fl.local_epochs < 2):
-        why = "fl.local_steps is set" if fl.local_steps is not None else f"fl.local_epochs={fl.local_epochs}"
+    # with fl.local_steps set there are no epochs: a straggler's work is then counted in steps (fedrun/system/model.py)
+    if sy.stragglers and sy.straggler_work == "epochs" and fl.local_steps is None and fl.local_epochs < 2:
         raise ConfigError(
             "system.straggler_work",
-            f"epochs: a straggler runs U{{1..E-1}} of E local epochs, but {why}; valid: steps, or fl.local_epochs >= 2",
+            f"epochs: a straggler runs U{{1..E-1}} of E local epochs, but fl.local_epochs={fl.local_epochs}; valid:"
+            " steps, or fl.local_epochs >= 2",
         )
 
 

@@ -63,9 +63,12 @@ def straggler_budgets(
     seed: int, rnd: int, clients: np.ndarray, sizes: np.ndarray, fl: FLConfig, work: str
 ) -> np.ndarray:
     """Local steps of each straggler: ``epochs``: e ~ U{1..E-1} epochs (FedProx's ``randint(1, E)``), e x
-    ceil(n_i/B) steps; ``steps``: s ~ U{1..S_i-1} of its S_i steps. With nothing below the full amount (E or
-    S_i = 1) a straggler runs 0 steps. Drawn by (seed, "straggler-work", round, client)."""
+    ceil(n_i/B) steps; ``steps``, and ``epochs`` when ``fl.local_steps`` is set (a run without epochs):
+    s ~ U{1..S_i-1} of its S_i steps. With nothing below the full amount (E or S_i = 1) a straggler runs 0 steps.
+    Drawn by (seed, "straggler-work", round, client)."""
     out = np.zeros(len(clients), dtype=np.int64)
+    if fl.local_steps is not None:
+        work = "steps"
     for j, (c, n) in enumerate(zip(clients.tolist(), sizes.tolist(), strict=True)):
         full = fl.local_epochs if work == "epochs" else num_local_steps(n, fl)
         if full < 2 or n == 0:

@@ -57,6 +57,12 @@ def test_straggler_budgets_stay_below_the_full_work() -> None:
     assert steps.min() >= 1 and steps.max() <= num_local_steps(45, fl) - 1
     one = straggler_budgets(0, 2, clients, sizes, FLConfig(local_epochs=1, batch_size=50), "steps")
     assert np.all(one == 0)  # one step in all: nothing below it but nothing
+    fixed = FLConfig(local_epochs=5, local_steps=4, batch_size=10)  # no epochs: epochs work is counted in steps
+    assert np.array_equal(
+        straggler_budgets(0, 2, clients, sizes, fixed, "epochs"),
+        straggler_budgets(0, 2, clients, sizes, fixed, "steps"),
+    )
+    assert set(straggler_budgets(0, 2, clients, sizes, fixed, "epochs").tolist()) <= {1, 2, 3}
 
 
 @pytest.mark.parametrize("fl", [FLConfig(local_epochs=3, batch_size=16), FLConfig(local_steps=7, batch_size=16)])
