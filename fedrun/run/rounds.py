@@ -192,7 +192,7 @@ def train_system_round(experiment: Experiment, state: RunState, rnd: int, system
     lr = algo.local_lr(rnd, lr_at(spec, rnd))
     extras = algo.broadcast(state.params, state.server_state)
     if system.flops_per_sample is None:
-        system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, state.server_state, lr)
+        system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, extras, lr)
     plan = system.plan(rnd, trained, algo.round_fl(rnd), state.clock)
     workers = torch.as_tensor(trained[plan.works], dtype=torch.long)
     res = _train_workers(experiment, state, rnd, extras, workers, lr, plan)

@@ -39,9 +39,10 @@ def samples_for_steps(n: int, fl: FLConfig, steps: int) -> int:
     return q * n + r * b
 
 
-def flops_per_sample(algorithm: Algorithm, fed: FederatedData, params: Tensors, server_state: Tree, lr: float) -> float:
+def flops_per_sample(algorithm: Algorithm, fed: FederatedData, params: Tensors, extras: Tree, lr: float) -> float:
     """FLOPs of one local gradient (:meth:`Algorithm.local_grad`: forward and backward, a SAM-style method's two
-    passes) per training sample, counted on a batch of :data:`PROBE_SAMPLES` samples of the first non-empty client.
+    passes) per training sample, counted on a batch of :data:`PROBE_SAMPLES` samples of the first non-empty client,
+    from w^t and the round's ``extras`` (a count from shapes: the same whichever round it is counted in).
 
     The probe draws nothing from torch's global RNG (forked), so a resumed run counts the same number; a method
     whose gradient cannot run outside a round falls back to 3x the model's forward pass (FedScale's factor)."""
@@ -55,9 +56,7 @@ def flops_per_sample(algorithm: Algorithm, fed: FederatedData, params: Tensors, 
     with torch.random.fork_rng(devices=devices):
         try:
             n_i = torch.tensor(float(fed.sizes[cid]), dtype=next(iter(params.values())).dtype, device=fed.device)
-            ctx = ClientContext(
-                params, algorithm.broadcast(params, server_state), algorithm.client_init(params), lr, n_i
-            )
+            ctx = ClientContext(params, extras, algorithm.client_init(params), lr, n_i)
             with FlopCounterMode(display=False) as counter:
                 algorithm.local_grad(params, batch, ctx)  # type: ignore[arg-type]
             total = 0.0 + counter.get_total_flops()
