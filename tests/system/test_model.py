@@ -207,3 +207,13 @@ def test_plan_drops_or_cuts_stragglers() -> None:
     full = torch.tensor(9)  # 3 epochs x 3 batches
     assert torch.all(part.budgets[torch.as_tensor(~part.straggles)] == full)
     assert set(part.budgets[torch.as_tensor(part.straggles)].tolist()) <= {3, 6}
+
+
+def test_an_ideal_system_keeps_a_runs_identity() -> None:
+    from fedrun.config.identity import comparable, config_key, fingerprint
+
+    base = {"seed": 0, "fl": {"rounds": 3}}
+    ideal = {**base, "system": {"dropout": 0.0, "stragglers": 0, "devices": "uniform", "over_selection": 1}}
+    assert config_key(ideal) == config_key(base) and fingerprint(ideal) == fingerprint(base)
+    lossy = {**base, "system": {**ideal["system"], "dropout": 0.1}}
+    assert config_key(lossy) != config_key(base) and comparable(lossy)["system"]["dropout"] == 0.1
