@@ -16,7 +16,9 @@ For each workload, in fresh subprocesses (so peak memory is per measurement):
 - ``fedrun.run.loop.run`` with ``engine=sequential``, ``vectorised`` and ``auto`` (evaluating every round):
   per-round wall time, the share of round time outside client compute (sampling, aggregation,
   evaluation, logging), peak RSS (and CUDA max allocated), and which engine ``auto`` chose.
-Then peak memory per cohort width (McMahan CNN, 100 clients of 600) and, without ``--quick``, the
+Then partial work: the vectorised engine on one cohort with every client's full plan, with 50% FedProx stragglers
+(fedrun/system/; the ratio of their round times, which the issue bounds by 1.15x), then peak memory per cohort
+width (McMahan CNN, 100 clients of 600) and, without ``--quick``, the
 end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included). Writes
 ``outputs/bench/bench-<timestamp>.json``.
 
@@ -80,6 +82,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "common": False,  # the preset's batch 10, 50 local steps and lr 0.5
     },
 }
+# partial work (fedrun/system/): the vectorised engine on one cohort, its full plans against 50% FedProx stragglers
+STRAGGLER_WORKLOAD = ["data=fmnist", "model=mlp", "partition=iid", "fl.clients=100", "fl.participation=0.2"]
+STRAGGLER_DESC = "FedAvg, FMNIST, MLP, 20 of 100 clients x 600, 2 epochs, batch 50; 50% stragglers (FedProx, partial)"
 WIDTH_WORKLOAD = ["data=fmnist", "model=cnn", "partition=iid", "fl.clients=100", "fl.participation=1.0"]
 GIB = float(1 << 30)
 
@@ -385,6 +390,53 @@ def measure_width(spec: Any, width: int, steps: int) -> dict[str, Any]:
     }
 
 
+def measure_stragglers(spec: Any, reps: int) -> dict[str, Any]:
+    """The vectorised engine's round-0 cohort, timed in turn (best of ``reps`` each): every client's full plan
+    (``budgets=None``, the ideal system's path), the same full plans passed as budgets (the partial-work path doing
+    the same work), and 50% stragglers on U{1..E-1} epochs (fedrun/system/model.py: FedProx's protocol)."""
+    import dataclasses
+
+    import torch
+
+    from fedrun.config.schema import SystemConfig
+    from fedrun.data.federated import num_local_steps
+    from fedrun.engines.sampling import sample_clients
+    from fedrun.engines.vectorised import VectorisedEngine
+    from fedrun.run import experiment as runner
+    from fedrun.system.model import SystemModel
+
+    fl = dataclasses.replace(spec.fl, local_epochs=2)
+    exp = runner.build_experiment(dataclasses.replace(spec, fl=fl))
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, 0), dtype=torch.long)
+    system = SystemModel(SystemConfig(stragglers=0.5, straggler_policy="partial"), fl, spec.seed, exp.fed.sizes.numpy())
+    plan = system.plan(0, clients.numpy(), fl, 0.0)
+    full = torch.tensor([num_local_steps(int(exp.fed.sizes[c]), fl) for c in clients.tolist()])
+    cases = {"none": None, "full_budgets": full, "stragglers": plan.budgets}
+    eng = VectorisedEngine(exp.algorithm, exp.fed, fl, spec.seed)
+    params = exp.model.init_params()
+    eng.train_cohort(0, params, {}, clients, {}, fl.lr)  # warm-up
+    best: dict[str, float] = {k: float("inf") for k in cases}
+    samples: dict[str, int] = {}
+    for _ in range(reps):
+        for name, budgets in cases.items():
+            sync(exp.device)
+            t0 = time.perf_counter()
+            res = eng.train_cohort(0, params, {}, clients, {}, fl.lr, budgets)
+            sync(exp.device)
+            best[name] = min(best[name], time.perf_counter() - t0)
+            samples[name] = res.samples
+    return {
+        "cohort": len(clients),
+        "stragglers": int(plan.straggles.sum()),
+        "seconds": best,
+        "samples": samples,
+        "full_budgets_vs_none": best["full_budgets"] / best["none"],
+        "stragglers_vs_none": best["stragglers"] / best["none"],
+        "stragglers_per_sample_vs_none": (best["stragglers"] / samples["stragglers"])
+        / (best["none"] / samples["none"]),
+    }
+
+
 def child(args: argparse.Namespace) -> None:
     """Run one measurement and print it as JSON on the last line."""
     tune_glibc_malloc()
@@ -399,6 +451,9 @@ def child(args: argparse.Namespace) -> None:
         if args.what == "width":
             spec = make_spec(COMMON + WIDTH_WORKLOAD, args.device, run_dir)
             result = measure_width(spec, args.width, args.steps)
+        elif args.what == "stragglers":
+            spec = make_spec([*COMMON, *STRAGGLER_WORKLOAD], args.device, run_dir)
+            result = measure_stragglers(spec, args.reps or 3)
         elif args.what == "ray":
             spec = make_spec([*COMMON, *RAY_WORKLOAD, f"hardware.threads={args.threads or 0}"], args.device, run_dir)
             result = measure_ray(spec, [int(n) for n in args.ray_actors.split(",")], args.reps or 2)
@@ -548,6 +603,9 @@ def main() -> None:
             f" (RSS before {fmt(r.get('rss_before_gib'))}), CUDA max {fmt(r.get('cuda_max_allocated_gib'))} GiB,"
             f" {fmt(r.get('samples_per_s'), ',.0f')} samples/s {r.get('error', '')}"
         )
+    print(f"partial work on the vectorised engine ({STRAGGLER_DESC}) ...", flush=True)
+    report["stragglers"] = spawn([*base, "--what", "stragglers", "--reps", str(args.reps or 3)], args.timeout)
+    print_stragglers(report["stragglers"])
     if args.ray == "yes" or (args.ray == "auto" and importlib.util.find_spec("ray") is not None):
         actors = args.ray_actors or ("1,2" if args.quick else "1,2,4")
         print(f"ray engine: samples/s vs actors ({RAY_DESC}) ...", flush=True)
@@ -599,6 +657,22 @@ def end_to_end(device: str, threads: int, timeout: float) -> dict[str, Any]:
         "test_acc_final": summary.get("test_acc_final"),
         "error": p.stderr.strip().splitlines()[-1] if p.returncode else None,
     }
+
+
+def print_stragglers(r: dict[str, Any]) -> None:
+    if "error" in r:
+        print(f"    error: {r['error']}")
+        return
+    sec, n = r["seconds"], r["samples"]
+    print(
+        f"    cohort {r['cohort']}, {r['stragglers']} stragglers: full plans {sec['none']:.3f} s"
+        f" ({n['none']:,} samples), full plans as budgets {sec['full_budgets']:.3f} s,"
+        f" stragglers {sec['stragglers']:.3f} s ({n['stragglers']:,} samples)"
+    )
+    print(
+        f"    ratios: stragglers vs none {r['stragglers_vs_none']:.2f} (target <= 1.15),"
+        f" budgets path vs none {r['full_budgets_vs_none']:.2f}, per sample {r['stragglers_per_sample_vs_none']:.2f}"
+    )
 
 
 def print_workload(key: str, res: dict[str, Any]) -> None:

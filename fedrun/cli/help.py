@@ -32,6 +32,7 @@ GROUPS = (
     ("model", "the network"),
     ("hardware", "device and engine"),
     ("tracking", "experiment trackers, a list: tracking=[mlflow,wandb]"),
+    ("system", "the simulated system: dropout, stragglers, devices, deadlines (docs/systems.md)"),
     ("experiment", "presets: a paper's setting, or smoke"),
     ("hydra/sweeper", "sweepers (-m)"),
     ("hydra/launcher", "launchers (-m)"),

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig
+from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig, SystemConfig
 
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
@@ -92,6 +92,10 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
+    if isinstance(out.get("system"), dict) and all(
+        out["system"].get(f.name, f.default) == f.default for f in dataclasses.fields(SystemConfig)
+    ):
+        out.pop("system")  # the ideal system (fedrun/system/): the runs of before it existed keep their identity
     return out
 
 

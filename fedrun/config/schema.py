@@ -272,6 +272,72 @@ class CorruptConfig:
             raise ConfigError("labels", f"must be two different class ids >= 0, got {self.labels}")
 
 
+STRAGGLER_POLICIES = ("drop", "partial")
+STRAGGLER_WORK = ("epochs", "steps")
+DEVICE_PROFILES = ("uniform", "tiers", "trace")
+
+
+@dataclass
+class SystemConfig:
+    """The simulated system the clients run on (``system.*``; fedrun/system/, docs/systems.md): who fails to report,
+    who straggles, each client's device and the round's deadline. At its defaults (``system=ideal``) no client fails,
+    none straggles and no clock is kept: the run is the same, bit for bit and column for column, as one without it.
+
+    Every draw is keyed by (seed, round, client) (fedrun/core/rng.py), so a run, its resume and every method under
+    one seed see the same dropouts and stragglers.
+    """
+
+    dropout: float = 0.0  # p: a sampled client fails to report w.p. p (per-client rates: a trace's dropout entries)
+    stragglers: float = 0.0  # the share of each cohort that does only part of its local work (FedProx sec. 5.2)
+    straggler_policy: str = "drop"  # drop: stragglers are not aggregated (FedProx's FedAvg); partial: their work is
+    straggler_work: str = "epochs"  # a straggler runs U{1..E-1} of its E epochs (FedProx's code) or U{1..S-1} steps
+    devices: str = "uniform"  # the clients' devices: uniform (one mid device), tiers (drawn per client), trace (file)
+    trace: str | None = None  # devices=trace: a device trace file (JSON, or FedScale's pickles: docs/systems.md)
+    deadline: float | None = None  # simulated seconds a round waits; clients that report later are dropped
+    over_selection: float = 1.0  # sample ceil(f x cohort) clients and keep the first cohort-many to report (f >= 1)
+
+    def __post_init__(self) -> None:
+        in_range("dropout", self.dropout, 0.0, 1.0)
+        in_range("stragglers", self.stragglers, 0.0, 1.0)
+        one_of("straggler_policy", self.straggler_policy, STRAGGLER_POLICIES)
+        one_of("straggler_work", self.straggler_work, STRAGGLER_WORK)
+        one_of("devices", self.devices, DEVICE_PROFILES)
+        if (self.devices == "trace") != bool(self.trace):
+            raise ConfigError(
+                "trace" if self.devices == "trace" else "devices",
+                "devices=trace reads system.trace, and only it does; valid: both set, or devices=uniform|tiers"
+                " with trace=null",
+            )
+        positive("deadline", self.deadline)
+        if not (isinstance(self.over_selection, int | float) and 1.0 <= self.over_selection < math.inf):
+            raise ConfigError(
+                "over_selection", f"must be a factor >= 1 (1: no over-selection), got {self.over_selection}"
+            )
+
+    @property
+    def ideal(self) -> bool:
+        """Whether this is the ideal system (every key at its default): no system model runs, no columns added."""
+        return self == SystemConfig()
+
+
+def check_system(spec: RunSpec) -> None:
+    """Refuse a ``system`` section the run's ``fl`` settings cannot honour, in one line naming the key."""
+    sy, fl = spec.system, spec.fl
+    if sy.over_selection > 1 and fl.train_all:
+        raise ConfigError(
+            "system.over_selection",
+            "over-selection keeps the first cohort-many sampled clients to report, but fl.train_all trains every"
+            " client; valid: 1 with fl.train_all=true",
+        )
+    # with fl.local_steps set there are no epochs: a straggler's work is then counted in steps (fedrun/system/model.py)
+    if sy.stragglers and sy.straggler_work == "epochs" and fl.local_steps is None and fl.local_epochs < 2:
+        raise ConfigError(
+            "system.straggler_work",
+            f"epochs: a straggler runs U{{1..E-1}} of E local epochs, but fl.local_epochs={fl.local_epochs}; valid:"
+            " steps, or fl.local_epochs >= 2",
+        )
+
+
 @dataclass
 class FedrunConfig:
     """The whole run configuration; component groups are free-form here and validated by their registry."""
@@ -288,6 +354,7 @@ class FedrunConfig:
     ima: IMAConfig = field(default_factory=IMAConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     corrupt: CorruptConfig = field(default_factory=CorruptConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0  # keys every random draw: init, partition, cohorts, batches (fedrun/core/rng.py)
     cache_dir: str | None = "outputs/.cache"  # partitions and engine=auto's timings kept between runs; None: none kept
@@ -398,6 +465,7 @@ class RunSpec:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
 
 
 def _component(group: str, registry: Any, node: Any) -> Component:
@@ -595,6 +663,7 @@ def _validated(raw: dict[str, Any]) -> RunSpec:
         proxy=_section(ProxyConfig, raw.get("proxy"), "proxy"),
         corrupt=_section(CorruptConfig, raw.get("corrupt"), "corrupt"),
         tracking=_section(TrackingConfig, raw.get("tracking"), "tracking"),
+        system=_section(SystemConfig, raw.get("system"), "system"),
     )
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
         # the RNG keys take the seed modulo 2**32: larger seeds would silently repeat smaller ones
@@ -606,6 +675,7 @@ def _validated(raw: dict[str, Any]) -> RunSpec:
     if extra:
         raise ConfigError(sorted(extra)[0], "unknown top-level key")
     check_step_scalars(spec)
+    check_system(spec)
     check_resources(spec)  # before the fit check, which may build the model on CPU
     check_model_fits_data(spec)
     return spec

@@ -76,9 +76,22 @@ class Engine(ABC):
 
     @abstractmethod
     def train_cohort(
-        self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: torch.Tensor,
+        states: Tree,
+        lr: float,
+        budgets: torch.Tensor | None = None,
     ) -> CohortResult:
-        """Train every client in ``clients`` for round ``rnd`` starting from ``params``."""
+        """Train every client in ``clients`` for round ``rnd`` starting from ``params``.
+
+        ``budgets`` (the system model's partial work, fedrun/system/): each client's most local steps, in cohort
+        order; a client runs the prefix of its own :func:`batch_plan` of that length (all of it when the budget is
+        larger). None: every client runs its whole plan, the code path of a run without a system model.
+        ``CohortResult.steps`` are the steps each client really ran.
+        """
 
     def close(self) -> None:
         """Release what the engine holds beyond this process (Ray actors, a local cluster); a no-op here.

@@ -38,7 +38,7 @@ from fedrun.core.rng import derive
 from fedrun.core.tree import Tensors, Tree, tree_map
 from fedrun.data.federated import FederatedData
 from fedrun.engines.base import CohortResult, Engine
-from fedrun.engines.vectorised import VectorisedEngine, VectorisedParams, vmap_blocker
+from fedrun.engines.vectorised import VectorisedEngine, VectorisedParams, cohort_order_key, vmap_blocker
 
 
 @dataclass
@@ -114,6 +114,7 @@ class ShardWorker:
         lr: float,
         seed: int,
         buffers: Tensors | None = None,
+        budgets: torch.Tensor | None = None,
     ) -> CohortResult:
         from fedrun.engines.auto import precision_context  # auto imports this module's registry peers
 
@@ -121,7 +122,9 @@ class ShardWorker:
             self.engine.algorithm.model.set_buffers(buffers)
         torch.manual_seed(seed)  # dropout & co: deterministic per (run seed, round, shard)
         with precision_context(self.precision, self.device):
-            return self.engine.train_cohort(rnd, params, extras, clients, states, lr)
+            if budgets is None:
+                return self.engine.train_cohort(rnd, params, extras, clients, states, lr)
+            return self.engine.train_cohort(rnd, params, extras, clients, states, lr, budgets)
 
 
 def _rows(tree: Tree, pos: torch.Tensor) -> Tree:
@@ -259,24 +262,47 @@ class RayEngine(Engine):
     def _seed(self, rnd: int, shard: int) -> int:
         return derive(self.seed, "ray", rnd, shard)
 
+    def _positions(self, rnd: int, clients: torch.Tensor, budgets: torch.Tensor | None) -> list[torch.Tensor]:
+        """Each actor's cohort positions: whole chunks of the vectorised engine's sort (sizes; with budgets the steps
+        each client runs), so its engine forms the same chunks; contiguous parts for sequential actors."""
+        if self.inner == "vectorised":
+            key = cohort_order_key(self, rnd, clients, budgets)
+            shards = shard_chunks(key.tolist(), self.width or 1, len(self.actors))
+        else:
+            shards = split_contiguous(len(clients), len(self.actors))
+        return [torch.tensor(s, dtype=torch.long) for s in shards]
+
     def train_cohort(
-        self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: torch.Tensor,
+        states: Tree,
+        lr: float,
+        budgets: torch.Tensor | None = None,
     ) -> CohortResult:
         m = len(clients)
         if not self.actors:
             self._start(params, states, m)
         ray = self.ray
-        if self.inner == "vectorised":
-            shards = shard_chunks(self.data.sizes[clients].tolist(), self.width or 1, len(self.actors))
-        else:
-            shards = split_contiguous(m, len(self.actors))
-        positions = [torch.tensor(s, dtype=torch.long) for s in shards]
+        positions = self._positions(rnd, clients, budgets)
         p_ref, e_ref = ray.put(params), ray.put(extras)  # once per round, read by every actor
         # the global model's buffers change every round on the driver (the runner or the method sets them);
         # the actors' copies of the model would otherwise keep the ones they were started with
         b_ref = ray.put(self.algorithm.model.buffers) if self.algorithm.model.buffers else None
         futures = [
-            actor.train.remote(rnd, p_ref, e_ref, clients[pos], _rows(states, pos), lr, self._seed(rnd, k), b_ref)
+            actor.train.remote(
+                rnd,
+                p_ref,
+                e_ref,
+                clients[pos],
+                _rows(states, pos),
+                lr,
+                self._seed(rnd, k),
+                b_ref,
+                None if budgets is None else budgets.index_select(0, pos),
+            )  # fmt: skip
             for k, (actor, pos) in enumerate(zip(self.actors, positions, strict=False))
         ]
         try:

@@ -19,7 +19,14 @@ class SequentialEngine(Engine):
     runs_every_method = True
 
     def train_cohort(
-        self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: torch.Tensor,
+        states: Tree,
+        lr: float,
+        budgets: torch.Tensor | None = None,
     ) -> CohortResult:
         algo = self.algorithm
         fl = algo.round_fl(rnd)  # this round's settings (IMA's ed lowers the local epochs)
@@ -35,6 +42,8 @@ class SequentialEngine(Engine):
             ctx = ClientContext(params, extras, state, lr, n_i)
             w = tree_map(lambda t: t.clone(), params)
             plan = batch_plan(self.data.clients[cid], fl, self.seed, rnd, cid)
+            if budgets is not None:  # a straggler's partial work: the prefix of its own plan
+                plan = plan[: int(budgets[j])]
             buffers = clone(algo.model.buffers)  # this client's copy of the global BatchNorm statistics
             for t, idx in enumerate(plan):
                 batch = self.data.train_batch(idx, rnd, cid, t)

@@ -6,10 +6,12 @@ built on the contract runs unchanged. Each client uses exactly the minibatches o
 sequential engine's plan): at local step ``t`` the chunk's batches are gathered as one ``[clients, batch]``
 index tensor and short batches (an epoch's last) are padded with per-sample weight ``w = 0``.
 
-Unequal clients (Dirichlet splits) are bucketed by step count: the cohort is sorted by size, largest
+Unequal clients (Dirichlet splits) are ordered by step count: the cohort is sorted by size, largest
 first, before being cut into chunks of ``chunk`` clients, so inside a chunk the clients still training at
-step ``t`` are always a prefix. When a client's plan ends its final values are set aside and the stacked
-tensors shrink to the remaining prefix: a finished client stops updating and costs nothing afterwards.
+step ``t`` are always a prefix. With step budgets (stragglers' partial work, fedrun/system/) the sort key is the
+steps each client really runs (:func:`cohort_order_key`), so partial clients stay in the same vmap. When a
+client's plan ends its final values are set aside and the stacked tensors shrink to the remaining prefix: a
+finished client stops updating and costs nothing afterwards.
 The only waste left is padding inside short batches, counted in :attr:`VectorisedEngine.stats`. Chunks
 bound the memory of large cohorts.
 """
@@ -28,7 +30,7 @@ from fedrun.config.registry import ENGINES, positive
 from fedrun.config.schema import FLConfig, HardwareConfig
 from fedrun.core.errors import ConfigError, DivergenceError
 from fedrun.core.tree import Tensors, Tree, tree_map, unstack
-from fedrun.data.federated import FederatedData, batch_plan
+from fedrun.data.federated import FederatedData, batch_plan, num_local_steps
 from fedrun.engines.base import CohortResult, Engine
 from fedrun.engines.chunking import auto_chunk, client_bytes, is_oom, oom_error
 
@@ -103,6 +105,18 @@ def _cat(parts: list[Tree]) -> Tree:
     if not parts or not parts[0]:
         return {}
     return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:])
+
+
+def cohort_order_key(engine: Engine, rnd: int, clients: torch.Tensor, budgets: torch.Tensor | None) -> torch.Tensor:
+    """What the cohort is sorted by (descending, stable) before it is cut into chunks: each client's size, which
+    orders the full plans' step counts; with ``budgets`` (partial work) the steps each client will really run,
+    min(budget, its plan's length), so the clients still training at any step stay a prefix of their chunk."""
+    sizes = engine.data.sizes[clients]
+    if budgets is None:
+        return sizes
+    fl = engine.algorithm.round_fl(rnd)
+    full = torch.tensor([num_local_steps(int(n), fl) for n in sizes.tolist()], dtype=torch.long)
+    return torch.minimum(full, budgets.to(torch.long).cpu())
 
 
 @dataclass
@@ -231,14 +245,22 @@ class VectorisedEngine(Engine):
 
     # ---- one chunk ----------------------------------------------------------------------------------------
     def _train_chunk(
-        self, rnd: int, params: Tensors, extras: Tree, clients: list[int], states: Tree, lr: float
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: list[int],
+        states: Tree,
+        lr: float,
+        budgets: list[int] | None = None,
     ) -> tuple[Tree, Tree, torch.Tensor, int, torch.Tensor]:
         fl, data = self.algorithm.round_fl(rnd), self.data  # this round's settings (IMA's ed: fewer epochs)
         c = len(clients)
         dtype = next(iter(params.values())).dtype
-        plan = pad_plans(
-            [batch_plan(data.clients[cid], fl, self.seed, rnd, cid) for cid in clients], data.device, dtype
-        )
+        plans = [batch_plan(data.clients[cid], fl, self.seed, rnd, cid) for cid in clients]
+        if budgets is not None:  # partial work: each client's plan cut to its budget (sorted by it: train_cohort)
+            plans = [p[:b] for p, b in zip(plans, budgets, strict=True)]
+        plan = pad_plans(plans, data.device, dtype)
         rows = torch.tensor(clients, dtype=torch.long, device=data.device)  # client id of each row of the plan
         w = _expand(params, c)
         sizes = self.data.sizes[torch.tensor(clients, dtype=torch.long)].to(device=data.device, dtype=dtype)
@@ -283,12 +305,19 @@ class VectorisedEngine(Engine):
         return uploads, new_states, plan.steps, plan.samples, loss_sum
 
     def _run_chunk(
-        self, rnd: int, params: Tensors, extras: Tree, clients: list[int], states: Tree, lr: float
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: list[int],
+        states: Tree,
+        lr: float,
+        budgets: list[int] | None = None,
     ) -> tuple[Tree, Tree, torch.Tensor, int, torch.Tensor]:
         """:meth:`_train_chunk`, with out-of-memory turned into a ConfigError naming ``hardware.chunk``."""
         error = None
         try:
-            return self._train_chunk(rnd, params, extras, clients, states, lr)
+            return self._train_chunk(rnd, params, extras, clients, states, lr, budgets)
         except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
             if not is_oom(e):
                 raise
@@ -301,20 +330,27 @@ class VectorisedEngine(Engine):
 
     # ---- the cohort -----------------------------------------------------------------------------------------
     def train_cohort(
-        self, rnd: int, params: Tensors, extras: Tree, clients: torch.Tensor, states: Tree, lr: float
+        self,
+        rnd: int,
+        params: Tensors,
+        extras: Tree,
+        clients: torch.Tensor,
+        states: Tree,
+        lr: float,
+        budgets: torch.Tensor | None = None,
     ) -> CohortResult:
         ids = clients.tolist()
         m = len(ids)
-        sizes = self.data.sizes[clients]
-        # largest first: in every chunk the clients still training are a prefix (see the module docstring)
-        order = torch.sort(sizes, descending=True, stable=True).indices
+        # most steps first: in every chunk the clients still training are a prefix (see the module docstring)
+        order = torch.sort(cohort_order_key(self, rnd, clients, budgets), descending=True, stable=True).indices
         width = self.chunk_width(params, states, m)
         uploads, new_states, steps, loss_parts = [], [], [], []
         samples = 0
         for lo in range(0, m, width):
             pos = order[lo : lo + width]
             chunk_states = tree_map(lambda t, p=pos: t.index_select(0, p.to(t.device)), states) if states else {}
-            up, st, n, s, loss = self._run_chunk(rnd, params, extras, [ids[i] for i in pos], chunk_states, lr)
+            cut = None if budgets is None else [int(budgets[i]) for i in pos]
+            up, st, n, s, loss = self._run_chunk(rnd, params, extras, [ids[i] for i in pos], chunk_states, lr, cut)
             uploads.append(up)
             new_states.append(st)
             steps.append(n)

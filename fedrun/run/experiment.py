@@ -32,6 +32,7 @@ from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
 from fedrun.storage.rundir import RunDir
+from fedrun.system.model import SystemModel
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -104,6 +105,7 @@ class Experiment:
     engine: Engine
     corrupted: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     threads: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch threads used and why (summary.json)
+    system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
@@ -129,8 +131,11 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
+    system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
-    return Experiment(spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads)
+    return Experiment(
+        spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system
+    )
 
 
 def check_test_split(spec: RunSpec, loaded: int, left: int) -> None:

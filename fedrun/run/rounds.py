@@ -8,20 +8,24 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from fedrun.algorithms.base import RoundInfo, average_buffers
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.core.rng import derive
-from fedrun.core.tree import Tree, all_finite, leaves, nbytes
+from fedrun.core.tree import Tree, all_finite, leaves, nbytes, tree_map
 from fedrun.engines.auto import precision_context
+from fedrun.engines.base import CohortResult
 from fedrun.engines.sampling import aggregated_part, sample_clients, training_clients
 from fedrun.metrics.client_weights import effective_weights, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
 from fedrun.run.state import RunState
+from fedrun.system.clock import flops_per_sample
+from fedrun.system.model import RoundClose, RoundPlan, SystemModel
 
 if TYPE_CHECKING:
     from fedrun.run.experiment import Experiment
@@ -42,6 +46,7 @@ class RoundResult:
     started: float
     diagnostics: dict[str, float] = field(default_factory=dict)
     weight_rows: list[dict[str, Any]] = field(default_factory=list)
+    system: dict[str, float] = field(default_factory=dict)  # the simulated system's columns (none when ideal)
 
 
 def lr_at(spec: RunSpec, rnd: int) -> float:
@@ -67,8 +72,11 @@ def aggregation_weights(sizes: torch.Tensor, weighting: str) -> torch.Tensor:
 def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:
     """Round ``rnd`` (0-based): the cohort trains from w^t, the algorithm aggregates; ``state`` is updated in place.
 
-    Raises DivergenceError on a non-finite local loss or global model (naming the first bad client).
+    Raises DivergenceError on a non-finite local loss or global model (naming the first bad client). With a
+    system model (``system.*`` not ideal) the round is :func:`train_system_round`'s.
     """
+    if experiment.system is not None:
+        return train_system_round(experiment, state, rnd, experiment.system)
     spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
     started = time.perf_counter()
     # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
@@ -88,6 +96,23 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
     if state.clients:
         state.clients.scatter(trained, res.states)
     res = aggregated_part(res, trained, clients)
+    bytes_down = len(trained) * (nbytes(state.params) + nbytes(extras))  # fl.train_all: every client downloads
+    return aggregate_round(experiment, state, rnd, res, clients, lr, bytes_down, started)
+
+
+def aggregate_round(
+    experiment: Experiment,
+    state: RunState,
+    rnd: int,
+    res: CohortResult,
+    clients: torch.Tensor,
+    lr: float,
+    bytes_down: int,
+    started: float,
+) -> RoundResult:
+    """The server's half of round ``rnd``: the uploads ``res`` of ``clients`` (in their order) into w^{t+1} with
+    weights renormalised over them (:func:`aggregation_weights`); ``state`` is updated in place."""
+    spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
     sizes = experiment.fed.sizes[clients].to(torch.float64)
     weights = aggregation_weights(sizes, fl.weighting).to(experiment.device)
     info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
@@ -108,7 +133,7 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
         rows = weight_rows(rnd, clients, sizes, weights, effective_weights(res.uploads["params"], state.params))
     return RoundResult(
         rnd, len(clients), lr, res.loss,
-        bytes_down=len(trained) * (nbytes(state.params) + nbytes(extras)),  # fl.train_all: every client downloads
+        bytes_down=bytes_down,
         bytes_up=nbytes(res.uploads),
         aggregate_seconds=agg_seconds,
         started=started,
@@ -146,8 +171,84 @@ def evaluation_row(
             "round_seconds": now - r.started,
             "aggregate_seconds": r.aggregate_seconds,
             "seconds": now - t0,
+            **r.system,
             **r.diagnostics,
             **(client_acc(model) if client_acc else {}),
         }
     )
     return row
+
+
+def train_system_round(experiment: Experiment, state: RunState, rnd: int, system: SystemModel) -> RoundResult:
+    """Round ``rnd`` under a system model (fedrun/system/model.py): the cohort (over-selected), who fails and who
+    straggles decided before training, only the workers trained (stragglers on their budgets), the reporters
+    decided on the simulated clock, and only they aggregated and their client states kept. A round nobody reports
+    keeps w^t and the server state and records ``clients`` = 0."""
+    spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
+    started = time.perf_counter()
+    torch.manual_seed(derive(spec.seed, "torch-global", rnd))
+    sampled, target = system.sample(rnd, sample_clients(fl, spec.seed, rnd))
+    trained = training_clients(fl, torch.as_tensor(sampled, dtype=torch.long)).numpy()
+    lr = algo.local_lr(rnd, lr_at(spec, rnd))
+    extras = algo.broadcast(state.params, state.server_state)
+    if system.flops_per_sample is None:
+        system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, extras, lr)
+    plan = system.plan(rnd, trained, algo.round_fl(rnd), state.clock)
+    workers = torch.as_tensor(trained[plan.works], dtype=torch.long)
+    res = _train_workers(experiment, state, rnd, extras, workers, lr, plan)
+    down = float(nbytes(state.params) + nbytes(extras))
+    up = float(nbytes(res.uploads)) / max(len(workers), 1)
+    seconds = system.client_seconds(plan.clients[plan.works], res.steps.numpy(), algo.round_fl(rnd), down, up)
+    close = system.close(plan, target if system.config.over_selection > 1 else len(trained), seconds)
+    state.clock += close.seconds
+    reporters = torch.as_tensor(np.flatnonzero(close.reports), dtype=torch.long)
+    if state.clients and len(reporters):
+        state.clients.scatter(
+            workers[reporters], tree_map(lambda t: t.index_select(0, reporters.to(t.device)), res.states)
+        )
+    keep = reporters[torch.isin(workers[reporters], torch.as_tensor(sampled, dtype=torch.long))]
+    columns = system_columns(plan, close, state.clock)
+    bytes_down = int(down) * len(workers)
+    if not len(keep):  # nobody to aggregate: w^t stays, and the row says so
+        return RoundResult(rnd, 0, lr, res.loss, bytes_down, 0, 0.0, started, system=columns)
+    pick = lambda t: t.index_select(0, keep.to(t.device))  # noqa: E731
+    part = CohortResult(tree_map(pick, res.uploads), {}, res.steps[keep], res.samples, res.loss)
+    result = aggregate_round(experiment, state, rnd, part, workers[keep], lr, bytes_down, started)
+    result.system = columns
+    return result
+
+
+def _train_workers(
+    experiment: Experiment, state: RunState, rnd: int, extras: Tree, workers: torch.Tensor, lr: float, plan: RoundPlan
+) -> CohortResult:
+    """The engine's training of this round's ``workers`` (on ``plan.budgets`` when some straggle partially); an
+    empty result (no uploads, NaN loss) when nobody works."""
+    if not len(workers):
+        return CohortResult({}, {}, torch.zeros(0, dtype=torch.long), 0, math.nan)
+    spec = experiment.spec
+    cohort_states = state.clients.gather(workers) if state.clients else {}
+    t_train = time.perf_counter()
+    with precision_context(spec.hardware.precision, experiment.device):
+        if plan.budgets is None:
+            res = experiment.engine.train_cohort(rnd, state.params, extras, workers, cohort_states, lr)
+        else:
+            res = experiment.engine.train_cohort(rnd, state.params, extras, workers, cohort_states, lr, plan.budgets)
+    state.train_time += time.perf_counter() - t_train
+    state.samples += res.samples
+    if not math.isfinite(res.loss):
+        raise DivergenceError(rnd, first_nonfinite_client(res.uploads, workers), "non-finite local loss")
+    return res
+
+
+def system_columns(plan: RoundPlan, close: RoundClose, clock: float) -> dict[str, float]:
+    """metrics.csv's columns of a round under a system model: its simulated length and the clock after it
+    (seconds), and how many clients failed to report, straggled, missed the deadline, or reported after the
+    first cohort-many (over-selection)."""
+    return {
+        "sim_seconds": close.seconds,
+        "sim_clock": clock,
+        "dropped": int(plan.dropped.sum()),
+        "stragglers": int(plan.straggles.sum()),
+        "late": close.late,
+        "over_selected": close.discarded,
+    }

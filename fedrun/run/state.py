@@ -48,6 +48,7 @@ class RunState:
     train_time: float = 0.0
     agg_time: float = 0.0
     elapsed: float = 0.0
+    clock: float = 0.0  # the simulated clock (seconds) after ``done`` rounds (fedrun/system/; 0 with system=ideal)
 
 
 def fresh_state(experiment: Experiment) -> RunState:
@@ -137,6 +138,7 @@ def restore(state: RunState, ck: Checkpoint, experiment: Experiment) -> None:
     state.samples = int(ck.counters["samples"])
     state.train_time, state.agg_time = ck.counters["train_time"], ck.counters["agg_time"]
     state.elapsed = ck.counters["elapsed"]
+    state.clock = float(ck.counters.get("clock", 0.0))  # absent from checkpoints of before the simulated clock
     if ck.torch_rng is not None:
         torch.set_rng_state(ck.torch_rng)
     if ck.buffers:
@@ -209,6 +211,8 @@ def check_checkpoint(ck: Checkpoint, state: RunState, experiment: Experiment, pa
     c = ck.counters
     if not isinstance(c, dict) or any(not _is_number(c.get(k)) or not 0 <= c[k] < math.inf for k in COUNTERS):
         raise bad(f"counters: must hold {', '.join(COUNTERS)} as finite numbers >= 0")
+    if "clock" in c and (not _is_number(c["clock"]) or not 0 <= c["clock"] < math.inf):
+        raise bad("counters: clock (the simulated clock) must be a finite number >= 0")
     problem = rows_mismatch(ck.rows, ck.round, spec.eval.every)
     if problem:
         raise bad(f"rows: {problem}")
@@ -271,6 +275,8 @@ def save_state(state: RunState, experiment: Experiment, run_dir: Path, done: int
     back by the time spent before a resume)."""
     counters = {"samples": state.samples, "train_time": state.train_time, "agg_time": state.agg_time}
     counters["elapsed"] = time.perf_counter() - t0
+    if experiment.system is not None:  # an ideal run's checkpoint stays as it was
+        counters["clock"] = state.clock
     ck = Checkpoint(
         done, fp, state.params, state.server_state, state.clients.state_dict(), state.rows, counters,
         torch.get_rng_state(), experiment.model.buffers,
