@@ -436,7 +436,7 @@ FEDPROX_STRAGGLERS = Target(
     FEDPROX_METHODS,
     (("system.stragglers", "0,0.5,0.9"),),
     layout="fedprox",
-    note="Fig. 1 (a figure, Synthetic(1,1)): training loss and test accuracy per round; no published cells",
+    note="Fig. 1, a figure (Synthetic(1,1)): training loss and test accuracy per round",
     figures=("train_loss", "test_acc"),
 )
 # its runs need the system section (stragglers); a checkout without it does not offer the target

@@ -15,6 +15,7 @@ import pytest
 
 from fedrun.cli.reproduce import commands, curves_args, fedrun_line, no_cells, report_args
 from fedrun.config.schema import RunSpec
+from fedrun.papers.captions import layout_caption, layout_direction
 from fedrun.papers.layouts import render
 from fedrun.papers.targets import BY_NAME, FEDPROX_STRAGGLERS, HAS_SYSTEM, TARGETS
 from fedrun.storage.status import Status
@@ -110,3 +111,11 @@ def test_every_cell_composes(make_spec, method, stragglers: str) -> None:
     policy = dict(o.split("=", 1) for o in method.overrides)["system.straggler_policy"]
     assert spec.raw["system"]["straggler_policy"] == policy
     assert spec.raw["system"]["stragglers"] == float(stragglers)
+
+
+def test_caption_and_best_direction_of_the_layout() -> None:
+    runs = pd.DataFrame({"seed": [0, 0]})
+    caption = layout_caption("fedprox", runs, [1, 1], ["seed"])
+    assert caption.startswith("loss: training loss") and "test accuracy (%)" in caption
+    cols = ["stragglers=0.5 loss", "stragglers=0.5 acc"]
+    assert layout_direction("fedprox", cols) == {cols[0]: "min", cols[1]: "max"}
