@@ -95,6 +95,22 @@ def report_args(target: Target, out: Path) -> list[str]:
     return args + (["--select", target.select] if target.select else [])
 
 
+def curves_args(target: Target, out: Path) -> list[list[str]]:
+    """``fedrun-report`` arguments of each figure of this target (``Target.figures``): one metric against the round,
+    a line per method, a panel per table column."""
+    cols = ",".join(target.report_cols)
+    return [["curves", str(out), "--rows", "tags.method", "--cols", cols, "--metric", m] for m in target.figures]
+
+
+def no_cells(target: Target) -> str | None:
+    """Why ``target`` has no scorecard (its paper ships no published cells, fedrun/papers/cells/), or None."""
+    from fedrun.papers.scorecard import PAPERS
+
+    if target.paper in PAPERS:
+        return None
+    return f"scorecard: none; fedrun ships no published cells of {target.paper} ({target.note})"
+
+
 def scorecard_args(target: Target, out: Path) -> list[str]:
     """``fedrun-report`` arguments that print the scorecard of this target's runs (fedrun/papers/scorecard.py)."""
     return ["scorecard", target.name, str(out)]
@@ -271,22 +287,32 @@ def _main(argv: list[str]) -> int:
             print(f"[reproduce] {fedrun_line(cmd)}", flush=True)
             if subprocess.run(cmd, check=False).returncode != 0:
                 print("fedrun-reproduce: a sweep failed; the table below shows which runs", file=sys.stderr)
-    rep = report_args(target, out)
-    if args.dry_run:
-        print(shell_line(["fedrun-report", *rep]))
-        if not args.smoke:
-            print(shell_line(["fedrun-report", *scorecard_args(target, out)]))
+    return _report(target, out, args.smoke, args.dry_run)
+
+
+def _report(target: Target, out: Path, smoke: bool, dry_run: bool) -> int:
+    """The table, the figures (``Target.figures``) and the scorecard of ``target``'s runs under ``out`` (or, with
+    ``dry_run``, their ``fedrun-report`` command lines)."""
+    steps = [report_args(target, out), *curves_args(target, out)]
+    card = None if smoke or no_cells(target) else scorecard_args(target, out)
+    if dry_run:
+        for rep in [*steps, *([card] if card else [])]:
+            print(shell_line(["fedrun-report", *rep]))
         return 0
     from fedrun.cli.report import main as report_main
 
-    code = report_main(rep)
-    if code != 0:
-        return code
+    for rep in steps:
+        code = report_main(rep)
+        if code != 0:
+            return code
     print()
-    if args.smoke:
-        print(SMOKE_NOT_COMPARED.format(name=name))
+    if smoke:
+        print(SMOKE_NOT_COMPARED.format(name=target.name))
         return 0
-    return report_main(scorecard_args(target, out))
+    if card is None:
+        print(no_cells(target))
+        return 0
+    return report_main(card)
 
 
 if __name__ == "__main__":

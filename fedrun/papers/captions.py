@@ -121,6 +121,8 @@ LAYOUT_CAPTION = {
     "fedsam": "Train: training accuracy (%); Validation: mean (standard deviation across clients) of the clients'"
     " test accuracy (%); Round: first round reaching eval.target (- = never); mean over seeds",
     "rounds": "first round reaching eval.target, mean over seeds (- = not reached by every seed)",
+    "fedprox": "loss: training loss over every client's training data, acc: test accuracy (%), both after the last"
+    " round; " + STD + " over seeds (the curves: fedrun-report curves --metric train_loss / test_acc)",
 }
 
 
@@ -139,7 +141,7 @@ def layout_direction(layout: str, columns: list[str]) -> dict[str, str | None]:
     for c in columns:
         if layout == "fedlaw_corr":
             out[c] = None
-        elif layout == "rounds" or c.endswith("Round") or c.startswith("σ"):
+        elif layout == "rounds" or c.endswith(("Round", " loss")) or c == "loss" or c.startswith("σ"):
             out[c] = "min"
         else:
             out[c] = "max"

@@ -37,7 +37,9 @@ TRAIN_SIZE = {
     "digit5": 125000,
     "pacs": 8000,
     "shakespeare": 395060,
-}  # digit5/pacs: rough; shakespeare: FedCos Table V's 143 roles (data.roles=143, split=random)
+    "synthetic": 20101,
+}  # digit5/pacs: rough; shakespeare: FedCos Table V's 143 roles (data.roles=143, split=random); synthetic: FedProx
+# Fig. 1's data (data.variant=code data.seed=0: 30 devices, 22,349 samples, 20,101 train)
 # Full-length runs, measured on this machine's CPU (2 shared cores, nice 19): wall seconds per client-sample
 # (training + per-round evaluation).
 # mlp: FedLAW Table 3 FMNIST-MLP FedAvg seed 8, 774 s wall for 36.0M client-samples (vectorised engine, chunk 20)

@@ -8,6 +8,8 @@ fedlaw_gws      the same cells, the last --cols key across and the rest down (Fe
 fedlaw_corr     Pearson r of accumulated lambda with data size / heterogeneity per setting (FedLAW Table 11)
 fedsam          Train, Validation "mean (std across clients)", Round (rounds to target, "-" = never)
 rounds          rounds to reach ``eval.target`` (FedIMA Table II)
+fedprox         the last round's training loss (metrics.csv train_loss) and test accuracy, mean ± std over seeds
+                (FedProx Figure 1 is a figure: fedrun-reproduce draws its curves beside the table)
 Cells of runs that did not complete show their status instead of a number; missing summary keys show "-".
 """
 
@@ -21,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fedrun.papers.correlation import FACTORS, client_factors, correlations, format_r
+from fedrun.storage.rundir import METRICS_FILE
 from fedrun.storage.status import Status
 
 S = "summary."
@@ -34,6 +37,7 @@ LAYOUT_METRIC = {
     "fedlaw_corr": "test_acc_last_k",
     "fedsam": "test_acc_final",
     "rounds": "test_acc_last_k",
+    "fedprox": "test_acc_final",
 }
 SIGMA = {"fl.local_epochs": "σ(E)", "fl.participation": "σ(C)"}
 SHORT = {"fl.local_epochs": "E", "algorithm.gamma": "γ"}  # FedLAW's column names
@@ -260,6 +264,32 @@ def rounds(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
     return _grid(runs, rows, cols, lambda g: {"": _bad(g) or _rounds(g)})
 
 
+def _last_train_loss(grp: pd.DataFrame) -> np.ndarray:
+    """The completed runs' training loss of their last evaluated round (metrics.csv ``train_loss``; a run without
+    the column, ``eval.train_acc=false``, gives none)."""
+    out = []
+    for d in grp[grp["status"] == Status.COMPLETED]["run_dir"]:
+        path = Path(d) / METRICS_FILE
+        if path.is_file():
+            m = pd.read_csv(path)
+            if "train_loss" in m and len(m):
+                out.append(float(m["train_loss"].iloc[-1]))
+    return np.array(out)
+
+
+def fedprox(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """FedProx Figure 1's end points: per setting, the last round's training loss (3 decimals) and test accuracy
+    (%), each "mean ± std" over seeds."""
+
+    def cell(grp: pd.DataFrame) -> dict[str, str]:
+        bad = _bad(grp)
+        loss = _last_train_loss(grp)
+        text = "-" if len(loss) == 0 else f"{loss.mean():.3f}" + (f" ± {loss.std(ddof=1):.3f}" if len(loss) > 1 else "")
+        return {"loss": bad or text, "acc": bad or mean_std(_values(grp, "test_acc_final"))}
+
+    return _grid(runs, rows, cols, cell)
+
+
 LAYOUTS: dict[str, Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]] = {
     "fedima": fedima,
     "fedgam": fedgam,
@@ -270,6 +300,7 @@ LAYOUTS: dict[str, Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]]
     "fedlaw_corr": fedlaw_corr,
     "fedsam": fedsam,
     "rounds": rounds,
+    "fedprox": fedprox,
 }
 
 

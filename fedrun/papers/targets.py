@@ -6,7 +6,10 @@ labelled ``tags.method`` and ``tags.preset`` so that ``fedrun-report --layout <p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+
+from fedrun.config.schema import RunSpec
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class Target:
     note: str = ""
     extra: tuple[str, ...] = field(default_factory=tuple)  # overrides common to every run
     budget_unknown: str = ""  # why the paper's round budget is unknown (its presets run a guess), or ""
+    # per-round metrics.csv columns drawn against the round (fedrun-report curves: a line per method, a panel per
+    # report column) after the table, for a result the paper gives as a figure
+    figures: tuple[str, ...] = ()
 
     @property
     def report_cols(self) -> list[str]:
@@ -416,4 +422,25 @@ TARGETS: tuple[Target, ...] = (
         note="IID column = dirichlet_equal with alpha 1e6",
     ),
 )
+# FedProx (Li et al., MLSys 2020) Figure 1, Synthetic(1, 1): FedAvg drops the stragglers (flearn/trainers/fedavg.py),
+# FedProx keeps their partial work (flearn/trainers/fedprox.py); mu = 1 for synthetic_1_1 (plot_final_e20.py mus)
+FEDPROX_METHODS = (
+    m("FedAvg", "algorithm=fedavg", "system.straggler_policy=drop"),
+    m("FedProx (μ=0)", "algorithm=fedprox", "algorithm.mu=0", "system.straggler_policy=partial"),
+    m("FedProx (μ=1)", "algorithm=fedprox", "algorithm.mu=1", "system.straggler_policy=partial"),
+)
+FEDPROX_STRAGGLERS = Target(
+    "fedprox-stragglers",
+    "FedProx",
+    ("fedprox_fig1_synthetic_1_1",),
+    FEDPROX_METHODS,
+    (("system.stragglers", "0,0.5,0.9"),),
+    layout="fedprox",
+    note="Fig. 1, a figure (Synthetic(1,1)): training loss and test accuracy per round",
+    figures=("train_loss", "test_acc"),
+)
+# its runs need the system section (stragglers); a checkout without it does not offer the target
+HAS_SYSTEM = "system" in {f.name for f in dataclasses.fields(RunSpec)}
+if HAS_SYSTEM:
+    TARGETS = (*TARGETS, FEDPROX_STRAGGLERS)
 BY_NAME = {t.name: t for t in TARGETS}

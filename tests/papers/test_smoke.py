@@ -88,7 +88,8 @@ def stand_in(name: str, n: int, domains: int | None, seed: int = 0) -> Dataset:
     train = Split(torch.zeros(n, 1), y(n), coarse=None)
     train.coarse = train.y // 5 if name == "cifar100" else None
     train.domain = torch.as_tensor(rng.integers(0, domains, n)) if domains else None
-    natural = [np.arange(i, n, 40) for i in range(40)] if name == "shakespeare" else None
+    devices = {"shakespeare": 40, "synthetic": 30}.get(name)  # synthetic: FedProx's 30 devices
+    natural = [np.arange(i, n, devices) for i in range(devices)] if devices else None
     names = [str(d) for d in range(domains)] if domains else None
     return Dataset(
         name, train, Split(torch.zeros(SMOKE["test"], 1), y(SMOKE["test"])), classes, (1,), None, None, names, natural
