@@ -21,6 +21,7 @@ from fedrun.metrics.client_weights import effective_weights, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
+from fedrun.metrics.personal import LocalEvaluation
 from fedrun.run.state import RunState
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
         rows = weight_rows(rnd, clients, sizes, weights, effective_weights(res.uploads["params"], state.params))
     return RoundResult(
         rnd, len(clients), lr, res.loss,
-        bytes_down=len(trained) * (nbytes(state.params) + nbytes(extras)),  # fl.train_all: every client downloads
+        bytes_down=len(trained) * algo.broadcast_bytes(state.params, extras),  # fl.train_all: every client downloads
         bytes_up=nbytes(res.uploads),
         aggregate_seconds=agg_seconds,
         started=started,
@@ -123,7 +124,12 @@ def is_eval_round(spec: RunSpec, rnd: int) -> bool:
 
 
 def evaluation_row(
-    experiment: Experiment, state: RunState, r: RoundResult, t0: float, client_acc: ClientAccuracy | None
+    experiment: Experiment,
+    state: RunState,
+    r: RoundResult,
+    t0: float,
+    client_acc: ClientAccuracy | None,
+    local_eval: LocalEvaluation | None = None,
 ) -> dict[str, Any]:
     """metrics.csv's row of round ``r.rnd``: test (and train) accuracy and loss of w^{t+1}, then the round's
     lr, cohort size, local loss, bytes, timings and diagnostics."""
@@ -148,6 +154,7 @@ def evaluation_row(
             "seconds": now - t0,
             **r.diagnostics,
             **(client_acc(model) if client_acc else {}),
+            **(local_eval(experiment.algorithm, model, state.clients, r.rnd, r.lr) if local_eval else {}),
         }
     )
     return row
