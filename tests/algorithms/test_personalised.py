@@ -11,9 +11,11 @@ import pytest
 import torch
 from client_methods_util import SMALL, assert_trees_equal, ctx_for, make_algo, tiny_batch, tiny_model, train
 
+from fedrun.config.registry import MODELS, build_params
 from fedrun.config.schema import FLConfig, RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.core.tree import unstack
+from fedrun.models.base import FunctionalModel
 from fedrun.run import loop
 from fedrun.run.loop import run
 from fedrun.storage.atomic import TIMING_COLUMNS
@@ -197,3 +199,36 @@ def test_kill_and_resume_restores_personal_state_bit_for_bit(
         pd.read_csv(cut / "metrics.csv").drop(columns=timings), pd.read_csv(whole / "metrics.csv").drop(columns=timings)
     )
     assert (cut / "clients.csv").read_bytes() == (whole / "clients.csv").read_bytes()
+
+
+SHAPES = ((1, 28, 28), (3, 32, 32), (3, 28, 28), (3, 64, 64), (80,))
+
+
+def _build(name: str) -> FunctionalModel | None:
+    entry = MODELS.get(name)
+    for shape in SHAPES:
+        try:
+            return FunctionalModel(entry.obj(build_params(entry.params, {}, "model"), shape, 10))
+        except ConfigError:  # another input shape
+            continue
+    return None
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_every_registered_model_declares_its_classifier_as_the_head(name: str) -> None:
+    model = _build(name)
+    assert model is not None, f"{name} builds for none of {SHAPES}"
+    head = model.head_keys()
+    weights = dict(model.module.named_parameters())
+    assert head and weights[head[0]].shape[0] == 10  # the classifier: one output per class
+    for method in ("fedper", "fedrep", "lg_fedavg", "fedbabu"):  # every method that splits it takes it
+        algo = make_algo(method, model)
+        assert set(algo.private) | set(algo.shared) <= set(weights)
+
+
+def test_a_head_naming_a_block_takes_its_layers_and_a_bad_name_lists_the_layers() -> None:
+    model = tiny_model()  # Sequential: 0 Linear, 1 Tanh, 2 Linear
+    assert model.head_keys(["2"]) == ["2.weight", "2.bias"]
+    assert model.head_keys([]) == []
+    with pytest.raises(ConfigError, match=r"'1' names no layer of the model; valid: a list of 0, 2"):
+        model.head_keys(["1"])
