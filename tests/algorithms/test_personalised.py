@@ -9,8 +9,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from client_methods_util import SMALL, assert_trees_equal, ctx_for, make_algo, tiny_batch, tiny_model, train
+from client_methods_util import (
+    SMALL,
+    assert_trees_equal,
+    ctx_for,
+    make_algo,
+    plain_grad,
+    tiny_batch,
+    tiny_model,
+    train,
+)
 
+from fedrun.algorithms.base import RoundInfo
 from fedrun.config.registry import MODELS, build_params
 from fedrun.config.schema import FLConfig, RunSpec
 from fedrun.core.errors import ConfigError
@@ -232,3 +242,27 @@ def test_a_head_naming_a_block_takes_its_layers_and_a_bad_name_lists_the_layers(
     assert model.head_keys([]) == []
     with pytest.raises(ConfigError, match=r"'1' names no layer of the model; valid: a list of 0, 2"):
         model.head_keys(["1"])
+
+
+def test_pfedme_step_by_hand_and_theta_restarts_from_the_broadcast_model() -> None:
+    algo = make_algo("pfedme", lam=2.0, inner_steps=1, personal_lr=0.1)
+    w0 = algo.model.init_params()
+    stale = {k: t + 5.0 for k, t in w0.items()}  # last round's theta: ignored at a round's first step
+    ctx = ctx_for(algo, w0, lr=0.05)._replace(state={"theta": stale, "fresh": torch.ones((), dtype=torch.float64)})
+    batch = tiny_batch()
+    w, _, state, _ = algo.client_step(w0, None, batch, ctx)
+    g = plain_grad(algo.model, w0, batch)
+    theta = {k: w0[k] - 0.1 * g[k] for k in w0}  # theta starts at w^t, so the prox term is 0 at the first step
+    assert_trees_equal(state["theta"], theta, atol=1e-12)
+    assert_trees_equal(w, {k: w0[k] - 0.05 * 2.0 * (w0[k] - theta[k]) for k in w0}, atol=1e-12)
+    assert float(state["fresh"]) == 0.0
+    assert float(algo.client_finish(w0, w, ctx._replace(state=state), torch.tensor(1))[1]["fresh"]) == 1.0
+
+
+def test_pfedme_server_mixes_with_beta() -> None:
+    algo = make_algo("pfedme", beta=2.0)
+    w = algo.model.init_params()
+    up = {k: torch.stack([t + 1.0, t + 3.0]) for k, t in w.items()}
+    info = RoundInfo(0, 2, torch.tensor([0, 1]), torch.tensor([1.0, 1.0]), torch.tensor([1, 1]), 0.1)
+    new, _, _ = algo.aggregate(w, {}, {"params": up}, torch.tensor([0.5, 0.5], dtype=torch.float64), info)
+    assert_trees_equal(new, {k: t + 4.0 for k, t in w.items()}, atol=1e-12)  # (1 - 2) w + 2 (w + 2)
