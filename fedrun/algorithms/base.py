@@ -15,7 +15,7 @@ import torch
 
 from fedrun.config.schema import FLConfig
 from fedrun.core import autodiff
-from fedrun.core.tree import Tensors, Tree, tree_map, weighted_mean
+from fedrun.core.tree import Tensors, Tree, nbytes, tree_map, weighted_mean
 from fedrun.data.federated import FederatedData
 from fedrun.data.proxy import ProxySet
 from fedrun.models.base import FunctionalModel
@@ -112,6 +112,9 @@ class Algorithm:
     # False (FedAvg and every client-side method): the runner installs :func:`average_buffers` of the
     # cohort's uploaded statistics, weighted like the parameters.
     owns_buffers: bool = False
+    # True when every client holds a model of its own (its personal parts live in its client state): the
+    # per-client evaluation (eval.local_test) then evaluates :meth:`personal_model`, not the global model
+    personal: bool = False
 
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         self.hp = hp
@@ -194,6 +197,20 @@ class Algorithm:
         """The model the run is_eval_round after aggregation: w^{t+1}, the one broadcast, for all but a few methods
         whose code reports another (FedDyn ``variant=official``: the cohort's plain average)."""
         return params
+
+    # ---- personalised evaluation and traffic (docs/personalised.md) --------------------------------------
+    def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
+        """The parameters client i is evaluated with on its local test split, given the global model and its
+        persistent state (one client's row; vmapped over the clients): the global model for FedAvg."""
+        return params
+
+    def personal_buffers(self, client_state: Tree) -> Tensors:
+        """Buffers (BatchNorm statistics) of client i's own model that replace the global ones (FedBN); none."""
+        return {}
+
+    def broadcast_bytes(self, params: Tensors, extras: Tree) -> int:
+        """Bytes one client downloads: w^t and the extras (a method that keeps parts local sends less)."""
+        return nbytes(params) + nbytes(extras)
 
     # ---- helpers ---------------------------------------------------------------------------------------
     @staticmethod

@@ -91,6 +91,19 @@ class IMA(Algorithm):
     def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
         return self.inner.client_finish(start, end, ctx, steps)
 
+    @property
+    def personal(self) -> bool:  # type: ignore[override]
+        return self.inner.personal
+
+    def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
+        return self.inner.personal_model(params, client_state)
+
+    def personal_buffers(self, client_state: Tree) -> Tensors:
+        return self.inner.personal_buffers(client_state)
+
+    def broadcast_bytes(self, params: Tensors, extras: Tree) -> int:
+        return self.inner.broadcast_bytes(params, extras)
+
     # ---- what IMA changes ----------------------------------------------------------------------------
     def local_lr(self, rnd: int, lr: float) -> float:
         """The client lr of round ``rnd`` (FedIMA Sec. IV-C, Table III), given the configured schedule's lr.

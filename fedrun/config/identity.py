@@ -37,7 +37,14 @@ _VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "
 _OFF: dict[str, dict[str, Any]] = {
     "data": {"image_size": None, "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
     "fl": {"train_all": False},
-    "eval": {"client_weights": False},
+    "eval": {
+        "client_weights": False,
+        "local_test": "none",
+        "local_test_fraction": 0.25,
+        "local_test_seed": None,
+        "finetune_steps": 0,
+        "finetune_lr": None,
+    },
 }
 
 

@@ -105,6 +105,13 @@ class EvalConfig:
     client_acc_split: str = "test"  # test: the test split re-weighted to each client's data; train: own data
     diagnostics: bool = False  # FedLAW coherence / global-gradient norm, FedIMA client-global distance
     client_weights: bool = False  # each cohort client's weight in the aggregate per round: client_weights.csv
+    # personalised evaluation (docs/personalised.md): none | split (each client's own data, PFLlib/FL-bench) |
+    # partition (the test set dealt out with each client's label distribution); local_acc_* columns, clients.csv
+    local_test: str = "none"
+    local_test_fraction: float = 0.25  # split: the share of each client's samples held out (PFLlib's train_ratio 0.75)
+    local_test_seed: int | None = None  # the draw of the local test splits (None: the run's seed)
+    finetune_steps: int = 0  # k SGD steps of each client's model on its own training data before it is evaluated
+    finetune_lr: float | None = None  # the fine-tuning lr (None: the round's local lr)
 
     def __post_init__(self) -> None:
         positive("every", self.every)
@@ -112,6 +119,24 @@ class EvalConfig:
         in_range("target", self.target, 0.0, 1.0)
         positive("last_k", self.last_k)
         one_of("client_acc_split", self.client_acc_split, ("test", "train"))
+        one_of("local_test", self.local_test, ("none", "split", "partition"))
+        in_range(
+            "local_test_fraction",
+            self.local_test_fraction,
+            0.0,
+            1.0,
+            lo_open=True,
+            hi_open=True,
+            why="0 leaves no local test sample, 1 no training sample",
+        )
+        positive("finetune_steps", self.finetune_steps, allow_zero=True)
+        positive("finetune_lr", self.finetune_lr)
+        if self.finetune_steps and self.local_test == "none":
+            raise ConfigError(
+                "finetune_steps",
+                "fine-tuned models are evaluated on local test splits; valid: 0, or"
+                " eval.local_test=split or partition with it",
+            )
 
 
 @dataclass

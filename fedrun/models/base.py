@@ -117,3 +117,37 @@ class FunctionalModel:
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.module.parameters())
+
+    # ---- body and head (personalised methods: docs/personalised.md) ------------------------------------------
+    def layers(self) -> list[str]:
+        """The names of the modules that own parameters directly, in registration order (the model's layers)."""
+        return [n for n, m in self.module.named_modules() if any(True for _ in m.parameters(recurse=False))]
+
+    def head_layers(self, head: list[str] | None = None, field: str = "algorithm.head") -> list[str]:
+        """The layers of the head: ``head`` as given (module names, each a layer or a block of layers), else the
+        model's declaration (a ``head_layers`` attribute of its module), else its last layer (the classifier of
+        every model in the registry). A name that is no module of the model is one line naming ``field``."""
+        if head is None:
+            declared = getattr(self.module, "head_layers", None)
+            layers = self.layers()
+            return list(declared) if declared is not None else layers[-1:]
+        modules = dict(self.module.named_modules())
+        for name in head:
+            if name not in modules or not any(True for _ in modules[name].parameters()):
+                valid = ", ".join(self.layers())
+                raise ConfigError(field, f"{name!r} names no layer of the model; valid: a list of {valid}")
+        return list(head)
+
+    def head_keys(self, head: list[str] | None = None, field: str = "algorithm.head") -> list[str]:
+        """The parameter names of the head (see :meth:`head_layers`); the rest of the model is the body."""
+        prefixes = [h + "." for h in self.head_layers(head, field)]
+        return [k for k, _ in self.module.named_parameters() if any(k.startswith(p) for p in prefixes)]
+
+    def norm_keys(self) -> tuple[list[str], list[str]]:
+        """(parameter names, buffer names) of the model's BatchNorm layers (FedBN keeps them local)."""
+        params, buffers = [], []
+        for name, m in self.module.named_modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                params += [f"{name}.{k}" for k, _ in m.named_parameters(recurse=False)]
+                buffers += [f"{name}.{k}" for k, _ in m.named_buffers(recurse=False)]
+        return params, buffers

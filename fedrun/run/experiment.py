@@ -17,10 +17,11 @@ from fedrun.algorithms.ima import IMA
 from fedrun.config.schema import FLConfig, RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import derive, np_rng
-from fedrun.data.base import Dataset, check_clients_vs_samples
+from fedrun.data.base import Dataset, Split, check_clients_vs_samples
 from fedrun.data.corrupt import apply_corruption
 from fedrun.data.federated import FederatedData
 from fedrun.data.holdout import hold_out
+from fedrun.data.local_test import LocalTest, make_local_test
 from fedrun.data.memo import load_source
 from fedrun.data.partition import make_partition
 from fedrun.data.partitions.longtail import apply_longtail
@@ -106,6 +107,7 @@ class Experiment:
     corrupted: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     threads: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch threads used and why (summary.json)
     system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
+    local_test: LocalTest | None = None  # the clients' local test splits (eval.local_test)
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
@@ -124,6 +126,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     check_test_split(spec, len(data.test), len(test) if test is not None else len(data.test))
     client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
     train_parts = hold_out(parts, spec.data.params.client_valid_ratio, spec.seed)  # clients train on the rest
+    train_parts, local_test = local_test_split(spec, data, train_parts, test)  # eval.local_test=split: on the rest
     fed = FederatedData(client_data, train_parts, device, DTYPES[hw.precision], test=test)
     fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
@@ -134,8 +137,22 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
-        spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system
-    )
+        spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system,
+        local_test=local_test,
+    )  # fmt: skip
+
+
+def local_test_split(
+    spec: RunSpec, data: Dataset, parts: list[np.ndarray], test: Split | None
+) -> tuple[list[np.ndarray], LocalTest | None]:
+    """The clients' training parts and local test splits of ``eval.local_test`` (fedrun/data/local_test.py)."""
+    ev = spec.eval
+    seed = spec.seed if ev.local_test_seed is None else ev.local_test_seed
+    labels = (test if test is not None else data.test).y.cpu().numpy()
+    return make_local_test(
+        ev.local_test, ev.local_test_fraction, seed, parts, data.train.y.cpu().numpy(), labels, data.num_classes,
+        spec.cache_dir,
+    )  # fmt: skip
 
 
 def check_test_split(spec: RunSpec, loaded: int, left: int) -> None:

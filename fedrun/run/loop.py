@@ -14,6 +14,7 @@ from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.host.interrupts import deferred, signal_name
 from fedrun.metrics.clients import ClientAccuracy
+from fedrun.metrics.personal import CLIENTS_FILE, LocalEvaluation, resume_clients_csv
 from fedrun.run.experiment import Experiment, build_experiment, earlier_engine_and_threads
 from fedrun.run.recorder import RoundMonitor, log
 from fedrun.run.rounds import evaluation_row, is_eval_round, lr_at, train_round
@@ -83,6 +84,7 @@ def _run(
     rd.write_summary({**info, "status": Status.RUNNING})
     log.info(start_line(spec, info, state.start))
     outcome, client_acc = Outcome(), client_accuracy(experiment)
+    local_eval = local_evaluation(experiment, run_dir, state.start)
     t_loop = time.perf_counter()
     # a round's client-state writes wait until it has finished; ``last``: the state an interrupted run saves
     state.clients = staged = StagedClientStates(state.clients)
@@ -93,7 +95,7 @@ def _run(
                 result = train_round(experiment, state, rnd)
                 monitor.weights(result.weight_rows)
                 if is_eval_round(spec, rnd):
-                    monitor.record(evaluation_row(experiment, state, result, t0, client_acc))
+                    monitor.record(evaluation_row(experiment, state, result, t0, client_acc, local_eval))
                 monitor.advance()
                 with deferred():  # the round has finished: it becomes the state an interrupted run saves
                     staged.commit()
@@ -151,6 +153,18 @@ def client_accuracy(experiment: Experiment) -> ClientAccuracy | None:
     if not ev.client_acc:
         return None
     return ClientAccuracy.build(experiment.model, experiment.fed, experiment.parts, ev.client_acc_split, ev.batch_size)
+
+
+def local_evaluation(experiment: Experiment, run_dir: Path | None, start: int) -> LocalEvaluation | None:
+    """The per-client evaluator of ``eval.local_test`` (None when off); clients.csv cut back to round ``start``."""
+    ev, local = experiment.spec.eval, experiment.local_test
+    if local is None:
+        return None
+    csv = run_dir / CLIENTS_FILE if run_dir is not None else None
+    if csv is not None:
+        resume_clients_csv(csv, start)
+    finetune = (ev.finetune_steps, ev.finetune_lr, experiment.spec.fl.batch_size)
+    return LocalEvaluation(experiment.model, experiment.fed, local, ev.batch_size, finetune, experiment.spec.seed, csv)
 
 
 def checkpoint_due(spec: RunSpec, rnd: int) -> bool:

@@ -23,6 +23,7 @@ from fedrun.metrics.client_weights import effective_weights, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
+from fedrun.metrics.personal import LocalEvaluation
 from fedrun.run.state import RunState
 from fedrun.system.clock import flops_per_sample
 from fedrun.system.model import RoundClose, RoundPlan, SystemModel
@@ -148,7 +149,12 @@ def is_eval_round(spec: RunSpec, rnd: int) -> bool:
 
 
 def evaluation_row(
-    experiment: Experiment, state: RunState, r: RoundResult, t0: float, client_acc: ClientAccuracy | None
+    experiment: Experiment,
+    state: RunState,
+    r: RoundResult,
+    t0: float,
+    client_acc: ClientAccuracy | None,
+    local_eval: LocalEvaluation | None = None,
 ) -> dict[str, Any]:
     """metrics.csv's row of round ``r.rnd``: test (and train) accuracy and loss of w^{t+1}, then the round's
     lr, cohort size, local loss, bytes, timings and diagnostics."""
@@ -174,6 +180,7 @@ def evaluation_row(
             **r.system,
             **r.diagnostics,
             **(client_acc(model) if client_acc else {}),
+            **(local_eval(experiment.algorithm, model, state.clients, r.rnd, r.lr) if local_eval else {}),
         }
     )
     return row

@@ -22,7 +22,7 @@ import torch
 
 from fedrun.config.identity import fingerprints
 from fedrun.core.errors import ResumeError
-from fedrun.core.tree import Tensors, Tree, all_finite, clone, nbytes, zeros_like
+from fedrun.core.tree import Tensors, Tree, all_finite, clone, nbytes, tree_map, zeros_like
 from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE, resumed_rows
 from fedrun.run.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, save_checkpoint, to_device
 from fedrun.run.client_states import ClientStates
@@ -75,6 +75,21 @@ class StagedClientStates(ClientStates):
 
     def scatter(self, clients: torch.Tensor, values: Tree) -> None:
         self.pending.append((clients, values))
+
+    def gather(self, clients: torch.Tensor) -> Tree:
+        """The rows of ``clients`` with this round's pending writes on top: what the round's evaluation of
+        personal models (``eval.local_test``) must see once its clients trained."""
+        out = self.base.gather(clients)
+        for ids, values in self.pending:
+            where = {int(c): i for i, c in enumerate(ids.tolist())}
+            pos = [(j, where[int(c)]) for j, c in enumerate(clients.tolist()) if int(c) in where]
+            if not pos:
+                continue
+            dst, src = (torch.tensor(ix, dtype=torch.long) for ix in zip(*pos, strict=True))
+            out = tree_map(
+                lambda o, v: o.index_copy(0, dst.to(o.device), v.index_select(0, src.to(v.device)).to(o)), out, values
+            )
+        return out
 
     def commit(self) -> None:
         """The round finished: its writes go into the rows."""

@@ -79,14 +79,24 @@ def experiment(make_spec: Callable[..., RunSpec]) -> Callable[..., Experiment]:
 
 
 @pytest.mark.parametrize("name", ALGORITHMS.names())
-def test_every_algorithm_matches_sequential_fp32(name: str, experiment: Callable[..., Experiment]) -> None:
+def test_every_algorithm_matches_sequential_fp32(
+    name: str, experiment: Callable[..., Experiment], make_spec: Callable[..., RunSpec]
+) -> None:
     # the dataclass defaults, so a method registered without a conf/algorithm file is covered too
     hard = [o for o in HARD if name != "fednova" or "keep_momentum" not in o]  # FedNova refuses kept momentum
-    exp = experiment("algorithm=fedavg", f"algorithm.name={name}", *hard)
+    if name == "fedbn":  # needs BatchNorm: ResNet-8 normalising by batch statistics (no running statistics: vmappable)
+        small = [o for o in SMALL if not o.startswith("model.")]
+        # fixed local steps: no padded batch, whose padding would enter the batch statistics on the vectorised engine;
+        # fp64: in fp32 batch-statistics BatchNorm amplifies the batched convolution's rounding past 1e-3 (FedAvg too)
+        bn = ("model=resnet8", "model.running_stats=false", "data.image_size=32", "fl.local_steps=2")
+        bn = (*bn, "hardware.precision=fp64")
+        exp = build_experiment(make_spec(*small, "algorithm=fedavg", f"algorithm.name={name}", *hard, *bn))
+    else:
+        exp = experiment("algorithm=fedavg", f"algorithm.name={name}", *hard)
     vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=2)
     assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
     assert vec.stats["chunks"] == 4  # 2 rounds x ceil(4 clients / 2)
-    assert vec.waste == pytest.approx(expected_waste(exp, rounds=2, chunk=2))
+    assert vec.waste == (0.0 if name == "fedbn" else pytest.approx(expected_waste(exp, rounds=2, chunk=2)))
 
 
 def expected_waste(exp: Experiment, rounds: int, chunk: int) -> float:

@@ -1,0 +1,75 @@
+"""pFedMe (Dinh et al. NeurIPS 2020): personalised models as Moreau envelopes of the clients' losses.
+
+Each local step takes a minibatch D and approximately solves the personal problem
+theta_i = argmin_theta f_i(theta; D) + (lambda/2) ||theta - w_i||^2 with ``inner_steps`` (K) gradient steps of lr
+``personal_lr`` started from the last theta_i (Algorithm 1, line 7; the code's ``pFedMeOptimizer``), then moves
+the local model towards it, w_i <- w_i - eta lambda (w_i - theta_i) (line 8). Every round's theta_i starts from
+w^t, as the code's ``set_parameters`` does. The server mixes, w <- (1 - beta) w^t + beta mean_S w_i (line 11).
+theta_i is the client's personalised model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
+from fedrun.algorithms.fedavg import FedAvg
+from fedrun.config.registry import ALGORITHMS, positive
+from fedrun.core import autodiff
+from fedrun.core.tree import Tensors, Tree, weighted_mean
+
+
+@dataclass
+class PFedMeParams(AlgoParams):
+    """lambda, K, the personal lr and beta of Algorithm 1 (the code's defaults: 15, 5, 0.09, 1)."""
+
+    lam: float = 15.0  # lambda, the pull of theta_i to w_i (pFedMe code default --lamda 15)
+    inner_steps: int = 5  # K, gradient steps on the personal problem per local step (code default --K 5)
+    personal_lr: float = 0.09  # the lr of those steps (code default --personal_learning_rate 0.09)
+    beta: float = 1.0  # server mixing, w <- (1 - beta) w^t + beta mean w_i (code default --beta 1.0)
+
+    def __post_init__(self) -> None:
+        positive("lam", self.lam)
+        positive("inner_steps", self.inner_steps)
+        positive("personal_lr", self.personal_lr)
+        positive("beta", self.beta)
+
+
+@ALGORITHMS.register("pfedme", PFedMeParams)
+class PFedMe(FedAvg):
+    """Clients: K prox steps on theta_i, then w_i <- w_i - eta lambda (w_i - theta_i); server: beta-mix."""
+
+    hp: PFedMeParams
+    personal = True
+
+    def client_init(self, params: Tensors) -> Tree:
+        first = next(iter(params.values()))
+        theta = {k: t.detach().clone() for k, t in params.items()}
+        return {"theta": theta, "fresh": torch.ones((), dtype=first.dtype, device=first.device)}
+
+    def client_step(
+        self, params: Tensors, opt: Tensors | None, batch: Batch, ctx: ClientContext
+    ) -> tuple[Tensors, Tensors | None, Tree, torch.Tensor]:
+        fresh, hp = ctx.state["fresh"] > 0, self.hp
+        theta = {k: torch.where(fresh, ctx.global_params[k], t) for k, t in ctx.state["theta"].items()}
+        grad = autodiff.grad_and_value(self.model.loss)
+        loss = torch.zeros(())
+        for _ in range(hp.inner_steps):
+            g, loss = grad(theta, batch)
+            theta = {k: t - hp.personal_lr * (g[k] + hp.lam * (t - params[k])) for k, t in theta.items()}
+        w = {k: p - ctx.lr * hp.lam * (p - theta[k]) for k, p in params.items()}
+        return w, opt, {"theta": theta, "fresh": torch.zeros_like(ctx.state["fresh"])}, loss
+
+    def client_finish(self, start: Tensors, end: Tensors, ctx: ClientContext, steps: torch.Tensor) -> tuple[Tree, Tree]:
+        return {"params": end}, {**ctx.state, "fresh": torch.ones_like(ctx.state["fresh"])}
+
+    def aggregate(
+        self, params: Tensors, server_state: Tree, uploads: Tree, weights: torch.Tensor, info: RoundInfo
+    ) -> tuple[Tensors, Tree, dict[str, float]]:
+        mean, b = weighted_mean(uploads["params"], weights), self.hp.beta
+        return {k: (1 - b) * params[k] + b * mean[k] for k in params}, server_state, {}
+
+    def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
+        return dict(client_state["theta"])

@@ -1,0 +1,219 @@
+"""Per-client evaluation on local test splits (``eval.local_test``), batched over clients: docs/personalised.md.
+
+Every evaluated round reports two models on every client's local test split (:mod:`fedrun.data.local_test`):
+
+- the global model (``local_global_acc_*``): one pass over the concatenation of the clients' local test
+  samples, each client's accuracy a segment sum of the correct mask;
+- each client's own model (``local_acc_*``): the method's :meth:`Algorithm.personal_model` of the global model
+  and the client's state (the global model itself for FedAvg), fine-tuned for ``eval.finetune_steps`` SGD
+  steps on the client's training data first when that is set. Clients are evaluated in chunks, one ``vmap``
+  over a chunk's stacked models and its padded ``[clients, samples]`` inputs (no Python loop over clients;
+  models with BatchNorm statistics, which the vectorised engine refuses too, are evaluated one client at a
+  time).
+
+Aggregates over the clients that have local test samples: ``_mean`` (unweighted), ``_wmean`` (weighted by local
+test size), ``_std`` (ddof 0), ``_worst10``/``_best10`` (the mean accuracy of the worst/best ceil(K/10)
+clients). Per-client values go to ``clients.csv`` (round, client, test_samples, global_acc, acc).
+
+Fine-tuning draws its minibatches uniformly with replacement from the client's training samples, keyed by
+(seed, "finetune", round, client), so a resumed run fine-tunes exactly as an uninterrupted one; it is plain SGD
+on the cross-entropy (no momentum), in eval mode (no dropout), at ``eval.finetune_lr`` or the round's local lr.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.func import vmap
+
+from fedrun.algorithms.base import Algorithm
+from fedrun.core import autodiff
+from fedrun.core.rng import np_rng
+from fedrun.core.tree import Tensors, Tree, tree_map, unstack
+from fedrun.data.federated import FederatedData
+from fedrun.data.local_test import LocalTest
+from fedrun.models.base import FunctionalModel
+
+CLIENTS_FILE = "clients.csv"
+STATS = ("mean", "wmean", "std", "worst10", "best10")
+
+
+def spread_stats(acc: np.ndarray, sizes: np.ndarray, prefix: str) -> dict[str, float]:
+    """``<prefix>_mean/_wmean/_std/_worst10/_best10`` of the per-client accuracies ``acc`` (clients of size 0
+    and NaN accuracies left out); NaN for every statistic when no client is left."""
+    keep = (sizes > 0) & ~np.isnan(acc)
+    a, n = acc[keep], sizes[keep].astype(np.float64)
+    if a.size == 0:
+        return {f"{prefix}_{s}": float("nan") for s in STATS}
+    tail = math.ceil(a.size / 10)
+    ordered = np.sort(a)
+    return {
+        f"{prefix}_mean": float(a.mean()),
+        f"{prefix}_wmean": float((a * n).sum() / n.sum()),
+        f"{prefix}_std": float(a.std()),
+        f"{prefix}_worst10": float(ordered[:tail].mean()),
+        f"{prefix}_best10": float(ordered[-tail:].mean()),
+    }
+
+
+def hits_at(
+    model: FunctionalModel, params: Tensors, fed: FederatedData, split: Any, idx: torch.Tensor, batch_size: int
+) -> torch.Tensor:
+    """Per-sample correctness (bool) of one model at the samples ``idx`` of ``split``; call in eval mode."""
+    out = []
+    with torch.inference_mode():
+        for i in range(0, int(idx.numel()), batch_size):
+            b = fed.batch(idx[i : i + batch_size], split)
+            out.append(model.logits(params, b["x"]).argmax(1) == b["y"])
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool, device=idx.device)
+
+
+@dataclass
+class ChunkSpec:
+    """One chunk of clients: their ids, padded local test indices [c, L] and its mask."""
+
+    clients: list[int]
+    idx: torch.Tensor
+    mask: torch.Tensor
+
+
+class LocalEvaluation:
+    """Evaluates the global model and every client's model on the clients' local test splits (one per run)."""
+
+    def __init__(
+        self,
+        model: FunctionalModel,
+        fed: FederatedData,
+        local: LocalTest,
+        batch_size: int,
+        finetune: tuple[int, float | None, int],
+        seed: int,
+        clients_csv: Path | None = None,
+    ) -> None:
+        self.model, self.fed, self.local, self.batch_size, self.seed = model, fed, local, batch_size, seed
+        self.k, self.ft_lr, self.ft_batch = finetune
+        self.split = fed.train if local.on_train else fed.test
+        self.sizes = local.sizes
+        dev = fed.device
+        self.flat = torch.as_tensor(np.concatenate(local.parts), dtype=torch.long, device=dev)
+        self.owner = np.repeat(np.arange(len(local.parts)), self.sizes)
+        self.chunks = self._chunks()
+        self.clients_csv = clients_csv
+
+    def _chunks(self) -> list[ChunkSpec]:
+        """Clients with local test samples, largest first, cut so a chunk holds ~``batch_size`` padded samples."""
+        order = [int(i) for i in np.argsort(-self.sizes, kind="stable") if self.sizes[i] > 0]
+        out, at = [], 0
+        while at < len(order):
+            width = int(self.sizes[order[at]])
+            ids = order[at : at + max(1, self.batch_size // width)]
+            idx = torch.zeros(len(ids), width, dtype=torch.long)
+            mask = torch.zeros(len(ids), width, dtype=torch.bool)
+            for j, cid in enumerate(ids):
+                n = int(self.sizes[cid])
+                idx[j, :n], mask[j, :n] = torch.as_tensor(self.local.parts[cid]), True
+            out.append(ChunkSpec(ids, idx.to(self.fed.device), mask.to(self.fed.device)))
+            at += len(ids)
+        return out
+
+    # ---- fine-tuning ------------------------------------------------------------------------------------------
+    def finetune_batches(self, clients: list[int], rnd: int) -> torch.Tensor:
+        """[k, c, B] training-sample indices: each client's k minibatches, drawn with replacement."""
+        rows = []
+        for cid in clients:
+            part = self.fed.clients[cid]
+            draw = np_rng(self.seed, "finetune", rnd, cid).integers(0, int(part.numel()), size=(self.k, self.ft_batch))
+            rows.append(part[torch.as_tensor(draw, device=part.device)])
+        return torch.stack(rows, 1)
+
+    def finetuned(self, stacked: Tensors, clients: list[int], rnd: int, lr: float) -> Tensors:
+        """k SGD steps of each client's model (stacked [c]) on its own training data, one vmap per step."""
+        if not self.k:
+            return stacked
+        step_lr = self.ft_lr if self.ft_lr is not None else lr
+        grad = vmap(autodiff.grad(self.model.loss))
+        for b in self.finetune_batches(clients, rnd):
+            g = grad(stacked, self.fed.batch(b))
+            stacked = {k: p - step_lr * g[k] for k, p in stacked.items()}
+        return stacked
+
+    # ---- the clients' own models ------------------------------------------------------------------------------
+    def own_models(self, algo: Algorithm, params: Tensors, rows: Tree, c: int) -> Tensors:
+        """The chunk's models stacked [c]: the method's personal model of each client's state (or w, repeated)."""
+        if algo.personal and rows:
+            return vmap(lambda st: algo.personal_model(params, st))(rows)  # type: ignore[no-any-return]
+        return tree_map(lambda t: t.unsqueeze(0).expand(c, *t.shape).clone(), params)
+
+    def own_hits(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> np.ndarray:
+        """Correct counts [K] of every client's own model on its local test split."""
+        hits = np.zeros(len(self.sizes))
+        for ch in self.chunks:
+            ids = torch.as_tensor(ch.clients, dtype=torch.long)
+            rows = states.gather(ids) if states else {}
+            if self.model.buffers:
+                hits[ch.clients] = self._hits_one_by_one(algo, params, rows, ch, rnd, lr)
+                continue
+            stacked = self.finetuned(self.own_models(algo, params, rows, len(ch.clients)), ch.clients, rnd, lr)
+            with torch.inference_mode():
+                b = self.fed.batch(ch.idx, self.split)
+                logits = vmap(self.model.logits)(stacked, b["x"])
+                hits[ch.clients] = ((logits.argmax(-1) == b["y"]) & ch.mask).sum(1).cpu().numpy()
+        return hits
+
+    def _hits_one_by_one(
+        self, algo: Algorithm, params: Tensors, rows: Tree, ch: ChunkSpec, rnd: int, lr: float
+    ) -> np.ndarray:
+        """Models with buffers (BatchNorm statistics): one client at a time, with its own buffers (FedBN)."""
+        out = np.zeros(len(ch.clients))
+        for j, cid in enumerate(ch.clients):
+            state = unstack(rows, j) if rows else {}
+            own = algo.personal_model(params, state) if algo.personal and state else params
+            buffers = {**self.model.buffers, **(algo.personal_buffers(state) if algo.personal and state else {})}
+            if self.k:
+                step_lr = self.ft_lr if self.ft_lr is not None else lr
+                for b in self.finetune_batches([cid], rnd)[:, 0]:
+                    g = autodiff.grad(self.model.loss)(own, {**self.fed.batch(b), "buffers": buffers})
+                    own = {k: p - step_lr * g[k] for k, p in own.items()}
+            n = int(self.sizes[cid])
+            with torch.inference_mode():
+                b = self.fed.batch(ch.idx[j, :n], self.split)
+                out[j] = int((self.model.logits(own, b["x"], buffers).argmax(1) == b["y"]).sum())
+        return out
+
+    # ---- one evaluation -----------------------------------------------------------------------------------------
+    def __call__(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> dict[str, float]:
+        """metrics.csv's local_* columns of round ``rnd`` (0-based); appends the round's rows to clients.csv."""
+        self.model.module.eval()
+        try:
+            correct = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size).cpu().numpy()
+            g_hits = np.bincount(self.owner, weights=correct.astype(np.float64), minlength=len(self.sizes))
+            own = self.own_hits(algo, params, states, rnd, lr) if algo.personal or self.k else g_hits
+        finally:
+            self.model.module.train()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g_acc, acc = g_hits / self.sizes, own / self.sizes
+        if self.clients_csv is not None:
+            rows = pd.DataFrame(
+                {"round": rnd + 1, "client": np.arange(len(self.sizes)), "test_samples": self.sizes,
+                 "global_acc": g_acc, "acc": acc}
+            )  # fmt: skip
+            rows.to_csv(self.clients_csv, mode="a", header=not self.clients_csv.is_file(), index=False)
+        return {**spread_stats(acc, self.sizes, "local_acc"), **spread_stats(g_acc, self.sizes, "local_global_acc")}
+
+
+def resume_clients_csv(path: Path, start: int) -> None:
+    """clients.csv as a run resumed after ``start`` rounds continues it: its rows of rounds <= ``start`` (none
+    for a fresh run); the rounds after are evaluated again."""
+    if not path.is_file():
+        return
+    if start == 0:
+        path.unlink()
+        return
+    rows = pd.read_csv(path)
+    rows[rows["round"] <= start].to_csv(path, index=False)
