@@ -87,7 +87,9 @@ class StagedClientStates(ClientStates):
                 continue
             dst, src = (torch.tensor(ix, dtype=torch.long) for ix in zip(*pos, strict=True))
             out = tree_map(
-                lambda o, v: o.index_copy(0, dst.to(o.device), v.index_select(0, src.to(v.device)).to(o)), out, values
+                lambda o, v, d=dst, s=src: o.index_copy(0, d.to(o.device), v.index_select(0, s.to(v.device)).to(o)),
+                out,
+                values,
             )
         return out
 
