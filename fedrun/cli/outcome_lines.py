@@ -14,6 +14,7 @@ from rich.table import Table
 
 from fedrun.cli import sweeps
 from fedrun.run.attempt import AttemptResult, Outcome, resume_hint
+from fedrun.run.summary import last_k_words
 from fedrun.storage.summary import Summary
 
 
@@ -24,7 +25,7 @@ def print_summary(s: Summary, console: Console) -> None:
     t.add_column("value", justify="right")
     pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
     t.add_row("final test accuracy", pct(s.test_acc_final))
-    t.add_row(f"mean of last {s.last_k or 0} rounds", pct(s.test_acc_last_k))
+    t.add_row(last_k_words(s.last_k), pct(s.test_acc_last_k))
     best_round = "-" if s.best_round is None else s.best_round
     t.add_row("best test accuracy (round)", f"{pct(s.test_acc_best)} ({best_round})")
     if "round_to_target" in s.fields:

@@ -155,13 +155,18 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
 
+def last_k_words(k: int | None) -> str:
+    """What ``test_acc_last_k`` is, in words: the mean of the last k evaluated rounds (k = 1: the last one)."""
+    return "last round" if k == 1 else f"mean of last {k or 0} rounds"
+
+
 def summary_line(summary: Summary | dict[str, Any]) -> str:
     """The log line of a run's end: status, rounds, accuracies, time (and the error of a run that did not complete)."""
     s = summary if isinstance(summary, Summary) else Summary.of(summary)
     best_round = "-" if s.best_round is None else s.best_round
     line = (
         f"{s.status}: {s.rounds_completed} rounds, final test_acc {_pct(s.test_acc_final)},"
-        f" mean of last {s.last_k or 0} {_pct(s.test_acc_last_k)},"
+        f" {last_k_words(s.last_k).removesuffix(' rounds')} {_pct(s.test_acc_last_k)},"
         f" best {_pct(s.test_acc_best)} (round {best_round}), {s.wall_time_s or 0.0:.1f} s"
     )
     return line + (f"; {s.error}" if s.error else "")

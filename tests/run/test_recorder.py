@@ -66,3 +66,11 @@ def test_the_hydra_entry_point_writes_fedrun_log_once(run_cli: Callable, tmp_pat
     assert res.returncode == 0, res.stderr
     lines = _log(tmp_path / "run")
     assert len(lines) == 4 and "round 2/2" in lines[2] and "completed: 2 rounds" in lines[3]
+
+
+def test_the_last_k_mean_of_one_round_is_called_the_last_round() -> None:
+    from fedrun.run.summary import last_k_words, summary_line
+
+    assert last_k_words(1) == "last round" and last_k_words(10) == "mean of last 10 rounds"
+    line = summary_line({"status": "completed", "rounds_completed": 3, "last_k": 1, "test_acc_last_k": 0.5})
+    assert "last 1" not in line and "last round 50.00%" in line

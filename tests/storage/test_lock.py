@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -95,17 +94,24 @@ def test_a_lock_held_by_another_process_is_waited_for_when_asked_and_one_of_this
     run_dir.mkdir()
     hold = (
         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
-        " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1.5)"
+        " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+    )  # holds the lock until its stdin closes: no timing, so it holds on a loaded machine
+    other = subprocess.Popen(
+        [sys.executable, "-c", hold, str(run_dir / LOCK_FILE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    other = subprocess.Popen([sys.executable, "-c", hold, str(run_dir / LOCK_FILE)], stdout=subprocess.PIPE, text=True)
     try:
         assert other.stdout is not None and other.stdout.readline().strip() == "held"
         with pytest.raises(RunDirBusy), run_dir_lock(run_dir):  # not asked to wait: refused at once
             pass
         waited: list[int] = []
-        start = time.monotonic()
-        with run_dir_lock(run_dir, wait=waited.append):
-            assert time.monotonic() - start > 0.5  # taken once the other process let go
+
+        def let_go(pid: int) -> None:  # told whom it waits for: the holder may now end
+            waited.append(pid)
+            assert other.poll() is None and other.stdin is not None  # it still holds the lock we wait for
+            other.stdin.close()
+
+        with run_dir_lock(run_dir, wait=let_go):
+            assert other.wait(timeout=60) == 0  # taken only once the other process had let go
         assert waited == [other.pid]
     finally:
         other.wait(timeout=60)
