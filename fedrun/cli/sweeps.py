@@ -24,6 +24,7 @@ from fedrun.core.safe_yaml import load_yaml
 from fedrun.report.sweep_console import Job, SweepConsole, table_command
 from fedrun.run.job_dirs import job_dir_name
 from fedrun.run.sweep_index import folder_counts, job_status
+from fedrun.storage.rundir import ERROR_FILE, HYDRA_DIR, HYDRA_RECORD_FILES, LOCK_FILE
 from fedrun.storage.status import Status
 
 RESOLVER = "fedrun.job_dir"  # conf/config.yaml: hydra.sweep.subdir: ${fedrun.job_dir:}
@@ -176,8 +177,8 @@ def planned_jobs(config: DictConfig) -> int | None:
 
 
 # Hydra's record of a job (hydra.output_subdir) and what a refused attempt leaves beside it
-REFUSED_LEFT = frozenset({".hydra", "error.txt", ".fedrun.lock"})
-HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
+REFUSED_LEFT = frozenset({HYDRA_DIR, ERROR_FILE, LOCK_FILE})
+HYDRA_RECORD = frozenset(HYDRA_RECORD_FILES)
 _NEW_RUN_DIR: list[tuple[Path, Path]] = []  # (the dated run dir, the topmost folder of it this command creates)
 
 
@@ -209,7 +210,7 @@ def remove_refused_run_dir(run_dir: Path) -> None:
     if not _NEW_RUN_DIR or _NEW_RUN_DIR[0][0] != Path(os.path.abspath(run_dir)):
         return
     run_dir, top = _NEW_RUN_DIR.pop()
-    record = run_dir / ".hydra"
+    record = run_dir / HYDRA_DIR
     with contextlib.suppress(OSError):
         if not {p.name for p in run_dir.iterdir()} <= REFUSED_LEFT or run_dir.is_symlink():
             return

@@ -97,7 +97,7 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
     if state.clients:
         state.clients.scatter(trained, res.states)
     res = aggregated_part(res, trained, clients)
-    bytes_down = len(trained) * (nbytes(state.params) + nbytes(extras))  # fl.train_all: every client downloads
+    bytes_down = len(trained) * algo.broadcast_bytes(state.params, extras)  # fl.train_all: every client downloads
     return aggregate_round(experiment, state, rnd, res, clients, lr, bytes_down, started)
 
 
@@ -203,7 +203,7 @@ def train_system_round(experiment: Experiment, state: RunState, rnd: int, system
     plan = system.plan(rnd, trained, algo.round_fl(rnd), state.clock)
     workers = torch.as_tensor(trained[plan.works], dtype=torch.long)
     res = _train_workers(experiment, state, rnd, extras, workers, lr, plan)
-    down = float(nbytes(state.params) + nbytes(extras))
+    down = float(algo.broadcast_bytes(state.params, extras))
     up = float(nbytes(res.uploads)) / max(len(workers), 1)
     seconds = system.client_seconds(plan.clients[plan.works], res.steps.numpy(), algo.round_fl(rnd), down, up)
     close = system.close(plan, target if system.config.over_selection > 1 else len(trained), seconds)

@@ -203,7 +203,7 @@ def test_kill_and_resume_restores_personal_state_bit_for_bit(
     monkeypatch.setattr(loop, "train_round", killed_in_round_4)
     assert run(make_spec(*over), cut)["status"] == "interrupted"
     monkeypatch.setattr(loop, "train_round", real)
-    assert run(make_spec(*over), cut)["resumed_from_round"] == 2
+    assert run(make_spec(*over), cut)["resumed_from_round"] == 3  # Ctrl-C saved its last finished round
     timings = list(TIMING_COLUMNS)
     pd.testing.assert_frame_equal(
         pd.read_csv(cut / "metrics.csv").drop(columns=timings), pd.read_csv(whole / "metrics.csv").drop(columns=timings)
