@@ -24,7 +24,8 @@ from fedrun.core.safe_yaml import load_yaml
 from fedrun.report.sweep_console import Job, SweepConsole, table_command
 from fedrun.run.job_dirs import job_dir_name
 from fedrun.run.sweep_index import folder_counts, job_status
-from fedrun.storage.rundir import ERROR_FILE, HYDRA_DIR, HYDRA_RECORD_FILES, LOCK_FILE
+from fedrun.storage.lock import LOCK_FILE
+from fedrun.storage.rundir import ERROR_FILE, HYDRA_DIR, HYDRA_RECORD_FILES
 from fedrun.storage.status import Status
 
 RESOLVER = "fedrun.job_dir"  # conf/config.yaml: hydra.sweep.subdir: ${fedrun.job_dir:}
