@@ -221,11 +221,16 @@ def paper_page(paper: str, records: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def site_papers() -> list[str]:
+    """The papers with a page: the five, then any other paper a target reproduces (FedProx's stragglers)."""
+    return list(dict.fromkeys([*PAPERS, *(t.paper for t in TARGETS)]))
+
+
 def papers_index() -> str:
     """``papers/index.md``: one line per paper with its targets."""
     out = ["# The papers", "", "Generated from `fedrun/papers/targets.py`: each paper's reproduce targets.", ""]
     out += ["| paper | targets |", "|---|---|"]
-    for paper in PAPERS:
+    for paper in site_papers():
         names = ", ".join(f"`{t.name}`" for t in TARGETS if t.paper == paper)
         out.append(f"| [{paper}]({paper.lower()}.md) | {names} |")
     return "\n".join(out) + "\n"
@@ -237,7 +242,7 @@ def doc_pages(records: list[dict[str, Any]] | None = None) -> dict[str, str]:
     out = catalogue.pages(used_by())
     out[PAGE] = reproduction_page(records)
     out["papers/index.md"] = papers_index()
-    for paper in PAPERS:
+    for paper in site_papers():
         out[f"papers/{paper.lower()}.md"] = paper_page(paper, records)
     return out
 
