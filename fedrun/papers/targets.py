@@ -6,10 +6,7 @@ labelled ``tags.method`` and ``tags.preset`` so that ``fedrun-report --layout <p
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-
-from fedrun.config.schema import RunSpec
 
 
 @dataclass(frozen=True)
@@ -439,8 +436,5 @@ FEDPROX_STRAGGLERS = Target(
     note="Fig. 1, a figure (Synthetic(1,1)): training loss and test accuracy per round",
     figures=("train_loss", "test_acc"),
 )
-# its runs need the system section (stragglers); a checkout without it does not offer the target
-HAS_SYSTEM = "system" in {f.name for f in dataclasses.fields(RunSpec)}
-if HAS_SYSTEM:
-    TARGETS = (*TARGETS, FEDPROX_STRAGGLERS)
+TARGETS = (*TARGETS, FEDPROX_STRAGGLERS)
 BY_NAME = {t.name: t for t in TARGETS}

@@ -6,7 +6,6 @@ that compose them skip, with one reason, on a checkout whose schema has no ``sys
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -14,21 +13,16 @@ import pandas as pd
 import pytest
 
 from fedrun.cli.reproduce import commands, curves_args, fedrun_line, no_cells, report_args
-from fedrun.config.schema import RunSpec
 from fedrun.papers.captions import layout_caption, layout_direction
 from fedrun.papers.layouts import render
-from fedrun.papers.targets import BY_NAME, FEDPROX_STRAGGLERS, HAS_SYSTEM, TARGETS
+from fedrun.papers.targets import BY_NAME, FEDPROX_STRAGGLERS, TARGETS
 from fedrun.storage.status import Status
 
 PRESET = "fedprox_fig1_synthetic_1_1"
-needs_system = pytest.mark.skipif(
-    "system" not in {f.name for f in dataclasses.fields(RunSpec)}, reason="no system section in the config schema"
-)
 
 
-def test_the_target_is_offered_exactly_when_the_schema_has_the_system_section() -> None:
-    assert HAS_SYSTEM == ("system" in {f.name for f in dataclasses.fields(RunSpec)})
-    assert (FEDPROX_STRAGGLERS in TARGETS) == HAS_SYSTEM == ("fedprox-stragglers" in BY_NAME)
+def test_the_target_is_offered() -> None:
+    assert FEDPROX_STRAGGLERS in TARGETS and BY_NAME["fedprox-stragglers"] is FEDPROX_STRAGGLERS
 
 
 def test_rows_and_sweep_follow_the_code() -> None:
@@ -85,7 +79,6 @@ def test_layout_gives_the_last_rounds_loss_and_accuracy(tmp_path: Path) -> None:
     assert table.loc["FedProx (μ=1)", "stragglers=0.9 loss"] == "0.625"
 
 
-@needs_system
 def test_preset_is_the_codes_setup(make_spec) -> None:
     spec = make_spec(f"experiment={PRESET}")
     assert (spec.data.name, spec.data.params.variant, spec.data.params.alpha, spec.data.params.beta) == (
@@ -103,7 +96,6 @@ def test_preset_is_the_codes_setup(make_spec) -> None:
     assert (system["stragglers"], system["straggler_policy"], system["straggler_work"]) == (0.9, "partial", "epochs")
 
 
-@needs_system
 @pytest.mark.parametrize("method", FEDPROX_STRAGGLERS.methods, ids=lambda x: x.label)
 @pytest.mark.parametrize("stragglers", ["0", "0.5", "0.9"])
 def test_every_cell_composes(make_spec, method, stragglers: str) -> None:

@@ -3,12 +3,9 @@ scripts state, against the composed preset and the preset's "Budget" comment (te
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from fedrun.cli.reproduce import preset_cfg
-from fedrun.config.schema import RunSpec
 from fedrun.papers.targets import FEDPROX_STRAGGLERS
 from tests.papers import test_preset_budgets as general
 from tests.papers.test_preset_budgets import EXPERIMENTS, Budget, epochs_rounds, get
@@ -38,9 +35,6 @@ def test_comment_gives_the_derived_rounds(budget: Budget) -> None:
     general.test_preset_comment_gives_the_derived_rounds(budget)
 
 
-@pytest.mark.skipif(
-    "system" not in {f.name for f in dataclasses.fields(RunSpec)}, reason="no system section in the config schema"
-)
 @pytest.mark.parametrize("budget", BUDGETS, ids=lambda b: b.preset)
 def test_preset_budget_matches_the_scripts(budget: Budget) -> None:
     cfg = preset_cfg(budget.preset)
