@@ -11,14 +11,13 @@ import pytest
 import torch
 
 from fedrun.config.schema import RunSpec
-from fedrun.core.tree import leaves, tree_map, zeros_like
+from fedrun.core.tree import leaves, tree_map
 from fedrun.data.federated import batch_plan, num_local_steps
 from fedrun.engines.sampling import sample_clients
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
-from fedrun.run.client_states import ClientStates
 from fedrun.run.experiment import Experiment, build_experiment
-from tests.engines.test_vectorised_engine import HARD, SMALL
+from tests.engines.test_vectorised_engine import HARD, SMALL, fresh_run
 
 
 def budgets_for(exp: Experiment, clients: torch.Tensor, rnd: int) -> torch.Tensor:
@@ -31,13 +30,7 @@ def budgets_for(exp: Experiment, clients: torch.Tensor, rnd: int) -> torch.Tenso
 def compare(exp: Experiment, vec: VectorisedEngine, rounds: int, rtol: float, atol: float) -> None:
     """Both engines train each round's cohort on the same budgets from the same w^t and states."""
     spec, algo, fl = exp.spec, exp.algorithm, exp.spec.fl
-    seq = SequentialEngine(algo, exp.fed, fl, spec.seed)
-    params = exp.model.init_params()
-    server_state = algo.server_init(params)
-    template = algo.client_init(params)
-    if fl.keep_momentum and fl.momentum:
-        template = {**template, "_momentum": zeros_like(params)}
-    states = ClientStates(template, fl.clients, exp.device)
+    seq, params, server_state, states = fresh_run(exp)
     for rnd in range(rounds):
         clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
         budgets = budgets_for(exp, clients, rnd)

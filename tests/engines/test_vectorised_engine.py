@@ -38,6 +38,17 @@ SMALL = (
 HARD = ("fl.momentum=0.5", "fl.keep_momentum=true", "fl.weight_decay=0.001", "fl.grad_clip=5.0", "fl.participation=0.8")
 
 
+def fresh_run(exp: Experiment) -> tuple[SequentialEngine, Tensors, Tree, ClientStates]:
+    """The reference engine, w^0, the server state and every client's initial state of ``exp``'s run."""
+    algo, fl = exp.algorithm, exp.spec.fl
+    params = exp.model.init_params()
+    template = algo.client_init(params)
+    if fl.keep_momentum and fl.momentum:
+        template = {**template, "_momentum": zeros_like(params)}
+    seq = SequentialEngine(algo, exp.fed, fl, exp.spec.seed)
+    return seq, params, algo.server_init(params), ClientStates(template, fl.clients, exp.device)
+
+
 def assert_same_run(exp: Experiment, vec: VectorisedEngine, rounds: int, rtol: float, atol: float) -> None:
     """The runner's round loop, each round trained by both engines from the same w^t, extras and states.
 
@@ -45,13 +56,7 @@ def assert_same_run(exp: Experiment, vec: VectorisedEngine, rounds: int, rtol: f
     float differences (e.g. FedDF's distillation) cannot blur what is compared: the engines' outputs.
     """
     spec, algo, fl = exp.spec, exp.algorithm, exp.spec.fl
-    seq = SequentialEngine(algo, exp.fed, fl, spec.seed)
-    params = exp.model.init_params()
-    server_state = algo.server_init(params)
-    template = algo.client_init(params)
-    if fl.keep_momentum and fl.momentum:
-        template = {**template, "_momentum": zeros_like(params)}
-    states = ClientStates(template, fl.clients, exp.device)
+    seq, params, server_state, states = fresh_run(exp)
     for rnd in range(rounds):
         clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
         lr = algo.local_lr(rnd, lr_at(spec, rnd))
