@@ -643,7 +643,7 @@ def end_to_end(device: str, threads: int, timeout: float) -> dict[str, Any]:
             f"cache_dir={tmp}/cache",
             f"hydra.run.dir={tmp}/run",
         ]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
         wall = time.perf_counter() - t0

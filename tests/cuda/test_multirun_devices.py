@@ -62,7 +62,9 @@ def sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subp
     run_dir = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "fedrun.cli", "-m", *TINY, *args]
     cmd += [f"hydra.sweep.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    # the repository first, then what the caller's PYTHONPATH held (a GPU machine's carried packages)
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=full_env, cwd=tmp_path)
 
 
@@ -78,7 +80,8 @@ def test_device_auto_spreads_a_parallel_multirun_over_fake_gpus(tmp_path: Path) 
     site.mkdir()
     (site / "sitecustomize.py").write_text(FAKE_GPUS)
     log = tmp_path / "devices.log"
-    env = {"PYTHONPATH": f"{site}{os.pathsep}{REPO}", "FAKE_GPUS": "3", "FAKE_GPU_LOG": str(log)}
+    path = os.pathsep.join(p for p in (str(site), str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, "FAKE_GPUS": "3", "FAKE_GPU_LOG": str(log)}
     res = sweep(tmp_path, "hydra/launcher=parallel", "seed=0,1,2,3", env=env)
     assert res.returncode == 0, res.stderr
     seen = sorted(tuple(line.split()) for line in log.read_text().splitlines())
