@@ -63,6 +63,7 @@ from fedrun.run.attempt import (
     Outcome,
     attempt,
     objective,  # noqa: F401 - a sweeper's value (tests, fedrun-reproduce)
+    sweep_resume_command,
     write_failed,
 )
 from fedrun.run.sweep_index import record_job
@@ -234,7 +235,8 @@ def execute(
     if not multirun and result.outcome is Outcome.REFUSED:
         sweeps.remove_refused_run_dir(run_dir)  # a dated one this command made: nothing named like a run is left
     if multirun and result.outcome is Outcome.INTERRUPTED:
-        raise _in_job(Interrupted(signal.Signals[result.signal or "SIGINT"]), name)  # the sweep stops
+        sweep_dir = Path(HydraConfig.get().sweep.dir)
+        raise _in_job(Interrupted(signal.Signals[result.signal or "SIGINT"]), name, sweep_dir)  # the sweep stops
     code = exit_code_of(result)
     if code and not multirun:
         sys.exit(code)
@@ -250,10 +252,12 @@ def _write_failed(rd: RunDir, e: WriteError, multirun: bool) -> None:
         sys.exit(exit_code_of(result))
 
 
-def _in_job(e: KeyboardInterrupt, job: str) -> Interrupted:
-    """The interrupt that stops a sweep, naming the job it stopped in (for :func:`main`'s one line)."""
+def _in_job(e: KeyboardInterrupt, job: str, sweep_dir: Path) -> Interrupted:
+    """The interrupt that stops a sweep, naming the job it stopped in and the sweep's folder (for :func:`main`'s
+    one line)."""
     interrupt = e if isinstance(e, Interrupted) else Interrupted()
     interrupt.job = job  # type: ignore[attr-defined]
+    interrupt.sweep_dir = sweep_dir  # type: ignore[attr-defined]
     return interrupt
 
 
@@ -373,9 +377,11 @@ def main() -> None:
                 return
             _job()
     except KeyboardInterrupt as e:  # a signal while composing, or a sweep stopped by an interrupted job
-        job = getattr(e, "job", None)
-        where = f" (stopped in {job})" if job else ""
-        print(f"fedrun: stopped by {signal_name(e)}; {after}{where}", file=sys.stderr)
+        job, sweep_dir = getattr(e, "job", None), getattr(e, "sweep_dir", None)
+        if job and sweep_dir:  # the command last, whole, so that it can be pasted
+            after = f"resume the sweep with: {sweep_resume_command(sweep_dir, args)}"
+        where = f" in {job}" if job else ""
+        print(f"fedrun: stopped by {signal_name(e)}{where}; {after}", file=sys.stderr)
         sys.exit(exit_code(e))
 
 

@@ -21,7 +21,7 @@ import os
 import shlex
 import signal
 import traceback
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -230,6 +230,14 @@ def resume_command(run_dir: Path) -> str:
     """``fedrun resume=<run dir>``, pasteable: the directory absolute (it works from any folder), quoted for the
     shell where it needs it."""
     return f"fedrun {shlex.quote(f'resume={os.path.abspath(run_dir)}')}"
+
+
+def sweep_resume_command(sweep_dir: Path, args: Sequence[str]) -> str:
+    """The command that resumes a stopped sweep: its own arguments with the sweep's folder pinned, absolute (Hydra's
+    default ``hydra.sweep.dir`` is dated, so the same command as typed would start a new sweep), quoted for the
+    shell. Finished jobs are skipped and the stopped one resumes from its checkpoint (docs/sweeps.md)."""
+    kept = [a for a in args if not a.lstrip("+").startswith("hydra.sweep.dir=")]
+    return shlex.join(["fedrun", *kept, f"hydra.sweep.dir={os.path.abspath(sweep_dir)}"])
 
 
 def resume_hint(run_dir: Path) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -136,8 +137,8 @@ def test_a_sweep_stopped_mid_job_prints_one_line(tmp_path: Path, sig: signal.Sig
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 128 + sig, err
     (job,) = [p.name for p in sweep.iterdir() if p.is_dir()]
-    assert err.splitlines() == [
-        f"fedrun: stopped by {sig.name}; the same command (same hydra.sweep.dir) resumes a sweep"
-        f" (stopped in job 0 [{job}])"
-    ], err
+    resume = shlex.join(
+        ["fedrun", *[a for a in args if not a.startswith("hydra.sweep.dir=")], f"hydra.sweep.dir={sweep}"]
+    )
+    assert err.splitlines() == [f"fedrun: stopped by {sig.name} in job 0 [{job}]; resume the sweep with: {resume}"], err
     assert "interrupted" not in out and out.splitlines()[-1] == f"[1/2] {job}: started", out

@@ -81,7 +81,7 @@ def test_a_sweep_grows_by_its_new_jobs_only_and_the_report_sees_each_config_once
 def test_ctrl_c_stops_a_sweep(tmp_path: Path) -> None:
     """Ctrl-C in job 0 ends the sweep (exit 130, one line); before, the next job started and the sweep exited 0."""
     sweep = tmp_path / "sweep"
-    long = [*TINY, "fl.rounds=400", "checkpoint.every=1"]  # job 0 pauses in round 2 (tests/pause_worker.py)
+    long = [*TINY, "fl.rounds=6", "checkpoint.every=1"]  # job 0 pauses in round 2 until the signal (pause_worker)
     job0 = sweep / job_dir_name(compose_cfg([*long, "seed=0"]), ["seed=0"], {"seed"})
     cmd = [sys.executable, "-m", "tests.pause_worker", "round:2", "-m", *long, "seed=0,1", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -94,10 +94,24 @@ def test_ctrl_c_stops_a_sweep(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
-    assert "fedrun: stopped by SIGINT; the same command (same hydra.sweep.dir) resumes a sweep" in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"fedrun: stopped by SIGINT in job 0 [{job0.name}]; resume the sweep with: fedrun "), err
     assert "Traceback" not in err
     assert json.loads((job0 / "summary.json").read_text())["status"] == "interrupted"
     assert list(read_index(sweep)) == [job0.name]  # job 1 never started
+    # the printed command, pasted in another folder, finishes the sweep: job 0 resumed, job 1 run
+    pasted = shlex.split(line.split("resume the sweep with: ", 1)[1])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "fedrun.cli", *pasted[1:]], cwd=elsewhere, env=env, text=True,
+                          capture_output=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "resuming after round" in done.stdout + done.stderr
+    assert (
+        sorted(read_index(sweep)) == sorted(p.name for p in sweep.iterdir() if p.is_dir())
+        and len(read_index(sweep)) == 2
+    )
+    assert {json.loads((sweep / j / "summary.json").read_text())["status"] for j in read_index(sweep)} == {"completed"}
 
 
 def _sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> object:
