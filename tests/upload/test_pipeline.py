@@ -4,6 +4,7 @@ the engines agree, every method's extra uploads are compressed, bad settings are
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +42,12 @@ SMALL = [
 EF = ["compression=topk", "compression.ratio=0.05", "compression.error_feedback=true"]
 
 
+def _topk_bytes(d: int, ratio: float = 0.05) -> int:
+    """One client's bytes for top-k of a d-entry part: k = ceil(ratio d) values and indices of ceil(log2 d) bits."""
+    k = math.ceil(ratio * d)
+    return math.ceil(k * (32 + math.ceil(math.log2(d))) / 8)
+
+
 def _metrics(run_dir: Path) -> pd.DataFrame:
     return pd.read_csv(run_dir / "metrics.csv").drop(columns=list(TIMING_COLUMNS))
 
@@ -74,7 +81,7 @@ def test_topk_of_every_entry_without_error_feedback_is_the_uncompressed_run(
 def test_bytes_up_are_the_compressed_size(make_spec: Callable[..., RunSpec], tmp_path: Path) -> None:
     df = _run(make_spec, tmp_path / "run", "compression=sign")
     d = 784 * 32 + 32 + 32 * 10 + 10  # the 784-32-10 MLP's update
-    assert (df["bytes_up"] == df["clients"] * -(-(d + 32) // 8)).all()
+    assert (df["bytes_up"] == df["clients"] * math.ceil((d + 32) / 8)).all()
     assert {"sign_rel_error", "sign_residual_norm"} <= set(df.columns)
 
 
@@ -149,9 +156,7 @@ def test_extra_uploads_are_compressed_with_their_own_residual(
     df = _run(make_spec, tmp_path / algorithm, *EF, f"algorithm={algorithm}", "fl.rounds=2")
     assert {"topk_rel_error", f"{extra}_topk_rel_error"} <= set(df.columns)
     d = exp.upload.parts[0].dim
-    k = -(-d // 20)
-    per_part = -(-k * (32 + (d - 1).bit_length()) // 8)
-    assert (df["bytes_up"] == df["clients"] * 2 * per_part).all()  # both parts sent sparse
+    assert (df["bytes_up"] == df["clients"] * 2 * _topk_bytes(d)).all()  # both parts sent sparse
 
 
 def test_an_extra_upload_named_like_a_broadcast_extra_is_sent_as_its_difference(
@@ -224,3 +229,27 @@ def test_a_stage_on_the_sum_moves_the_weighted_mean_by_its_change() -> None:
     torch.testing.assert_close(mean, (w.float().unsqueeze(1) * delta).sum(0) + 1.0)
     assert rows == {} and diag == {"shift": 1.0}
     assert "shift" not in UPLOAD_STAGES.names()  # a test stage, not registered
+
+
+def test_a_simulated_system_aggregates_and_times_the_compressed_uploads(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    over = ["system=dropout", "system.dropout=0.5", "fl.participation=1.0", *EF]
+    df = _run(make_spec, tmp_path / "run", *over)
+    d = 784 * 32 + 32 + 32 * 10 + 10
+    assert (df["bytes_up"] == df["clients"] * _topk_bytes(d)).all()
+    assert {"sim_seconds", "topk_rel_error"} <= set(df.columns)
+    dense = _run(make_spec, tmp_path / "dense", *over[:3])
+    assert (df["sim_seconds"] <= dense["sim_seconds"]).all()  # the same clients, smaller uploads
+
+
+def test_a_method_that_uploads_part_of_the_model_compresses_that_part(make_spec: Callable[..., RunSpec]) -> None:
+    exp = build_experiment(make_spec(*SMALL, *EF, "algorithm=fedper"))
+    assert exp.upload is not None
+    shared = exp.upload.parts[0].dim
+    assert exp.upload.parts[0].key == "params" and 0 < shared < 784 * 32 + 32 + 32 * 10 + 10
+    from fedrun.run.rounds import train_round
+
+    state = fresh_state(exp)
+    r = train_round(exp, state, 0)
+    assert r.bytes_up == 2 * _topk_bytes(shared)
