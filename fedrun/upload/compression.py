@@ -22,6 +22,7 @@ persistent client state (one float32 row per client and upload part), checkpoint
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,9 +45,9 @@ class Compressor(UploadStage):
     def from_spec(cls, spec: RunSpec) -> UploadStage | None:
         return cls(spec.compression) if spec.compression.name == cls.name else None
 
+    @abstractmethod
     def compress(self, x: torch.Tensor, ctx: UploadContext) -> torch.Tensor:
         """C applied to every row of ``x`` [m, d]."""
-        raise NotImplementedError
 
     def apply(
         self, delta: torch.Tensor, state: torch.Tensor | None, ctx: UploadContext
