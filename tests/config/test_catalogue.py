@@ -142,5 +142,17 @@ def test_the_settings_page_shows_every_key_of_the_run_sections_with_its_default(
     assert "| `tracking.mlflow.uri` | str \\| None | `null` |" in page  # a nested section's keys, dotted
     assert "| `seed` | int | `0` |" in page and "| `imports` |" in page
     assert "`algorithm`" not in page.split("## Top-level keys")[1]  # the components have their own pages
-    for section in ("fl", "eval", "output", "checkpoint", "ima", "proxy", "corrupt", "hardware", "tracking", "system"):
+    for section in (
+        "fl",
+        "eval",
+        "output",
+        "checkpoint",
+        "ima",
+        "proxy",
+        "corrupt",
+        "hardware",
+        "tracking",
+        "system",
+        "compression",
+    ):
         assert f"## `{section}`" in page
