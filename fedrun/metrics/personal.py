@@ -18,6 +18,8 @@ clients). Per-client values go to ``clients.csv`` (round, client, test_samples, 
 Fine-tuning draws its minibatches uniformly with replacement from the client's training samples, keyed by
 (seed, "finetune", round, client), so a resumed run fine-tunes exactly as an uninterrupted one; it is plain SGD
 on the cross-entropy (no momentum), in eval mode (no dropout), at ``eval.finetune_lr`` or the round's local lr.
+A method whose personalised model is such a fine-tuning (Per-FedAvg: one step of alpha) declares it
+(:attr:`Algorithm.adaptation`); ``eval.finetune_steps`` > 0 overrides it.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class LocalEvaluation:
     ) -> None:
         self.model, self.fed, self.local, self.batch_size, self.seed = model, fed, local, batch_size, seed
         self.k, self.ft_lr, self.ft_batch = finetune
+        self.configured = (self.k, self.ft_lr)  # eval.finetune_*; (0, None): the method's own adaptation
         self.split = fed.train if local.on_train else fed.test
         self.sizes = local.sizes
         dev = fed.device
@@ -189,6 +192,7 @@ class LocalEvaluation:
     # ---- one evaluation -----------------------------------------------------------------------------------------
     def __call__(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> dict[str, float]:
         """metrics.csv's local_* columns of round ``rnd`` (0-based); appends the round's rows to clients.csv."""
+        self.k, self.ft_lr = self.configured if self.configured[0] else algo.adaptation
         self.model.module.eval()
         try:
             correct = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size).cpu().numpy()
