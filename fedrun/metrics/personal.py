@@ -97,8 +97,14 @@ class LocalEvaluation:
         finetune: tuple[int, float | None, int],
         seed: int,
         clients_csv: Path | None = None,
+        train_parts: list[np.ndarray] | None = None,
     ) -> None:
         self.model, self.fed, self.local, self.batch_size, self.seed = model, fed, local, batch_size, seed
+        self.train_parts = fed.clients  # the clients' training samples, which fine-tuning draws from
+        if train_parts is not None:  # clients outside fed (the unseen ones)
+            self.train_parts = [torch.as_tensor(p, dtype=torch.long, device=fed.device) for p in train_parts]
+        self.unseen: LocalEvaluation | None = None  # eval.unseen_clients: the clients that never train
+        self.first_id = 0  # the first client's id (the unseen clients': after the trained ones)
         self.k, self.ft_lr, self.ft_batch = finetune
         self.configured = (self.k, self.ft_lr)  # eval.finetune_*; (0, None): the method's own adaptation
         self.split = fed.train if local.on_train else fed.test
@@ -130,8 +136,9 @@ class LocalEvaluation:
         """[k, c, B] training-sample indices: each client's k minibatches, drawn with replacement."""
         rows = []
         for cid in clients:
-            part = self.fed.clients[cid]
-            draw = np_rng(self.seed, "finetune", rnd, cid).integers(0, int(part.numel()), size=(self.k, self.ft_batch))
+            part = self.train_parts[cid]
+            key = np_rng(self.seed, "finetune", rnd, self.first_id + cid)
+            draw = key.integers(0, int(part.numel()), size=(self.k, self.ft_batch))
             rows.append(part[torch.as_tensor(draw, device=part.device)])
         return torch.stack(rows, 1)
 
@@ -191,24 +198,41 @@ class LocalEvaluation:
 
     # ---- one evaluation -----------------------------------------------------------------------------------------
     def __call__(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> dict[str, float]:
-        """metrics.csv's local_* columns of round ``rnd`` (0-based); appends the round's rows to clients.csv."""
+        """metrics.csv's local_* (and unseen_*) columns of round ``rnd`` (0-based); appends the round's rows to
+        clients.csv (the unseen clients' too, numbered after the others, with ``unseen`` = 1)."""
         self.k, self.ft_lr = self.configured if self.configured[0] else algo.adaptation
+        g_acc, acc = self.accuracies(algo, params, states, rnd, lr)
+        out = {**spread_stats(acc, self.sizes, "local_acc"), **spread_stats(g_acc, self.sizes, "local_global_acc")}
+        rows = {"client": np.arange(len(self.sizes)), "test_samples": self.sizes, "global_acc": g_acc, "acc": acc}
+        if self.unseen is not None:
+            ev = self.unseen
+            ev.k, ev.ft_lr = self.k, self.ft_lr
+            u_global, u_acc = ev.accuracies(algo, params, None, rnd, lr)  # the global model, fine-tuned when k > 0
+            out |= {
+                **spread_stats(u_acc, ev.sizes, "unseen_acc"),
+                **spread_stats(u_global, ev.sizes, "unseen_global_acc"),
+            }
+            new = {"client": ev.first_id + np.arange(len(ev.sizes)), "test_samples": ev.sizes, "global_acc": u_global,
+                   "acc": u_acc}  # fmt: skip
+            rows = {k: np.concatenate([v, new[k]]) for k, v in rows.items()}
+            rows["unseen"] = np.repeat([0, 1], [len(self.sizes), len(ev.sizes)])
+        if self.clients_csv is not None:
+            frame = pd.DataFrame({"round": rnd + 1, **rows})
+            frame.to_csv(self.clients_csv, mode="a", header=not self.clients_csv.is_file(), index=False)
+        return out
+
+    def accuracies(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> tuple[Any, Any]:
+        """(the global model's, each client's own model's) accuracy per client, NaN for a client without samples."""
         self.model.module.eval()
         try:
             correct = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size).cpu().numpy()
             g_hits = np.bincount(self.owner, weights=correct.astype(np.float64), minlength=len(self.sizes))
-            own = self.own_hits(algo, params, states, rnd, lr) if algo.personal or self.k else g_hits
+            personal = algo.personal and states is not None
+            own = self.own_hits(algo, params, states, rnd, lr) if personal or self.k else g_hits
         finally:
             self.model.module.train()
         with np.errstate(invalid="ignore", divide="ignore"):
-            g_acc, acc = g_hits / self.sizes, own / self.sizes
-        if self.clients_csv is not None:
-            rows = pd.DataFrame(
-                {"round": rnd + 1, "client": np.arange(len(self.sizes)), "test_samples": self.sizes,
-                 "global_acc": g_acc, "acc": acc}
-            )  # fmt: skip
-            rows.to_csv(self.clients_csv, mode="a", header=not self.clients_csv.is_file(), index=False)
-        return {**spread_stats(acc, self.sizes, "local_acc"), **spread_stats(g_acc, self.sizes, "local_global_acc")}
+            return g_hits / self.sizes, own / self.sizes
 
 
 def resume_clients_csv(path: Path, start: int) -> None:
