@@ -212,6 +212,11 @@ class Algorithm:
         persistent state (one client's row; vmapped over the clients): the global model for FedAvg."""
         return params
 
+    def personal_keys(self) -> list[str] | None:
+        """The parameters in which :meth:`personal_model` may differ from the global model (FedPer: the head);
+        None: any of them. Lets the evaluation share the rest between clients (metrics/head_eval.py)."""
+        return None
+
     def personal_buffers(self, client_state: Tree) -> Tensors:
         """Buffers (BatchNorm statistics) of client i's own model that replace the global ones (FedBN); none."""
         return {}

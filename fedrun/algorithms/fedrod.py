@@ -113,6 +113,9 @@ class FedRoD(FedAvg):
         g = autodiff.grad(self.personal_loss)(p, fixed, batch)
         return w, opt, {**state, "p_head": {k: p[k] - ctx.lr * g[k] for k in p}}, loss
 
+    def personal_keys(self) -> list[str] | None:
+        return list(self.head)
+
     def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
         """The global model with its head g + p_i: the personalised predictor g(z) + p_i(z) of a linear head."""
         p = client_state["p_head"]

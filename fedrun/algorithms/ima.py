@@ -105,6 +105,9 @@ class IMA(Algorithm):
     def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
         return self.inner.personal_model(params, client_state)
 
+    def personal_keys(self) -> list[str] | None:
+        return self.inner.personal_keys()
+
     def personal_buffers(self, client_state: Tree) -> Tensors:
         return self.inner.personal_buffers(client_state)
 

@@ -40,6 +40,7 @@ from fedrun.core.rng import np_rng
 from fedrun.core.tree import Tensors, Tree, tree_map, unstack
 from fedrun.data.federated import FederatedData
 from fedrun.data.local_test import LocalTest
+from fedrun.metrics.head_eval import head_hits, hits_and_features, linear_head
 from fedrun.models.base import FunctionalModel
 
 CLIENTS_FILE = "clients.csv"
@@ -78,11 +79,12 @@ def hits_at(
 
 @dataclass
 class ChunkSpec:
-    """One chunk of clients: their ids, padded local test indices [c, L] and its mask."""
+    """One chunk of clients: their ids, padded local test indices [c, L], its mask and their positions."""
 
     clients: list[int]
     idx: torch.Tensor
     mask: torch.Tensor
+    pos: torch.Tensor  # [c, L]: the samples' positions in the concatenated local test samples (0 where padded)
 
 
 class LocalEvaluation:
@@ -112,22 +114,27 @@ class LocalEvaluation:
         dev = fed.device
         self.flat = torch.as_tensor(np.concatenate(local.parts), dtype=torch.long, device=dev)
         self.owner = np.repeat(np.arange(len(local.parts)), self.sizes)
+        self.flat_y = self.split.y[self.flat]
         self.chunks = self._chunks()
         self.clients_csv = clients_csv
 
     def _chunks(self) -> list[ChunkSpec]:
         """Clients with local test samples, largest first, cut so a chunk holds ~``batch_size`` padded samples."""
         order = [int(i) for i in np.argsort(-self.sizes, kind="stable") if self.sizes[i] > 0]
+        offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         out, at = [], 0
         while at < len(order):
             width = int(self.sizes[order[at]])
             ids = order[at : at + max(1, self.batch_size // width)]
             idx = torch.zeros(len(ids), width, dtype=torch.long)
             mask = torch.zeros(len(ids), width, dtype=torch.bool)
+            pos = torch.zeros(len(ids), width, dtype=torch.long)
             for j, cid in enumerate(ids):
                 n = int(self.sizes[cid])
                 idx[j, :n], mask[j, :n] = torch.as_tensor(self.local.parts[cid]), True
-            out.append(ChunkSpec(ids, idx.to(self.fed.device), mask.to(self.fed.device)))
+                pos[j, :n] = torch.arange(int(offsets[cid]), int(offsets[cid]) + n)
+            dev = self.fed.device
+            out.append(ChunkSpec(ids, idx.to(dev), mask.to(dev), pos.to(dev)))
             at += len(ids)
         return out
 
@@ -174,6 +181,20 @@ class LocalEvaluation:
                 b = self.fed.batch(ch.idx, self.split)
                 logits = vmap(self.model.logits)(stacked, b["x"])
                 hits[ch.clients] = ((logits.argmax(-1) == b["y"]) & ch.mask).sum(1).cpu().numpy()
+        return hits
+
+    def head_own_hits(
+        self, algo: Algorithm, params: Tensors, states: Any, feats: torch.Tensor, layer: str
+    ) -> np.ndarray:
+        """Correct counts [K] of every client's own linear head on the body's features ``feats`` of its samples."""
+        hits = np.zeros(len(self.sizes))
+        keys = algo.personal_keys() or []
+        for ch in self.chunks:
+            rows = states.gather(torch.as_tensor(ch.clients, dtype=torch.long))
+            heads = vmap(lambda st: {k: algo.personal_model(params, st)[k] for k in keys})(rows)
+            bias = heads.get(f"{layer}.bias")
+            got = head_hits(feats, self.flat_y, heads[f"{layer}.weight"], bias, ch.pos, ch.mask)
+            hits[ch.clients] = got.cpu().numpy()
         return hits
 
     def _hits_one_by_one(
@@ -223,12 +244,20 @@ class LocalEvaluation:
 
     def accuracies(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> tuple[Any, Any]:
         """(the global model's, each client's own model's) accuracy per client, NaN for a client without samples."""
+        personal = algo.personal and states is not None
+        layer = linear_head(self.model, algo.personal_keys()) if personal and not self.k else None
         self.model.module.eval()
         try:
-            correct = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size).cpu().numpy()
-            g_hits = np.bincount(self.owner, weights=correct.astype(np.float64), minlength=len(self.sizes))
-            personal = algo.personal and states is not None
-            own = self.own_hits(algo, params, states, rnd, lr) if personal or self.k else g_hits
+            if layer is not None:  # the clients differ only in a linear head: one forward pass (head_eval.py)
+                hits, feats = hits_and_features(self.model, params, self.fed, self.split, self.flat, self.batch_size,
+                                                layer)  # fmt: skip
+            else:
+                hits = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size)
+            g_hits = np.bincount(self.owner, weights=hits.cpu().numpy().astype(np.float64), minlength=len(self.sizes))
+            if layer is not None:
+                own = self.head_own_hits(algo, params, states, feats, layer)
+            else:
+                own = self.own_hits(algo, params, states, rnd, lr) if personal or self.k else g_hits
         finally:
             self.model.module.train()
         with np.errstate(invalid="ignore", divide="ignore"):
