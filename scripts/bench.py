@@ -87,6 +87,10 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 # partial work (fedrun/system/): the vectorised engine on one cohort, its full plans against 50% FedProx stragglers
 STRAGGLER_WORKLOAD = ["data=fmnist", "model=mlp", "partition=iid", "fl.clients=100", "fl.participation=0.2"]
 STRAGGLER_DESC = "FedAvg, FMNIST, MLP, 20 of 100 clients x 600, 2 epochs, batch 50; 50% stragglers (FedProx, partial)"
+# personalised FL: 100 clients' own models on their local test splits (the test split dealt out), FedPer's heads
+PERSONAL_WORKLOAD = ["data=fmnist", "model=mlp", "partition=dirichlet", "partition.alpha=0.3", "fl.clients=100",
+                     "fl.participation=0.1", "algorithm=fedper", "eval.local_test=partition"]  # fmt: skip
+PERSONAL_DESC = "FedPer, FMNIST, MLP, 100 clients Dirichlet(0.3), eval.local_test=partition; 10 of 100 train a round"
 WIDTH_WORKLOAD = ["data=fmnist", "model=cnn", "partition=iid", "fl.clients=100", "fl.participation=1.0"]
 GIB = float(1 << 30)
 
@@ -502,6 +506,59 @@ def print_compression(r: dict[str, Any]) -> None:
         print(f"    {k:<14} {r['seconds'][k] * 1e3:8.1f} ms  ({v:.1%} of the training)")
 
 
+def measure_personal(spec: Any, reps: int, clock: str = "wall") -> dict[str, Any]:
+    """Personalised FL (docs/personalised.md), best of ``reps``: one per-client evaluation of every client's own
+    model (FedPer's personal heads, ``eval.local_test=partition``: the test split dealt out to 100 clients), against
+    one global evaluation of the same test samples; and one round of FedPer's cohort on the vectorised engine
+    against FedAvg's. ``clock=cpu``: process CPU time (with one thread, a quiet machine's time on a busy one)."""
+    import dataclasses
+
+    import torch
+
+    from fedrun.engines.sampling import sample_clients
+    from fedrun.engines.vectorised import VectorisedEngine
+    from fedrun.metrics.personal import hits_at
+    from fedrun.run import experiment as runner
+    from fedrun.run.loop import local_evaluation
+    from fedrun.run.state import fresh_state
+
+    timer = time.process_time if clock == "cpu" else time.perf_counter
+
+    def best_of(fn: Any) -> float:
+        fn()  # warm-up
+        out = float("inf")
+        for _ in range(reps):
+            sync(exp.device)
+            t0 = timer()
+            fn()
+            sync(exp.device)
+            out = min(out, timer() - t0)
+        return out
+
+    exp = runner.build_experiment(spec)
+    state = fresh_state(exp)
+    for t in state.clients.rows["personal"].values():  # every client's own head
+        t.add_(torch.randn(t.shape, generator=torch.Generator().manual_seed(0)).to(t))
+    ev = local_evaluation(exp, None, 0)
+    assert ev is not None
+    res: dict[str, Any] = {"clients": len(ev.sizes), "test_samples": int(ev.sizes.sum())}
+    res["global_eval_s"] = best_of(
+        lambda: hits_at(exp.model, state.params, exp.fed, ev.split, ev.flat, spec.eval.batch_size)
+    )
+    res["per_client_eval_s"] = best_of(lambda: ev(exp.algorithm, state.params, state.clients, 0, spec.fl.lr))
+    res["per_client_vs_global"] = res["per_client_eval_s"] / res["global_eval_s"]
+    clients = torch.as_tensor(sample_clients(spec.fl, spec.seed, 0), dtype=torch.long)
+    for name in ("fedavg", "fedper"):
+        algo_spec = dataclasses.replace(spec.algorithm, name=name) if name == "fedavg" else spec.algorithm
+        e = exp if name == "fedper" else runner.build_experiment(dataclasses.replace(spec, algorithm=algo_spec))
+        st = fresh_state(e)
+        eng = VectorisedEngine(e.algorithm, e.fed, spec.fl, spec.seed)
+        rows = st.clients.gather(clients) if st.clients else {}
+        res[f"{name}_round_s"] = best_of(lambda: eng.train_cohort(0, st.params, {}, clients, rows, spec.fl.lr))  # noqa: B023
+    res["fedper_round_vs_fedavg"] = res["fedper_round_s"] / res["fedavg_round_s"]
+    return res
+
+
 def child(args: argparse.Namespace) -> None:
     """Run one measurement and print it as JSON on the last line."""
     tune_glibc_malloc()
@@ -522,6 +579,9 @@ def child(args: argparse.Namespace) -> None:
         elif args.what == "compression":
             spec = make_spec(COMMON + WORKLOADS["a"]["overrides"], args.device, run_dir)
             result = measure_compression(spec, args.reps or 3)
+        elif args.what == "personal":
+            spec = make_spec([*COMMON, *PERSONAL_WORKLOAD], args.device, run_dir)
+            result = measure_personal(spec, args.reps or 3, args.clock)
         elif args.what == "ray":
             spec = make_spec([*COMMON, *RAY_WORKLOAD, f"hardware.threads={args.threads or 0}"], args.device, run_dir)
             result = measure_ray(spec, [int(n) for n in args.ray_actors.split(",")], args.reps or 2)
@@ -677,6 +737,9 @@ def main() -> None:
     print("the upload pipeline on the vectorised engine's round (workload a: 10 clients x 6000, MLP) ...", flush=True)
     report["compression"] = spawn([*base, "--what", "compression", "--reps", str(args.reps or 3)], args.timeout)
     print_compression(report["compression"])
+    print(f"personalised FL ({PERSONAL_DESC}) ...", flush=True)
+    report["personal"] = spawn([*base, "--what", "personal", "--reps", str(args.reps or 3)], args.timeout)
+    print_personal(report["personal"])
     if args.ray == "yes" or (args.ray == "auto" and importlib.util.find_spec("ray") is not None):
         actors = args.ray_actors or ("1,2" if args.quick else "1,2,4")
         print(f"ray engine: samples/s vs actors ({RAY_DESC}) ...", flush=True)
@@ -728,6 +791,19 @@ def end_to_end(device: str, threads: int, timeout: float) -> dict[str, Any]:
         "test_acc_final": summary.get("test_acc_final"),
         "error": p.stderr.strip().splitlines()[-1] if p.returncode else None,
     }
+
+
+def print_personal(r: dict[str, Any]) -> None:
+    if "error" in r:
+        print(f"  failed: {r['error']}")
+        return
+    print(
+        f"  per-client evaluation of {r['clients']} clients ({r['test_samples']} samples):"
+        f" {fmt(r['per_client_eval_s'], '.3f')} s = {fmt(r['per_client_vs_global'])}x the global evaluation"
+        f" ({fmt(r['global_eval_s'], '.3f')} s);"
+        f" a FedPer round on the vectorised engine {fmt(r['fedper_round_s'], '.3f')} s ="
+        f" {fmt(r['fedper_round_vs_fedavg'])}x FedAvg's"
+    )
 
 
 def print_stragglers(r: dict[str, Any]) -> None:

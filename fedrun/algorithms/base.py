@@ -115,6 +115,9 @@ class Algorithm:
     # True when every client holds a model of its own (its personal parts live in its client state): the
     # per-client evaluation (eval.local_test) then evaluates :meth:`personal_model`, not the global model
     personal: bool = False
+    # (k, lr): the k SGD steps of size lr on a client's own data that make its personalised model at evaluation
+    # (Per-FedAvg: one step of alpha); eval.finetune_steps, when set, overrides it. (0, None): none
+    adaptation: tuple[int, float | None] = (0, None)
 
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         self.hp = hp
@@ -146,6 +149,11 @@ class Algorithm:
     def client_init(self, params: Tensors) -> Tree:
         """Template of one client's persistent state (e.g. c_i); the runner keeps one per client."""
         return {}
+
+    def client_rows(self, rows: Tree) -> Tree:
+        """Every client's initial state, stacked [N] (``client_init``'s template repeated), for a method whose
+        clients start from different states (FedRoD's class counts, known after :meth:`setup`); as given."""
+        return rows
 
     def local_lr(self, rnd: int, lr: float) -> float:
         """This round's local learning rate given the configured schedule's ``lr`` (IMA decays it further)."""
@@ -203,6 +211,11 @@ class Algorithm:
         """The parameters client i is evaluated with on its local test split, given the global model and its
         persistent state (one client's row; vmapped over the clients): the global model for FedAvg."""
         return params
+
+    def personal_keys(self) -> list[str] | None:
+        """The parameters in which :meth:`personal_model` may differ from the global model (FedPer: the head);
+        None: any of them. Lets the evaluation share the rest between clients (metrics/head_eval.py)."""
+        return None
 
     def personal_buffers(self, client_state: Tree) -> Tensors:
         """Buffers (BatchNorm statistics) of client i's own model that replace the global ones (FedBN); none."""

@@ -74,6 +74,9 @@ class IMA(Algorithm):
     def client_init(self, params: Tensors) -> Tree:
         return self.inner.client_init(params)
 
+    def client_rows(self, rows: Tree) -> Tree:
+        return self.inner.client_rows(rows)
+
     def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
         return self.inner.broadcast(params, server_state["inner"])
 
@@ -95,8 +98,15 @@ class IMA(Algorithm):
     def personal(self) -> bool:  # type: ignore[override]
         return self.inner.personal
 
+    @property
+    def adaptation(self) -> tuple[int, float | None]:  # type: ignore[override]
+        return self.inner.adaptation
+
     def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
         return self.inner.personal_model(params, client_state)
+
+    def personal_keys(self) -> list[str] | None:
+        return self.inner.personal_keys()
 
     def personal_buffers(self, client_state: Tree) -> Tensors:
         return self.inner.personal_buffers(client_state)

@@ -105,6 +105,9 @@ class SplitModel(FedAvg):
     def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
         return {**params, **client_state["personal"]}
 
+    def personal_keys(self) -> list[str] | None:
+        return list(self.private) if self.personal else None
+
     def broadcast_bytes(self, params: Tensors, extras: Tree) -> int:
         """Only the shared parts are sent (a client has its personal parts)."""
         return nbytes({k: params[k] for k in self.shared}) + nbytes(extras)

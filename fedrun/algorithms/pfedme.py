@@ -6,6 +6,12 @@ theta_i = argmin_theta f_i(theta; D) + (lambda/2) ||theta - w_i||^2 with ``inner
 the local model towards it, w_i <- w_i - eta lambda (w_i - theta_i) (line 8). Every round's theta_i starts from
 w^t, as the code's ``set_parameters`` does. The server mixes, w <- (1 - beta) w^t + beta mean_S w_i (line 11).
 theta_i is the client's personalised model.
+
+Checked against the authors' code (``FLAlgorithms/optimizers/fedoptimizer.py`` and ``users/userpFedMe.py`` of
+CharlieDinh/pFedMe, as stored copies of it show): lambda 15, K 5, personal lr 0.09, beta 1 are its main.py
+defaults (with lr 0.005, batch 20, 20 local steps a round: ``fl.local_steps=20``); its personal step adds
+``mu * theta`` with mu = 0.001 (``pFedMeOptimizer``'s default), absent from the paper's Algorithm 1, so it is an
+option here (``mu``, default 0: the paper).
 """
 
 from __future__ import annotations
@@ -23,18 +29,20 @@ from fedrun.core.tree import Tensors, Tree, weighted_mean
 
 @dataclass
 class PFedMeParams(AlgoParams):
-    """lambda, K, the personal lr and beta of Algorithm 1 (the code's defaults: 15, 5, 0.09, 1)."""
+    """lambda, K, the personal lr and beta of Algorithm 1 (the code's defaults: 15, 5, 0.09, 1); the code's mu."""
 
     lam: float = 15.0  # lambda, the pull of theta_i to w_i (pFedMe code default --lamda 15)
     inner_steps: int = 5  # K, gradient steps on the personal problem per local step (code default --K 5)
     personal_lr: float = 0.09  # the lr of those steps (code default --personal_learning_rate 0.09)
     beta: float = 1.0  # server mixing, w <- (1 - beta) w^t + beta mean w_i (code default --beta 1.0)
+    mu: float = 0.0  # + mu theta in each personal step: the code's pFedMeOptimizer (mu 0.001); the paper has none
 
     def __post_init__(self) -> None:
         positive("lam", self.lam)
         positive("inner_steps", self.inner_steps)
         positive("personal_lr", self.personal_lr)
         positive("beta", self.beta)
+        positive("mu", self.mu, allow_zero=True)
 
 
 @ALGORITHMS.register("pfedme", PFedMeParams)
@@ -58,7 +66,7 @@ class PFedMe(FedAvg):
         loss = torch.zeros(())
         for _ in range(hp.inner_steps):
             g, loss = grad(theta, batch)
-            theta = {k: t - hp.personal_lr * (g[k] + hp.lam * (t - params[k])) for k, t in theta.items()}
+            theta = {k: t - hp.personal_lr * (g[k] + hp.lam * (t - params[k]) + hp.mu * t) for k, t in theta.items()}
         w = {k: p - ctx.lr * hp.lam * (p - theta[k]) for k, p in params.items()}
         return w, opt, {"theta": theta, "fresh": torch.zeros_like(ctx.state["fresh"])}, loss
 

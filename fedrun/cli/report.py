@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.cli.help import version_line
+from fedrun.cli.report_clients import CLIENTS_LINE, clients
 from fedrun.core.errors import DataError
 from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
 from fedrun.report import output
@@ -58,7 +59,7 @@ from fedrun.report.pooling import (
 )
 from fedrun.report.provenance import standin_note
 from fedrun.report.select import select_best
-from fedrun.report.tables import METRICS, make_table
+from fedrun.report.tables import LOWER_IS_BETTER, METRICS, make_table
 
 ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
 LAYOUT_SPLIT = {"fedima": ["ima.enabled"]}  # keys a layout's cell shows side by side, not pooled
@@ -74,9 +75,10 @@ SUBCOMMANDS = {
     "plane": "2-D loss/error on the plane through three models (FedIMA Fig. 1)",
     "landscape": "2-D loss/error around one model along two random directions (Li et al. 2018)",
     "coherence": "per-round diagnostics (grad coherence, client drift) of runs with eval.diagnostics=true",
+    "clients": CLIENTS_LINE,
 }
 Handler = Callable[[list[str]], int]
-HANDLERS: dict[str, Handler] = {}  # subcommands added by register_subcommand (docs/extending.md)
+HANDLERS: dict[str, Handler] = {"clients": clients}  # and those added by register_subcommand (docs/extending.md)
 
 
 def register_subcommand(name: str, line: str) -> Callable[[Handler], Handler]:
@@ -349,7 +351,6 @@ def _table(
 ) -> int:
     from fedrun.papers.captions import layout_caption, layout_direction, table_caption
     from fedrun.report.latex import to_latex
-    from fedrun.report.tables import LOWER_IS_BETTER
 
     for key in rows + cols:
         if key not in runs:
@@ -389,9 +390,7 @@ def _table(
         ".csv": long.to_csv(index=False),
         ".tex": to_latex(table, caption, direction),
     }
-    print(md)
-    if under:
-        print(under)
+    print(md + ("\n" + under if under else ""))
     found = list(runs["run_dir"]) + [d.run_dir for d in dups]  # where the report goes: beside all of them
     return _write(args, found, f"report_{args.layout or args.metric}", files)
 

@@ -44,6 +44,7 @@ _OFF: dict[str, dict[str, Any]] = {
         "local_test_seed": None,
         "finetune_steps": 0,
         "finetune_lr": None,
+        "unseen_clients": 0,
     },
 }
 

@@ -112,6 +112,7 @@ class EvalConfig:
     local_test_seed: int | None = None  # the draw of the local test splits (None: the run's seed)
     finetune_steps: int = 0  # k SGD steps of each client's model on its own training data before it is evaluated
     finetune_lr: float | None = None  # the fine-tuning lr (None: the round's local lr)
+    unseen_clients: int = 0  # U more clients of the same partition that never train: unseen_acc_* (new clients)
 
     def __post_init__(self) -> None:
         positive("every", self.every)
@@ -131,6 +132,12 @@ class EvalConfig:
         )
         positive("finetune_steps", self.finetune_steps, allow_zero=True)
         positive("finetune_lr", self.finetune_lr)
+        positive("unseen_clients", self.unseen_clients, allow_zero=True)
+        if self.unseen_clients and self.local_test == "none":
+            raise ConfigError(
+                "unseen_clients",
+                "unseen clients are evaluated on local test splits; valid: 0, or eval.local_test=split or partition",
+            )
         if self.finetune_steps and self.local_test == "none":
             raise ConfigError(
                 "finetune_steps",

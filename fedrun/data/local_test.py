@@ -49,6 +49,14 @@ class LocalTest:
         return np.array([len(p) for p in self.parts], dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class Unseen:
+    """Clients that never train (``eval.unseen_clients``): their training parts (for fine-tuning) and local tests."""
+
+    train_parts: list[np.ndarray]
+    local_test: LocalTest
+
+
 def split_clients(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(training parts, local test parts): each client's samples shuffled by (seed, "local-test", client) and
     round(fraction * n_i) of them held out, at least one and at most n_i - 1 (a client of one sample keeps it

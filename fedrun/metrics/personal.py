@@ -18,6 +18,8 @@ clients). Per-client values go to ``clients.csv`` (round, client, test_samples, 
 Fine-tuning draws its minibatches uniformly with replacement from the client's training samples, keyed by
 (seed, "finetune", round, client), so a resumed run fine-tunes exactly as an uninterrupted one; it is plain SGD
 on the cross-entropy (no momentum), in eval mode (no dropout), at ``eval.finetune_lr`` or the round's local lr.
+A method whose personalised model is such a fine-tuning (Per-FedAvg: one step of alpha) declares it
+(:attr:`Algorithm.adaptation`); ``eval.finetune_steps`` > 0 overrides it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from fedrun.core.rng import np_rng
 from fedrun.core.tree import Tensors, Tree, tree_map, unstack
 from fedrun.data.federated import FederatedData
 from fedrun.data.local_test import LocalTest
+from fedrun.metrics.head_eval import head_hits, hits_and_features, linear_head
 from fedrun.models.base import FunctionalModel
 
 CLIENTS_FILE = "clients.csv"
@@ -76,11 +79,12 @@ def hits_at(
 
 @dataclass
 class ChunkSpec:
-    """One chunk of clients: their ids, padded local test indices [c, L] and its mask."""
+    """One chunk of clients: their ids, padded local test indices [c, L], its mask and their positions."""
 
     clients: list[int]
     idx: torch.Tensor
     mask: torch.Tensor
+    pos: torch.Tensor  # [c, L]: the samples' positions in the concatenated local test samples (0 where padded)
 
 
 class LocalEvaluation:
@@ -95,30 +99,42 @@ class LocalEvaluation:
         finetune: tuple[int, float | None, int],
         seed: int,
         clients_csv: Path | None = None,
+        train_parts: list[np.ndarray] | None = None,
     ) -> None:
         self.model, self.fed, self.local, self.batch_size, self.seed = model, fed, local, batch_size, seed
+        self.train_parts = fed.clients  # the clients' training samples, which fine-tuning draws from
+        if train_parts is not None:  # clients outside fed (the unseen ones)
+            self.train_parts = [torch.as_tensor(p, dtype=torch.long, device=fed.device) for p in train_parts]
+        self.unseen: LocalEvaluation | None = None  # eval.unseen_clients: the clients that never train
+        self.first_id = 0  # the first client's id (the unseen clients': after the trained ones)
         self.k, self.ft_lr, self.ft_batch = finetune
+        self.configured = (self.k, self.ft_lr)  # eval.finetune_*; (0, None): the method's own adaptation
         self.split = fed.train if local.on_train else fed.test
         self.sizes = local.sizes
         dev = fed.device
         self.flat = torch.as_tensor(np.concatenate(local.parts), dtype=torch.long, device=dev)
         self.owner = np.repeat(np.arange(len(local.parts)), self.sizes)
+        self.flat_y = self.split.y[self.flat]
         self.chunks = self._chunks()
         self.clients_csv = clients_csv
 
     def _chunks(self) -> list[ChunkSpec]:
         """Clients with local test samples, largest first, cut so a chunk holds ~``batch_size`` padded samples."""
         order = [int(i) for i in np.argsort(-self.sizes, kind="stable") if self.sizes[i] > 0]
+        offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         out, at = [], 0
         while at < len(order):
             width = int(self.sizes[order[at]])
             ids = order[at : at + max(1, self.batch_size // width)]
             idx = torch.zeros(len(ids), width, dtype=torch.long)
             mask = torch.zeros(len(ids), width, dtype=torch.bool)
+            pos = torch.zeros(len(ids), width, dtype=torch.long)
             for j, cid in enumerate(ids):
                 n = int(self.sizes[cid])
                 idx[j, :n], mask[j, :n] = torch.as_tensor(self.local.parts[cid]), True
-            out.append(ChunkSpec(ids, idx.to(self.fed.device), mask.to(self.fed.device)))
+                pos[j, :n] = torch.arange(int(offsets[cid]), int(offsets[cid]) + n)
+            dev = self.fed.device
+            out.append(ChunkSpec(ids, idx.to(dev), mask.to(dev), pos.to(dev)))
             at += len(ids)
         return out
 
@@ -127,8 +143,9 @@ class LocalEvaluation:
         """[k, c, B] training-sample indices: each client's k minibatches, drawn with replacement."""
         rows = []
         for cid in clients:
-            part = self.fed.clients[cid]
-            draw = np_rng(self.seed, "finetune", rnd, cid).integers(0, int(part.numel()), size=(self.k, self.ft_batch))
+            part = self.train_parts[cid]
+            key = np_rng(self.seed, "finetune", rnd, self.first_id + cid)
+            draw = key.integers(0, int(part.numel()), size=(self.k, self.ft_batch))
             rows.append(part[torch.as_tensor(draw, device=part.device)])
         return torch.stack(rows, 1)
 
@@ -166,6 +183,20 @@ class LocalEvaluation:
                 hits[ch.clients] = ((logits.argmax(-1) == b["y"]) & ch.mask).sum(1).cpu().numpy()
         return hits
 
+    def head_own_hits(
+        self, algo: Algorithm, params: Tensors, states: Any, feats: torch.Tensor, layer: str
+    ) -> np.ndarray:
+        """Correct counts [K] of every client's own linear head on the body's features ``feats`` of its samples."""
+        hits = np.zeros(len(self.sizes))
+        keys = algo.personal_keys() or []
+        for ch in self.chunks:
+            rows = states.gather(torch.as_tensor(ch.clients, dtype=torch.long))
+            heads = vmap(lambda st: {k: algo.personal_model(params, st)[k] for k in keys})(rows)
+            bias = heads.get(f"{layer}.bias")
+            got = head_hits(feats, self.flat_y, heads[f"{layer}.weight"], bias, ch.pos, ch.mask)
+            hits[ch.clients] = got.cpu().numpy()
+        return hits
+
     def _hits_one_by_one(
         self, algo: Algorithm, params: Tensors, rows: Tree, ch: ChunkSpec, rnd: int, lr: float
     ) -> np.ndarray:
@@ -188,23 +219,49 @@ class LocalEvaluation:
 
     # ---- one evaluation -----------------------------------------------------------------------------------------
     def __call__(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> dict[str, float]:
-        """metrics.csv's local_* columns of round ``rnd`` (0-based); appends the round's rows to clients.csv."""
+        """metrics.csv's local_* (and unseen_*) columns of round ``rnd`` (0-based); appends the round's rows to
+        clients.csv (the unseen clients' too, numbered after the others, with ``unseen`` = 1)."""
+        self.k, self.ft_lr = self.configured if self.configured[0] else algo.adaptation
+        g_acc, acc = self.accuracies(algo, params, states, rnd, lr)
+        out = {**spread_stats(acc, self.sizes, "local_acc"), **spread_stats(g_acc, self.sizes, "local_global_acc")}
+        rows = {"client": np.arange(len(self.sizes)), "test_samples": self.sizes, "global_acc": g_acc, "acc": acc}
+        if self.unseen is not None:
+            ev = self.unseen
+            ev.k, ev.ft_lr = self.k, self.ft_lr
+            u_global, u_acc = ev.accuracies(algo, params, None, rnd, lr)  # the global model, fine-tuned when k > 0
+            out |= {
+                **spread_stats(u_acc, ev.sizes, "unseen_acc"),
+                **spread_stats(u_global, ev.sizes, "unseen_global_acc"),
+            }
+            new = {"client": ev.first_id + np.arange(len(ev.sizes)), "test_samples": ev.sizes, "global_acc": u_global,
+                   "acc": u_acc}  # fmt: skip
+            rows = {k: np.concatenate([v, new[k]]) for k, v in rows.items()}
+            rows["unseen"] = np.repeat([0, 1], [len(self.sizes), len(ev.sizes)])
+        if self.clients_csv is not None:
+            frame = pd.DataFrame({"round": rnd + 1, **rows})
+            frame.to_csv(self.clients_csv, mode="a", header=not self.clients_csv.is_file(), index=False)
+        return out
+
+    def accuracies(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> tuple[Any, Any]:
+        """(the global model's, each client's own model's) accuracy per client, NaN for a client without samples."""
+        personal = algo.personal and states is not None
+        layer = linear_head(self.model, algo.personal_keys()) if personal and not self.k else None
         self.model.module.eval()
         try:
-            correct = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size).cpu().numpy()
-            g_hits = np.bincount(self.owner, weights=correct.astype(np.float64), minlength=len(self.sizes))
-            own = self.own_hits(algo, params, states, rnd, lr) if algo.personal or self.k else g_hits
+            if layer is not None:  # the clients differ only in a linear head: one forward pass (head_eval.py)
+                hits, feats = hits_and_features(self.model, params, self.fed, self.split, self.flat, self.batch_size,
+                                                layer)  # fmt: skip
+            else:
+                hits = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size)
+            g_hits = np.bincount(self.owner, weights=hits.cpu().numpy().astype(np.float64), minlength=len(self.sizes))
+            if layer is not None:
+                own = self.head_own_hits(algo, params, states, feats, layer)
+            else:
+                own = self.own_hits(algo, params, states, rnd, lr) if personal or self.k else g_hits
         finally:
             self.model.module.train()
         with np.errstate(invalid="ignore", divide="ignore"):
-            g_acc, acc = g_hits / self.sizes, own / self.sizes
-        if self.clients_csv is not None:
-            rows = pd.DataFrame(
-                {"round": rnd + 1, "client": np.arange(len(self.sizes)), "test_samples": self.sizes,
-                 "global_acc": g_acc, "acc": acc}
-            )  # fmt: skip
-            rows.to_csv(self.clients_csv, mode="a", header=not self.clients_csv.is_file(), index=False)
-        return {**spread_stats(acc, self.sizes, "local_acc"), **spread_stats(g_acc, self.sizes, "local_global_acc")}
+            return g_hits / self.sizes, own / self.sizes
 
 
 def resume_clients_csv(path: Path, start: int) -> None:

@@ -87,6 +87,12 @@ def metric_name(metric: str, runs: pd.DataFrame) -> str:
         "final": "test accuracy (%) after the last round",
         "train": "training accuracy (%) after the last round",
         "rounds_to_target": "first round reaching eval.target",
+        "local_mean": "mean over clients of each client's own model's accuracy (%) on its local test split, last round",
+        "local_wmean": "the same weighted by local test size (%), last round",
+        "local_worst10": "mean accuracy (%) of the worst 10% of clients' own models on their local tests, last round",
+        "local_global_mean": "mean over clients of the global model's accuracy (%) on their local tests, last round",
+        "unseen_mean": "mean accuracy (%) of the clients that never trained (fine-tuned when set), last round",
+        "unseen_global_mean": "mean accuracy (%) of the global model on the clients that never trained, last round",
     }[metric]
 
 

@@ -31,6 +31,7 @@ from fedrun.config.identity import saved_config_key
 from fedrun.config.schema import FedrunConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
+from fedrun.report.personal_metrics import personal_fields
 from fedrun.storage.rundir import CONFIG_FILE, ERROR_FILE, METRICS_FILE, SUMMARY_FILE, RunDir, Summary
 from fedrun.storage.status import Status
 
@@ -230,6 +231,7 @@ def read_run(run: Path) -> dict[str, Any]:
         raise NotARun(DAMAGED, why)
     if s is not None:
         row.update({f"summary.{k}": _hashable(v) for k, v in s.fields.items() if not isinstance(v, dict)})
+        row.update(personal_fields(run))  # eval.local_test: the last round's per-client statistics
         row["status"] = s.status.value if s.status else "unknown"
         row["error"] = s.error
     else:

@@ -99,8 +99,9 @@ def eval_set(
     chosen = fed.test if split == "test" else fed.train
     if client is not None:
         parts = make_partition(
-            data, spec.partition.name, spec.partition.params, spec.fl.clients, spec.seed, spec.cache_dir
-        )
+            data, spec.partition.name, spec.partition.params, spec.fl.clients + spec.eval.unseen_clients, spec.seed,
+            spec.cache_dir,
+        )  # fmt: skip
         if not 0 <= client < len(parts):
             raise DataError(f"--client {client}: the run has {len(parts)} clients")
         chosen = fed.train.subset(torch.as_tensor(parts[client], device=dev))

@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from fedrun.report.personal_metrics import PERSONAL_METRICS
 from fedrun.report.pooling import DEFAULT_OVER, check_pooling, label, value_key
 from fedrun.storage.status import Status
 
@@ -21,8 +22,10 @@ METRICS = {
     "final": "summary.test_acc_final",
     "train": "summary.train_acc_final",
     "rounds_to_target": "summary.round_to_target",
+    # personalised runs (eval.local_test): the last evaluated round's per-client statistic (report/personal.py)
+    **{name: f"summary.{column}_final" for name, column in PERSONAL_METRICS.items()},
 }
-PERCENT = {"last_k", "best", "final", "train"}
+PERCENT = {"last_k", "best", "final", "train", *PERSONAL_METRICS}
 LOWER_IS_BETTER = {"rounds_to_target"}
 
 

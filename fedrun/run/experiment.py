@@ -21,7 +21,7 @@ from fedrun.data.base import Dataset, Split, check_clients_vs_samples
 from fedrun.data.corrupt import apply_corruption
 from fedrun.data.federated import FederatedData
 from fedrun.data.holdout import hold_out
-from fedrun.data.local_test import LocalTest, make_local_test
+from fedrun.data.local_test import LocalTest, Unseen, make_local_test
 from fedrun.data.memo import load_source
 from fedrun.data.partition import make_partition
 from fedrun.data.partitions.longtail import apply_longtail
@@ -110,6 +110,7 @@ class Experiment:
     system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
     local_test: LocalTest | None = None  # the clients' local test splits (eval.local_test)
     upload: UploadPipeline | None = None  # the upload stages (compression.*, fedrun/upload/); None: none run
+    unseen: Unseen | None = None  # the clients that never train (eval.unseen_clients)
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
@@ -120,15 +121,17 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     threads = apply_threads(hw.threads, pinned_threads)
     device = resolve_device(hw.device)
     data = load_data(spec)
-    parts = make_partition(data, spec.partition.name, spec.partition.params, spec.fl.clients, spec.seed, spec.cache_dir)
+    n_parts = spec.fl.clients + spec.eval.unseen_clients  # the unseen clients: the last parts, never trained
+    parts = make_partition(data, spec.partition.name, spec.partition.params, n_parts, spec.seed, spec.cache_dir)
     px, proxy, test = spec.proxy, None, None
     if px.per_class:  # carved out for every method, so all are evaluated on the same test images
         proxy_split, test = carve_proxy(data.test, data.num_classes, px, spec.seed)
         proxy = ProxySet(proxy_split.to(device), data.num_classes, px.batch_size, px.balanced_sampling)
     check_test_split(spec, len(data.test), len(test) if test is not None else len(data.test))
-    client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
     train_parts = hold_out(parts, spec.data.params.client_valid_ratio, spec.seed)  # clients train on the rest
     train_parts, local_test = local_test_split(spec, data, train_parts, test)  # eval.local_test=split: on the rest
+    parts, train_parts, local_test, unseen = unseen_clients(spec.fl.clients, parts, train_parts, local_test)
+    client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
     fed = FederatedData(client_data, train_parts, device, DTYPES[hw.precision], test=test)
     fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
@@ -144,8 +147,18 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
         spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system,
-        local_test=local_test, upload=upload,
+        local_test=local_test, upload=upload, unseen=unseen,
     )  # fmt: skip
+
+
+def unseen_clients(
+    n: int, parts: list[np.ndarray], train_parts: list[np.ndarray], local_test: LocalTest | None
+) -> tuple[list[np.ndarray], list[np.ndarray], LocalTest | None, Unseen | None]:
+    """The first ``n`` clients' (parts, training parts, local test splits), and the rest as :class:`Unseen`."""
+    if len(parts) == n or local_test is None:
+        return parts, train_parts, local_test, None
+    seen = LocalTest(local_test.mode, local_test.parts[:n])
+    return parts[:n], train_parts[:n], seen, Unseen(train_parts[n:], LocalTest(local_test.mode, local_test.parts[n:]))
 
 
 def local_test_split(

@@ -163,8 +163,14 @@ def local_evaluation(experiment: Experiment, run_dir: Path | None, start: int) -
     csv = run_dir / CLIENTS_FILE if run_dir is not None else None
     if csv is not None:
         resume_clients_csv(csv, start)
-    finetune = (ev.finetune_steps, ev.finetune_lr, experiment.spec.fl.batch_size)
-    return LocalEvaluation(experiment.model, experiment.fed, local, ev.batch_size, finetune, experiment.spec.seed, csv)
+    finetune, seed = (ev.finetune_steps, ev.finetune_lr, experiment.spec.fl.batch_size), experiment.spec.seed
+    out = LocalEvaluation(experiment.model, experiment.fed, local, ev.batch_size, finetune, seed, csv)
+    if experiment.unseen is not None:
+        unseen = experiment.unseen
+        out.unseen = LocalEvaluation(experiment.model, experiment.fed, unseen.local_test, ev.batch_size, finetune, seed,
+                                     train_parts=unseen.train_parts)  # fmt: skip
+        out.unseen.first_id = experiment.spec.fl.clients
+    return out
 
 
 def checkpoint_due(spec: RunSpec, rnd: int) -> bool:

@@ -64,6 +64,7 @@ def fresh_state(experiment: Experiment) -> RunState:
     cuda = experiment.device.type == "cuda"
     big = cuda and fl.clients * nbytes(template) > torch.cuda.get_device_properties(experiment.device).total_memory // 4
     clients = ClientStates(template, fl.clients, experiment.device, offload=big)
+    clients.rows = algo.client_rows(clients.rows)
     return RunState(params, algo.server_init(params), clients)
 
 

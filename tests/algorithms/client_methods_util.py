@@ -80,6 +80,7 @@ def train(spec: RunSpec, rounds: int | None = None) -> tuple[Tensors, Tree, list
     if fl.keep_momentum and fl.momentum:
         template = {**template, "_momentum": zeros_like(params)}
     states = ClientStates(template, fl.clients, exp.device)
+    states.rows = algo.client_rows(states.rows)
     log = []
     for rnd in range(rounds or fl.rounds):
         clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
