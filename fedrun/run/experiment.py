@@ -33,6 +33,7 @@ from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
 from fedrun.storage.rundir import RunDir
+from fedrun.system.events import check_async
 from fedrun.system.model import SystemModel
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
@@ -134,6 +135,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
+    check_async(spec.system, algorithm, model)  # an async server steps only FedAvg's average (fedrun/system/events.py)
     system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
