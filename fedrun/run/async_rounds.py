@@ -23,7 +23,7 @@ import torch
 
 from fedrun.core.errors import DivergenceError
 from fedrun.core.rng import derive
-from fedrun.core.tree import Tensors, Tree, all_finite, nbytes, tree_map, weighted_mean
+from fedrun.core.tree import Tensors, Tree, all_finite, nbytes, tree_map
 from fedrun.engines.auto import precision_context
 from fedrun.run.rounds import (
     RoundResult,
@@ -48,7 +48,7 @@ def is_async(experiment: Experiment) -> bool:
 
 
 def train_update(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:
-    """The run loop's step ``rnd``: a synchronous round (:func:`train_round`), or an async server's update."""
+    """The run loop's step ``rnd`` under an async server (:func:`train_async_update`); a synchronous round else."""
     if experiment.system is None or not is_async(experiment):
         return train_round(experiment, state, rnd)
     return train_async_update(experiment, state, rnd, experiment.system)
@@ -119,12 +119,16 @@ def server_step(
         return tree_map(lambda w, x: (1.0 - a) * w + a * x[0], params, uploads)
     sizes = experiment.fed.sizes[torch.tensor([e[2] for e in arrivals])].to(torch.float64)
     p = aggregation_weights(sizes, experiment.spec.fl.weighting) * torch.tensor(weights, dtype=torch.float64)
-    delta = weighted_mean(uploads, p.to(experiment.device))
-    return tree_map(lambda w, d: w + cfg.server_lr * d, params, delta)
+    q = (cfg.server_lr * p).to(experiment.device)
+    # w + eta_g sum_i q_i Delta_i as one matrix-vector product per tensor
+    return tree_map(lambda w, d: w + torch.tensordot(q.to(d.dtype), d, dims=1), params, uploads)
 
 
 def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
-    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order."""
+    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order (one index_select per batch)."""
+    if len({e[4] for e in arrivals}) == 1:  # (the common case: one batch, e.g. FedAsync's single arrival)
+        rows = torch.tensor([e[5] for e in arrivals])
+        return tree_map(lambda t: t.index_select(0, rows.to(t.device)), queue.batches[arrivals[0][4]][key])
     parts = [tree_map(lambda t, r=e[5]: t[r : r + 1], queue.batches[e[4]][key]) for e in arrivals]
     return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:]) if parts[0] else {}
 
@@ -137,7 +141,11 @@ def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: i
     assert system is not None
     clients = queue.idle_sample(free, spec.fl.clients, spec.seed)
     ids = torch.as_tensor(clients, dtype=torch.long)
-    torch.manual_seed(derive(spec.seed, "torch-global-dispatch", queue.dispatches))
+    # torch's global RNG (dropout...) keyed by the dispatch; the CPU generator alone: torch.manual_seed costs ms
+    seed = derive(spec.seed, "torch-global-dispatch", queue.dispatches)
+    torch.default_generator.manual_seed(seed)
+    if experiment.device.type == "cuda":
+        torch.cuda.manual_seed(seed)
     lr = algo.local_lr(version, lr_at(spec, version))
     extras = algo.broadcast(state.params, state.server_state)
     if system.flops_per_sample is None:

@@ -89,7 +89,7 @@ class EventQueue:
         round (``sample_clients``), so a FedBuff run with K = C = the cohort and equal completion times draws
         FedAvg's cohorts."""
         busy = np.zeros(clients, dtype=bool)
-        busy[[e[2] for e in self.heap]] = True
+        busy[np.fromiter((e[2] for e in self.heap), dtype=np.int64, count=len(self.heap))] = True
         idle = np.flatnonzero(~busy)
         if n >= len(idle):
             return idle
