@@ -19,6 +19,7 @@ from fedrun.config.schema import RunSpec, SystemConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import np_rng
 from fedrun.core.tree import unstack
+from fedrun.report import curves
 from fedrun.run.async_rounds import train_update
 from fedrun.run.checkpoint import CHECKPOINT_FILE
 from fedrun.run.experiment import build_experiment
@@ -26,6 +27,7 @@ from fedrun.run.loop import run
 from fedrun.run.rounds import lr_at
 from fedrun.run.state import fresh_state
 from fedrun.storage.atomic import TIMING_COLUMNS
+from fedrun.storage.rundir import RunDir
 from fedrun.system.events import EventQueue, check_async, staleness_weight
 
 SMALL = (
@@ -164,11 +166,20 @@ def test_an_interrupt_mid_update_rewinds_the_queue(
     pd.testing.assert_frame_equal(metrics(tmp_path / "cut"), full, check_exact=True)
 
 
-def test_eval_every_seconds_follows_the_clock(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
-    m = run_in(tmp_path, "t", make_spec(*SMALL, "system.server=fedasync", "system.eval_every_seconds=0.05"))
+def test_eval_every_seconds_follows_the_clock_and_curves_draw_against_it(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    spec = make_spec(*SMALL, "system.server=fedasync", "system.eval_every_seconds=0.05")
+    (tmp_path / "t").mkdir()
+    assert run(spec, RunDir(tmp_path / "t"))["status"] == "completed"
+    m = metrics(tmp_path / "t")
     assert len(m) < 6 and m["round"].iloc[-1] == 6
     buckets = (m["sim_clock"].iloc[:-1] // 0.05).tolist()
     assert buckets == sorted(set(buckets))  # at most one row per period
+    out = tmp_path / "c.png"
+    assert curves.main([str(tmp_path / "t"), "--x", "sim_clock", "--out", str(out)]) == 0
+    drawn = pd.read_csv(out.with_suffix(".csv"), comment="#")
+    assert list(drawn["sim_clock"]) == list(m["sim_clock"]) and list(drawn["mean"]) == list(100 * m["test_acc"])
 
 
 @pytest.mark.parametrize(
