@@ -28,7 +28,7 @@ from fedrun.algorithms.base import Algorithm
 from fedrun.config.schema import SystemConfig
 from fedrun.core.errors import ConfigError, ResumeError
 from fedrun.core.rng import np_rng
-from fedrun.core.tree import Tree
+from fedrun.core.tree import Tree, tree_map
 from fedrun.models.base import FunctionalModel
 
 # (completion time, dispatch sequence number, client, version dispatched at, dispatch batch, row in the batch)
@@ -125,14 +125,23 @@ class EventQueue:
         return EventQueue(self.clock, self.last_update, self.dispatches, self.seq, list(self.heap), dict(self.batches))
 
     def to_tree(self) -> Tree:
-        """The queue as a tree of tensors (a checkpoint's ``events``): float64 times, int64 columns, the batches."""
+        """The queue as a tree of tensors (a checkpoint's ``events``): float64 times, int64 columns, and of each
+        batch only the rows still in flight (renumbered), so a checkpoint holds at most C clients' work."""
         heap = sorted(self.heap)
+        live: dict[int, list[int]] = {}
+        for e in heap:
+            live.setdefault(e[4], []).append(e[5])
+        keep = {b: sorted(rows) for b, rows in live.items()}
+        new_row = {(b, r): i for b, rows in keep.items() for i, r in enumerate(rows)}
+        batches = {str(b): _rows(self.batches[b], torch.tensor(rows)) for b, rows in keep.items()}
         return {
             "times": torch.tensor([e[0] for e in heap], dtype=torch.float64),
-            "rows": torch.tensor([e[1:] for e in heap], dtype=torch.int64).reshape(len(heap), 5),
+            "rows": torch.tensor([(*e[1:5], new_row[(e[4], e[5])]) for e in heap], dtype=torch.int64).reshape(
+                len(heap), 5
+            ),
             "clock": torch.tensor([self.clock, self.last_update], dtype=torch.float64),
             "counters": torch.tensor([self.dispatches, self.seq], dtype=torch.int64),
-            "batches": {str(b): work for b, work in self.batches.items()},
+            "batches": batches,
         }
 
     @classmethod
@@ -152,3 +161,8 @@ class EventQueue:
         heapq.heapify(heap)
         dispatches, seq = (int(x) for x in counters.tolist())
         return cls(float(clock[0]), float(clock[1]), dispatches, seq, heap, batches)  # type: ignore[arg-type]
+
+
+def _rows(work: Tree, ix: torch.Tensor) -> Tree:
+    """Rows ``ix`` of a dispatch batch's stacked tensors (its 0-d entries, the cohort's loss, as they are)."""
+    return tree_map(lambda t: t.index_select(0, ix.to(t.device)) if t.dim() else t, work)
