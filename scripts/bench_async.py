@@ -5,7 +5,7 @@ the three tiers (fedrun/system/devices.py), evaluation every 10 server updates; 
 FedAsync (C = 100, polynomial staleness), 200 server updates each, on the vectorised engine. Process CPU time
 (``time.process_time``, one torch thread) is counted over the round loop (``fedrun.run.loop._run``), inside
 ``engine.train_cohort`` and inside the evaluation (``fedrun.run.rounds.evaluate``); the rest is the event queue,
-the clock, sampling, the server step, metrics rows and logging. Checkpoints are off in the timed runs (an
+the clock, sampling, the update arithmetic (deltas, gathering, the server step), metrics rows and logging. Checkpoints are off in the timed runs (an
 async checkpoint holds C clients' finished updates: I/O, not bookkeeping); one save is timed apart.
 """
 
@@ -46,9 +46,10 @@ def measure_async(make_spec: Any, base: list[str], device: str, run_dir: Path) -
 
 
 def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
-    """CPU seconds of the round loop, of training, of evaluation and of the server step (``server_step``: the
-    mixing or the buffer's average); the share outside training and evaluation and, of it, outside the server
-    step too (the event queue, the clock, sampling, rows: the bookkeeping); one checkpoint save's wall seconds."""
+    """CPU seconds of the round loop, of training, of evaluation and of the update arithmetic (``client_uploads``:
+    FedBuff's deltas; ``_gather``: the arrivals' uploads; ``server_step``: the mixing or the buffer's average); the
+    share outside training and evaluation and, of it, outside the update arithmetic too (the event queue, the
+    clock, sampling, metrics rows, the loop: the bookkeeping); one checkpoint save's wall seconds and size."""
     from fedrun.run import async_rounds, loop, rounds
     from fedrun.run.state import save_state
 
@@ -65,7 +66,8 @@ def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
 
         return wrapper
 
-    run_loop, evaluate, server_step = loop._run, rounds.evaluate, async_rounds.server_step
+    run_loop, evaluate = loop._run, rounds.evaluate
+    server_step, client_uploads, gather = async_rounds.server_step, async_rounds.client_uploads, async_rounds._gather
 
     def patched_loop(spec: Any, rd: Any, experiment: Any, state: Any, t0: float, monitor: Any) -> Any:
         experiment.engine.train_cohort = timed("train", experiment.engine.train_cohort)
@@ -74,11 +76,13 @@ def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
 
     loop._run, rounds.evaluate = patched_loop, timed("eval", evaluate)  # type: ignore[assignment]
     async_rounds.server_step = timed("server", server_step)
+    async_rounds.client_uploads, async_rounds._gather = timed("server", client_uploads), timed("server", gather)
     try:
         run_dir.mkdir(parents=True)
         summary = loop.run(spec, run_dir)
     finally:
         loop._run, rounds.evaluate, async_rounds.server_step = run_loop, evaluate, server_step  # type: ignore[assignment]
+        async_rounds.client_uploads, async_rounds._gather = client_uploads, gather
     outside = cpu["loop"] - cpu["train"] - cpu["eval"]
     state = seen["state"]
     t = time.perf_counter()
@@ -105,7 +109,7 @@ def print_async(r: dict[str, Any]) -> None:
             continue
         c = m["cpu_s"]
         print(
-            f"    {name}: loop {c['loop']:.1f} CPU s (train {c['train']:.1f}, eval {c['eval']:.1f}, server step"
+            f"    {name}: loop {c['loop']:.1f} CPU s (train {c['train']:.1f}, eval {c['eval']:.1f}, update arithmetic"
             f" {c['server']:.1f}); outside training and evaluation {100 * m['outside_share']:.1f}% (target <= 5%),"
             f" of which bookkeeping {100 * m['bookkeeping_share']:.1f}%; {m['updates']} updates,"
             f" {m['clients_trained']} clients trained, clock {m['sim_clock']:.1f} s; one checkpoint"

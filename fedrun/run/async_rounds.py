@@ -124,6 +124,12 @@ def server_step(
     return tree_map(lambda w, d: w + torch.tensordot(q.to(d.dtype), d, dims=1), params, uploads)
 
 
+def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
+    """What the dispatched clients send: FedAsync their models y_i, FedBuff their deltas Delta_i = y_i - w_tau
+    (so the server needs no old version)."""
+    return tree_map(lambda y, w: y - w, ends, start) if server == "fedbuff" else ends
+
+
 def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
     """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order (one index_select per batch)."""
     if len({e[4] for e in arrivals}) == 1:  # (the common case: one batch, e.g. FedAsync's single arrival)
@@ -158,9 +164,7 @@ def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: i
     state.samples += res.samples
     if not math.isfinite(res.loss):
         raise DivergenceError(version, first_nonfinite_client(res.uploads, ids), "non-finite local loss")
-    uploads = res.uploads["params"]
-    if spec.system.server == "fedbuff":  # Delta_i = y_i - w_tau, so the server needs no old version
-        uploads = tree_map(lambda y, w: y - w, uploads, state.params)
+    uploads = client_uploads(spec.system.server, res.uploads["params"], state.params)
     down = float(algo.broadcast_bytes(state.params, extras))
     up = float(nbytes(res.uploads)) / len(clients)
     seconds = system.client_seconds(clients, res.steps.numpy(), algo.round_fl(queue.dispatches), down, up)

@@ -88,9 +88,9 @@ class EventQueue:
         (seed, "sample", dispatch batch); sorted ids. With nobody in flight this is fedrun's fixed sampling of a
         round (``sample_clients``), so a FedBuff run with K = C = the cohort and equal completion times draws
         FedAvg's cohorts."""
-        busy = np.zeros(clients, dtype=bool)
-        busy[np.fromiter((e[2] for e in self.heap), dtype=np.int64, count=len(self.heap))] = True
-        idle = np.flatnonzero(~busy)
+        free = np.ones(clients, dtype=bool)
+        free[np.array([e[2] for e in self.heap], dtype=np.intp)] = False
+        idle = free.nonzero()[0]
         if n >= len(idle):
             return idle
         return idle[np.sort(np_rng(seed, "sample", self.dispatches).choice(len(idle), n, replace=False))]
