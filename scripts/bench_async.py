@@ -4,9 +4,10 @@ Workload: FMNIST, MLP 784-200-200-10, 1,000 clients x 60 (IID), 1 local epoch of
 the three tiers (fedrun/system/devices.py), evaluation every 10 server updates; FedBuff (C = 100, K = 10) and
 FedAsync (C = 100, polynomial staleness), 200 server updates each, on the vectorised engine. Process CPU time
 (``time.process_time``, one torch thread) is counted over the round loop (``fedrun.run.loop._run``), inside
-``engine.train_cohort`` and inside the evaluation (``fedrun.run.rounds.evaluate``); the rest is the event queue,
-the clock, sampling, the update arithmetic (deltas, gathering, the server step), metrics rows and logging. Checkpoints are off in the timed runs (an
-async checkpoint holds C clients' finished updates: I/O, not bookkeeping); one save is timed apart.
+``engine.train_cohort``, inside the evaluation (``fedrun.run.rounds.evaluate``) and in the update arithmetic
+(FedBuff's deltas, gathering the arrivals, the server step); the rest is the bookkeeping: the event queue, the
+clock, sampling, metrics rows and logging. Checkpoints are off in the timed runs (an async checkpoint holds C
+clients' finished updates: I/O, not bookkeeping); one save is timed apart.
 """
 
 from __future__ import annotations

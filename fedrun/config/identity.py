@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig, SystemConfig
+from fedrun.config.schema import ASYNC_KEYS, COMPONENT_GROUPS, FedrunConfig, SystemConfig
 
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
@@ -99,6 +99,9 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
+    if isinstance(out.get("system"), dict) and out["system"].get("server", "sync") == "sync":
+        for k in ASYNC_KEYS:  # (added with the async servers) a system run of before them keeps its identity
+            out["system"].pop(k, None)
     if isinstance(out.get("system"), dict) and all(
         out["system"].get(f.name, f.default) == f.default for f in dataclasses.fields(SystemConfig)
     ):

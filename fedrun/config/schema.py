@@ -301,6 +301,9 @@ STRAGGLER_POLICIES = ("drop", "partial")
 STRAGGLER_WORK = ("epochs", "steps")
 DEVICE_PROFILES = ("uniform", "tiers", "trace")
 SERVERS = ("sync", "fedasync", "fedbuff")
+# the keys of an async server (system.server): without effect, and left out of a run's identity, when it is sync
+ASYNC_KEYS = ("server", "concurrency", "buffer", "server_lr", "mixing", "staleness", "staleness_a", "staleness_b",
+              "eval_every_seconds")  # fmt: skip
 STALENESS = ("constant", "polynomial", "hinge")
 
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fedrun.config.schema import RunSpec, SystemConfig
+from fedrun.config.identity import config_key, fingerprint
+from fedrun.config.schema import ASYNC_KEYS, RunSpec, SystemConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import np_rng
 from fedrun.core.tree import unstack
@@ -218,3 +219,11 @@ def test_a_model_with_buffers_is_refused(make_spec: Callable[..., RunSpec]) -> N
     with pytest.raises(ConfigError, match=r"system.server: fedasync mixes parameters, but the model has buffers"):
         check_async(SystemConfig(server="fedasync"), experiment.algorithm, bn)  # type: ignore[arg-type]
     check_async(SystemConfig(server="fedasync"), experiment.algorithm, experiment.model)
+
+
+def test_a_sync_system_run_keeps_the_identity_it_had_before_the_async_keys(make_spec: Callable[..., RunSpec]) -> None:
+    raw = make_spec(*SMALL, "system.dropout=0.2").raw
+    before = {**raw, "system": {k: v for k, v in raw["system"].items() if k not in ASYNC_KEYS}}
+    assert config_key(raw) == config_key(before) and fingerprint(raw) == fingerprint(before)
+    fedbuff = make_spec(*SMALL, "system.dropout=0.0", "system.server=fedbuff", "system.buffer=2").raw
+    assert config_key(fedbuff) != config_key(make_spec(*SMALL, "system.devices=uniform").raw)
