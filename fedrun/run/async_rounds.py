@@ -23,7 +23,7 @@ import torch
 
 from fedrun.core.errors import DivergenceError
 from fedrun.core.rng import derive
-from fedrun.core.tree import Tensors, Tree, all_finite, nbytes, tree_map
+from fedrun.core.tree import Tensors, Tree, leaves, nbytes, tree_map
 from fedrun.engines.auto import precision_context
 from fedrun.run.rounds import (
     RoundResult,
@@ -35,7 +35,7 @@ from fedrun.run.rounds import (
 )
 from fedrun.run.state import RunState
 from fedrun.system.clock import flops_per_sample
-from fedrun.system.events import Event, EventQueue, staleness_weight
+from fedrun.system.events import Event, EventQueue, staleness_weight, take_rows
 from fedrun.system.model import SystemModel
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
     state.params = server_step(experiment, state.params, uploads, arrivals, weights)
     agg_seconds = time.perf_counter() - t_agg
     state.agg_time += agg_seconds
-    if not all_finite(state.params):
+    if not finite(state.params):
         raise DivergenceError(
             rnd,
             first_nonfinite_client(uploads, torch.tensor([e[2] for e in arrivals])),
@@ -124,6 +124,12 @@ def server_step(
     return tree_map(lambda w, d: w + torch.tensordot(q.to(d.dtype), d, dims=1), params, uploads)
 
 
+def finite(params: Tensors) -> bool:
+    """Whether the model holds no NaN or inf, from one sum per tensor (NaN and inf propagate into a sum; a sum can
+    overflow only for a model already diverged), a tenth of ``all_finite``'s cost, paid at every update."""
+    return all(math.isfinite(float(t.sum())) for t in leaves(params) if t.is_floating_point())
+
+
 def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
     """What the dispatched clients send: FedAsync their models y_i, FedBuff their deltas Delta_i = y_i - w_tau
     (so the server needs no old version)."""
@@ -131,12 +137,18 @@ def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
 
 
 def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
-    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order (one index_select per batch)."""
-    if len({e[4] for e in arrivals}) == 1:  # (the common case: one batch, e.g. FedAsync's single arrival)
-        rows = torch.tensor([e[5] for e in arrivals])
-        return tree_map(lambda t: t.index_select(0, rows.to(t.device)), queue.batches[arrivals[0][4]][key])
-    parts = [tree_map(lambda t, r=e[5]: t[r : r + 1], queue.batches[e[4]][key]) for e in arrivals]
-    return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:]) if parts[0] else {}
+    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: one index_select per batch,
+    and one more to put the rows back in arrival order when they came from several batches."""
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for j, e in enumerate(arrivals):
+        groups.setdefault(e[4], []).append((j, e[5]))
+    parts = [take_rows(queue.batches[b][key], torch.tensor([r for _, r in g])) for b, g in groups.items()]
+    if len(parts) == 1:
+        return parts[0]
+    where = torch.tensor([j for g in groups.values() for j, _ in g])
+    back = torch.empty_like(where)
+    back[where] = torch.arange(len(where))
+    return tree_map(lambda *xs: torch.cat(xs).index_select(0, back.to(xs[0].device)), parts[0], *parts[1:])
 
 
 def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: int, version: int) -> int:

@@ -133,7 +133,7 @@ class EventQueue:
             live.setdefault(e[4], []).append(e[5])
         keep = {b: sorted(rows) for b, rows in live.items()}
         new_row = {(b, r): i for b, rows in keep.items() for i, r in enumerate(rows)}
-        batches = {str(b): _rows(self.batches[b], torch.tensor(rows)) for b, rows in keep.items()}
+        batches = {str(b): take_rows(self.batches[b], torch.tensor(rows)) for b, rows in keep.items()}
         return {
             "times": torch.tensor([e[0] for e in heap], dtype=torch.float64),
             "rows": torch.tensor([(*e[1:5], new_row[(e[4], e[5])]) for e in heap], dtype=torch.int64).reshape(
@@ -163,6 +163,6 @@ class EventQueue:
         return cls(float(clock[0]), float(clock[1]), dispatches, seq, heap, batches)  # type: ignore[arg-type]
 
 
-def _rows(work: Tree, ix: torch.Tensor) -> Tree:
+def take_rows(work: Tree, ix: torch.Tensor) -> Tree:
     """Rows ``ix`` of a dispatch batch's stacked tensors (its 0-d entries, the cohort's loss, as they are)."""
     return tree_map(lambda t: t.index_select(0, ix.to(t.device)) if t.dim() else t, work)
