@@ -137,18 +137,12 @@ def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
 
 
 def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
-    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: one index_select per batch,
-    and one more to put the rows back in arrival order when they came from several batches."""
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for j, e in enumerate(arrivals):
-        groups.setdefault(e[4], []).append((j, e[5]))
-    parts = [take_rows(queue.batches[b][key], torch.tensor([r for _, r in g])) for b, g in groups.items()]
-    if len(parts) == 1:
-        return parts[0]
-    where = torch.tensor([j for g in groups.values() for j, _ in g])
-    back = torch.empty_like(where)
-    back[where] = torch.arange(len(where))
-    return tree_map(lambda *xs: torch.cat(xs).index_select(0, back.to(xs[0].device)), parts[0], *parts[1:])
+    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: one index_select from a single
+    batch, else views of the rows copied once by one cat."""
+    if len({e[4] for e in arrivals}) == 1:  # (FedAsync's single arrival, or K from one cohort)
+        return take_rows(queue.batches[arrivals[0][4]][key], torch.tensor([e[5] for e in arrivals]))
+    parts = [tree_map(lambda t, r=e[5]: t[r : r + 1], queue.batches[e[4]][key]) for e in arrivals]
+    return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:])
 
 
 def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: int, version: int) -> int:
