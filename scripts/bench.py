@@ -20,7 +20,8 @@ Then the upload pipeline (fedrun/upload/): each compressor's time on round 0's u
 the vectorised engine's training of that round. Then partial work: the vectorised engine on one cohort with every
 client's full plan, with 50% FedProx stragglers
 (fedrun/system/; the ratio of their round times, which the issue bounds by 1.15x), then peak memory per cohort
-width (McMahan CNN, 100 clients of 600) and, without ``--quick``, the
+width (McMahan CNN, 100 clients of 600), the share of a 1,000-client async run's CPU outside training and evaluation
+(scripts/bench_async.py) and, without ``--quick``, the
 end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included). Writes
 ``outputs/bench/bench-<timestamp>.json``.
 
@@ -46,6 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench_async import ASYNC_DESC, measure_async, print_async  # noqa: E402
 from bench_ray import RAY_DESC, RAY_WORKLOAD, measure_ray, print_ray  # noqa: E402
 
 from fedrun.host.allocator import tune_glibc_malloc  # noqa: E402
@@ -582,6 +584,8 @@ def child(args: argparse.Namespace) -> None:
         elif args.what == "personal":
             spec = make_spec([*COMMON, *PERSONAL_WORKLOAD], args.device, run_dir)
             result = measure_personal(spec, args.reps or 3, args.clock)
+        elif args.what == "async":
+            result = measure_async(make_spec, [*COMMON, f"hardware.threads={args.threads or 1}"], args.device, run_dir)
         elif args.what == "ray":
             spec = make_spec([*COMMON, *RAY_WORKLOAD, f"hardware.threads={args.threads or 0}"], args.device, run_dir)
             result = measure_ray(spec, [int(n) for n in args.ray_actors.split(",")], args.reps or 2)
@@ -740,6 +744,9 @@ def main() -> None:
     print(f"personalised FL ({PERSONAL_DESC}) ...", flush=True)
     report["personal"] = spawn([*base, "--what", "personal", "--reps", str(args.reps or 3)], args.timeout)
     print_personal(report["personal"])
+    print(f"async servers: CPU outside training and evaluation ({ASYNC_DESC}) ...", flush=True)
+    report["async"] = spawn([*base, "--what", "async"], args.timeout)
+    print_async(report["async"])
     if args.ray == "yes" or (args.ray == "auto" and importlib.util.find_spec("ray") is not None):
         actors = args.ray_actors or ("1,2" if args.quick else "1,2,4")
         print(f"ray engine: samples/s vs actors ({RAY_DESC}) ...", flush=True)

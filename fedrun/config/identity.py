@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from fedrun.config.schema import COMPONENT_GROUPS, CompressionConfig, FedrunConfig, SystemConfig
+from fedrun.config.schema import ASYNC_KEYS, COMPONENT_GROUPS, CompressionConfig, FedrunConfig, SystemConfig
 
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
@@ -100,6 +100,9 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
+    if isinstance(out.get("system"), dict) and out["system"].get("server", "sync") == "sync":
+        for k in ASYNC_KEYS:  # (added with the async servers) a system run of before them keeps its identity
+            out["system"].pop(k, None)
     # the ideal system (fedrun/system/) and no compression (fedrun/upload/): the runs of before they existed keep
     # their identity
     for section, cls in (("system", SystemConfig), ("compression", CompressionConfig)):

@@ -307,6 +307,11 @@ class CorruptConfig:
 STRAGGLER_POLICIES = ("drop", "partial")
 STRAGGLER_WORK = ("epochs", "steps")
 DEVICE_PROFILES = ("uniform", "tiers", "trace")
+SERVERS = ("sync", "fedasync", "fedbuff")
+# the keys of an async server (system.server): without effect, and left out of a run's identity, when it is sync
+ASYNC_KEYS = ("server", "concurrency", "buffer", "server_lr", "mixing", "staleness", "staleness_a", "staleness_b",
+              "eval_every_seconds")  # fmt: skip
+STALENESS = ("constant", "polynomial", "hinge")
 
 
 @dataclass
@@ -327,6 +332,17 @@ class SystemConfig:
     trace: str | None = None  # devices=trace: a device trace file (JSON, or FedScale's pickles: docs/systems.md)
     deadline: float | None = None  # simulated seconds a round waits; clients that report later are dropped
     over_selection: float = 1.0  # sample ceil(f x cohort) clients and keep the first cohort-many to report (f >= 1)
+    server: str = "sync"  # sync: rounds; fedasync (Xie et al. 2019) or fedbuff (Nguyen et al. 2022): asynchronous
+    concurrency: int | None = None  # C: clients training at once under an async server; None: fl's cohort size
+    buffer: int = 10  # K: fedbuff's updates per server step (Nguyen et al. 2022 sec. 5: K = 10)
+    server_lr: float = 1.0  # eta_g: fedbuff's server step size, w += eta_g x mean delta (1: the buffer's average)
+    mixing: float = 0.6  # alpha: fedasync's w = (1 - a_t) w + a_t x_new, a_t = alpha s(t - tau) (Xie et al. sec. 6)
+    staleness: str = "constant"  # s(t - tau): constant 1, polynomial (t-tau+1)^-a, hinge (Xie et al. sec. 3)
+    staleness_a: float = 0.5  # a of polynomial and hinge (Xie et al. sec. 6: poly a = 0.5; hinge a = 10, b = 4)
+    staleness_b: float = 4.0  # b of hinge: staleness up to b is not discounted (Xie et al. sec. 6: b = 4)
+    eval_every_seconds: float | None = (
+        None  # async: evaluate when the clock passes each multiple of T (None: eval.every)
+    )
 
     def __post_init__(self) -> None:
         in_range("dropout", self.dropout, 0.0, 1.0)
@@ -345,6 +361,24 @@ class SystemConfig:
             raise ConfigError(
                 "over_selection", f"must be a factor >= 1 (1: no over-selection), got {self.over_selection}"
             )
+        self._check_async()
+
+    def _check_async(self) -> None:
+        one_of("server", self.server, SERVERS)
+        one_of("staleness", self.staleness, STALENESS)
+        for name in ("concurrency", "buffer"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise ConfigError(name, f"must be a whole number of clients >= 1, got {v!r}")
+        positive("server_lr", self.server_lr)
+        positive("eval_every_seconds", self.eval_every_seconds)
+        in_range("mixing", self.mixing, 0.0, 1.0, lo_open=True)
+        for name in ("staleness_a", "staleness_b"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf):
+                raise ConfigError(name, f"must be a finite number >= 0, got {v!r}")
+        if self.server == "sync" and self.eval_every_seconds is not None:
+            raise ConfigError("eval_every_seconds", "evaluates an async server's stream; valid: null with server=sync")
 
     @property
     def ideal(self) -> bool:
@@ -361,6 +395,8 @@ def check_system(spec: RunSpec) -> None:
             "over-selection keeps the first cohort-many sampled clients to report, but fl.train_all trains every"
             " client; valid: 1 with fl.train_all=true",
         )
+    if sy.server != "sync":
+        check_async_system(sy, fl)
     # with fl.local_steps set there are no epochs: a straggler's work is then counted in steps (fedrun/system/model.py)
     if sy.stragglers and sy.straggler_work == "epochs" and fl.local_steps is None and fl.local_epochs < 2:
         raise ConfigError(
@@ -401,6 +437,26 @@ class CompressionConfig:
                 "feeds back what a compressor dropped; valid: false with name=none,"
                 f" or name one of {', '.join(COMPRESSORS[1:])}",
             )
+
+
+def check_async_system(sy: SystemConfig, fl: FLConfig) -> None:
+    """Refuse an async server (``system.server``) with what has no meaning on its event stream, in one line: round
+    notions (a deadline, over-selection, fl.train_all, Bernoulli cohorts), failures and stragglers (not simulated
+    under async yet), more concurrent clients than clients, and a FedBuff buffer larger than the concurrency."""
+    c = sy.concurrency if sy.concurrency is not None else fl.cohort_size
+    refusals = (
+        ("system.deadline", sy.deadline is not None, "null (an async server has no rounds to close)"),
+        ("system.over_selection", sy.over_selection > 1, "1 (an async server has no rounds to close)"),
+        ("system.dropout", sy.dropout > 0, "0 (failures are not simulated under an async server yet)"),
+        ("system.stragglers", sy.stragglers > 0, "0 (a device's speed already sets its completion time)"),
+        ("fl.train_all", fl.train_all, "false (an async server trains only the clients it dispatches)"),
+        ("fl.sampling", fl.sampling != "fixed", "fixed (an async server dispatches a fixed number of clients)"),
+        ("system.concurrency", c > fl.clients, f"at most fl.clients={fl.clients}"),
+        ("system.buffer", sy.server == "fedbuff" and sy.buffer > c, f"at most the concurrency C={c} (K <= C)"),
+    )
+    for key, bad, valid in refusals:
+        if bad:
+            raise ConfigError(key, f"not with system.server={sy.server}; valid: {valid}")
 
 
 @dataclass

@@ -38,6 +38,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a line averages over (default: seed)")
     ap.add_argument("--split", action="store_true", help="keys that vary inside a line become line keys (--rows)")
     ap.add_argument("--metric", default="test_acc", help="a metrics.csv column (default: test_acc)")
+    ap.add_argument("--x", default="round", help="the x axis: round, or a column such as sim_clock (docs/systems.md)")
     ap.add_argument(
         "--out", type=Path, default=None, help="PNG path (default: reports/curves_<metric>.png beside the runs)"
     )
@@ -45,8 +46,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def group_curves(runs: pd.DataFrame, keys: list[str], metric: str) -> dict[tuple, pd.DataFrame]:
-    """Per group of ``keys``: round, mean, std (ddof 1; 0 for one run) and n of ``metric`` over its runs."""
+def group_curves(runs: pd.DataFrame, keys: list[str], metric: str, x: str = "round") -> dict[tuple, pd.DataFrame]:
+    """Per group of ``keys``: round, mean, std (ddof 1; 0 for one run) and n of ``metric`` over its runs; ``x``
+    another column in the place of the round (the simulated clock: runs then pool only at equal values)."""
     out = {}
     groups = runs.groupby(keys, dropna=False, sort=False) if keys else [((), runs)]
     for vals, grp in groups:
@@ -54,9 +56,10 @@ def group_curves(runs: pd.DataFrame, keys: list[str], metric: str) -> dict[tuple
         frames = []
         for i, d in enumerate(grp["run_dir"]):
             m = pd.read_csv(Path(d) / METRICS_FILE)
-            if metric not in m or "round" not in m:
-                raise ValueError(f"{d}/metrics.csv: no '{metric}' column; columns: {', '.join(m.columns)}")
-            frames.append(m[["round", metric]].assign(run=i))
+            for col in (metric, x):
+                if col not in m:
+                    raise ValueError(f"{d}/metrics.csv: no '{col}' column; columns: {', '.join(m.columns)}")
+            frames.append(m[[x, metric]].rename(columns={x: "round"}).assign(run=i))
         if not frames:
             continue
         long = pd.concat(frames)
@@ -91,6 +94,7 @@ def plot(
     notice: str = "",
     styles: dict[str, dict[str, str]] | None = None,
     over: list[str] | None = None,
+    xlabel: str = "round",
 ) -> None:
     """One panel per column group, one line (mean, with a ± std band) per row group, the legend in the styles'
     order. ``styles``: line name -> ``Axes.plot`` style (default: :func:`method_styles` of these lines; pass one
@@ -121,8 +125,9 @@ def plot(
             ax.fill_between(
                 c["round"], c["mean"] - c["std"], c["mean"] + c["std"], color=style.get("color"), alpha=0.2, lw=0
             )
-        ax.set_xlabel("round")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(xlabel if xlabel != "sim_clock" else "simulated clock (s)")
+        if xlabel == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         what = what_is_drawn([curves[k] for k in mine], list(DEFAULT_OVER) if over is None else over)
         ax.set_title(f"{label(cols, panel)}: {what}" if cols else f"{metric}: {what}")
         ax.grid(alpha=0.3)
@@ -154,16 +159,16 @@ def main(argv: list[str]) -> int:
         done = runs[(runs["status"] == Status.COMPLETED) & has_metrics]
         if done.empty:
             raise ValueError("no completed run with a metrics.csv to draw")
-        curves = group_curves(done, rows + cols, args.metric)
+        curves = group_curves(done, rows + cols, args.metric, args.x)
     except (ValueError, OSError, pd.errors.ParserError) as e:
         print(f"fedrun-report curves: error: {e}", file=sys.stderr)
         return 2
     out = args.out or args.dirs[0] / f"curves_{args.metric}.png"
     notice = standin_note(done)
-    plot(curves, rows, cols, args.metric, out, notice=notice, over=over)
+    plot(curves, rows, cols, args.metric, out, notice=notice, over=over, xlabel=args.x)
     table = pd.concat(
         [c.assign(group=label(rows + cols, k) or "all runs") for k, c in curves.items()], ignore_index=True
-    )[["group", "round", "mean", "std", "n"]]
+    )[["group", "round", "mean", "std", "n"]].rename(columns={"round": args.x})
     atomic_write(out.with_suffix(".csv"), csv_text(table, notice))
     left = runs[~runs["run_dir"].isin(done["run_dir"])]
     for _, r in left.iterrows():

@@ -55,6 +55,7 @@ class Checkpoint:
     counters: dict[str, float] = field(default_factory=dict)
     torch_rng: torch.Tensor | None = None
     buffers: Tree = field(default_factory=dict)  # the global model's buffers (BatchNorm running statistics)
+    events: Tree = field(default_factory=dict)  # an async server's in-flight clients (fedrun/system/events.py)
 
 
 def to_cpu(tree: Tree) -> Tree:
@@ -79,6 +80,8 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
         "torch_rng": ck.torch_rng,
         "buffers": to_cpu(ck.buffers),
     }
+    if ck.events:  # only an async run's checkpoint holds its event queue
+        state["events"] = to_cpu(ck.events)
     buf = io.BytesIO()
     torch.save(state, buf)
     atomic_write(path, buf.getvalue())
@@ -98,7 +101,7 @@ def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | No
     if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
         raise ResumeError(f"{path}: not a fedrun checkpoint of format {FORMAT_VERSION}; delete it to restart the run")
     fields = set(Checkpoint.__dataclass_fields__)
-    missing = sorted(fields - set(state) - {"buffers"})  # buffers: absent from checkpoints of before them
+    missing = sorted(fields - set(state) - {"buffers", "events"})  # absent from checkpoints of before them
     unknown = sorted(set(state) - fields - {"version"})
     if missing or unknown:
         what = f"missing {', '.join(missing)}" if missing else f"unknown key {', '.join(map(str, unknown))}"

@@ -33,6 +33,7 @@ from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
 from fedrun.storage.rundir import RunDir
+from fedrun.system.events import check_async
 from fedrun.system.model import SystemModel
 from fedrun.upload.pipeline import UploadPipeline, build_pipeline, upload_layout
 
@@ -139,6 +140,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
+    check_async(spec.system, algorithm, model)  # an async server steps only FedAvg's average (fedrun/system/events.py)
     system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
     upload = build_pipeline(spec)
     if upload is not None:  # the method's upload parts, each stage's settings checked against them before any work

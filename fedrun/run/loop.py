@@ -15,9 +15,10 @@ from fedrun.core.errors import DivergenceError
 from fedrun.host.interrupts import deferred, signal_name
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.personal import CLIENTS_FILE, LocalEvaluation, resume_clients_csv
+from fedrun.run.async_rounds import is_async, is_eval_update, train_update
 from fedrun.run.experiment import Experiment, build_experiment, earlier_engine_and_threads
 from fedrun.run.recorder import RoundMonitor, log
-from fedrun.run.rounds import evaluation_row, is_eval_round, lr_at, train_round
+from fedrun.run.rounds import evaluation_row, lr_at, train_round
 from fedrun.run.state import (
     FinishedRound,
     RunState,
@@ -92,9 +93,10 @@ def _run(
     try:
         with monitor:
             for rnd in range(state.start, spec.fl.rounds):
-                result = train_round(experiment, state, rnd)
+                step = train_update if is_async(experiment) else train_round  # an async server's update, or a round
+                result = step(experiment, state, rnd)
                 monitor.weights(result.weight_rows)
-                if is_eval_round(spec, rnd):
+                if is_eval_update(experiment, state, rnd):
                     monitor.record(evaluation_row(experiment, state, result, t0, client_acc, local_eval))
                 monitor.advance()
                 with deferred():  # the round has finished: it becomes the state an interrupted run saves

@@ -28,6 +28,7 @@ from fedrun.run.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, 
 from fedrun.run.client_states import ClientStates
 from fedrun.storage.atomic import write_metrics
 from fedrun.storage.rundir import METRICS_FILE
+from fedrun.system.events import EventQueue
 
 if TYPE_CHECKING:
     from fedrun.run.experiment import Experiment
@@ -49,6 +50,7 @@ class RunState:
     agg_time: float = 0.0
     elapsed: float = 0.0
     clock: float = 0.0  # the simulated clock (seconds) after ``done`` rounds (fedrun/system/; 0 with system=ideal)
+    events: EventQueue | None = None  # an async server's in-flight clients (fedrun/system/events.py; else None)
 
 
 def fresh_state(experiment: Experiment) -> RunState:
@@ -125,6 +127,7 @@ class FinishedRound:
     weight_rows: int
     counters: tuple[int, float, float]  # samples, train_time, agg_time
     torch_rng: torch.Tensor
+    events: EventQueue | None = None  # a copy of an async server's queue (its clock included)
 
 
 def finished_round(state: RunState, experiment: Experiment, done: int) -> FinishedRound:
@@ -132,6 +135,7 @@ def finished_round(state: RunState, experiment: Experiment, done: int) -> Finish
     return FinishedRound(
         done, clone(state.params), clone(state.server_state), clone(experiment.model.buffers), len(state.rows),
         len(state.weight_log), (state.samples, state.train_time, state.agg_time), torch.get_rng_state(),
+        state.events.copy() if state.events is not None else None,
     )  # fmt: skip
 
 
@@ -145,6 +149,8 @@ def rewind(state: RunState, experiment: Experiment, last: FinishedRound, run_dir
         experiment.model.set_buffers(last.buffers)
     state.samples, state.train_time, state.agg_time = last.counters
     torch.set_rng_state(last.torch_rng)
+    if last.events is not None:  # an async run: its queue and clock as they were after the last update
+        state.events, state.clock = last.events.copy(), last.events.clock
     del state.rows[last.rows :], state.weight_log[last.weight_rows :]
     _rewrite(run_dir / METRICS_FILE, state.rows)  # (a row may be in the file and not yet in ``rows``)
     _rewrite(run_dir / CLIENT_WEIGHTS_FILE, state.weight_log)
@@ -160,6 +166,8 @@ def restore(state: RunState, ck: Checkpoint, experiment: Experiment) -> None:
     state.train_time, state.agg_time = ck.counters["train_time"], ck.counters["agg_time"]
     state.elapsed = ck.counters["elapsed"]
     state.clock = float(ck.counters.get("clock", 0.0))  # absent from checkpoints of before the simulated clock
+    if ck.events:  # an async server's in-flight clients (fedrun/system/events.py)
+        state.events = EventQueue.from_tree(to_device(ck.events, experiment.device), "checkpoint")
     if ck.torch_rng is not None:
         torch.set_rng_state(ck.torch_rng)
     if ck.buffers:
@@ -234,7 +242,9 @@ def check_checkpoint(ck: Checkpoint, state: RunState, experiment: Experiment, pa
         raise bad(f"counters: must hold {', '.join(COUNTERS)} as finite numbers >= 0")
     if "clock" in c and (not _is_number(c["clock"]) or not 0 <= c["clock"] < math.inf):
         raise bad("counters: clock (the simulated clock) must be a finite number >= 0")
-    problem = rows_mismatch(ck.rows, ck.round, spec.eval.every)
+    # (under system.eval_every_seconds the evaluated updates follow the clock: any increasing rounds <= done)
+    every = spec.eval.every if spec.system.eval_every_seconds is None else None
+    problem = rows_mismatch(ck.rows, ck.round, every)
     if problem:
         raise bad(f"rows: {problem}")
 
@@ -260,7 +270,7 @@ def tree_mismatch(got: Any, want: Tree, name: str) -> str | None:
     return None
 
 
-def rows_mismatch(rows: Any, done: int, every: int) -> str | None:
+def rows_mismatch(rows: Any, done: int, every: int | None) -> str | None:
     """Why ``rows`` are not the metrics rows of a run after ``done`` rounds evaluated every ``every`` rounds (one
     per evaluated round, plus the final round of a finished run), or None."""
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -269,6 +279,9 @@ def rows_mismatch(rows: Any, done: int, every: int) -> str | None:
         if any(not _is_number(r.get(k)) for k in ROW_KEYS) or not _is_int(r["round"]):
             return f"a row lacks {', '.join(ROW_KEYS)} as numbers: {str(r)[:80]}"
     got = [r["round"] for r in rows]
+    if every is None:
+        ok = all(0 < a < b for a, b in zip(got, got[1:], strict=False)) and all(0 < g <= done for g in got)
+        return None if ok else f"rounds {got[:8]} are not increasing rounds of the {done} done"
     want = [t for t in range(1, done + 1) if t % every == 0]
     if got != want and got != [*want, done]:
         shown = got if len(got) <= 8 else [*got[:3], "...", *got[-3:]]
@@ -300,6 +313,6 @@ def save_state(state: RunState, experiment: Experiment, run_dir: Path, done: int
         counters["clock"] = state.clock
     ck = Checkpoint(
         done, fp, state.params, state.server_state, state.clients.state_dict(), state.rows, counters,
-        torch.get_rng_state(), experiment.model.buffers,
+        torch.get_rng_state(), experiment.model.buffers, state.events.to_tree() if state.events is not None else {},
     )  # fmt: skip
     save_checkpoint(run_dir / CHECKPOINT_FILE, ck)

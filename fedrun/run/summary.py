@@ -145,6 +145,7 @@ def final_summary(
         "run_dir": str(run_dir),
         **outcome.extra,
         **({"resumed_from_round": state.start} if state.start else {}),
+        **({} if spec.system.ideal else {"sim_clock": state.clock}),  # the simulated clock at the end (seconds)
     }
     if outcome.error:
         summary["error"] = outcome.error

@@ -119,6 +119,7 @@ class SystemModel:
         )
         self.rates = np.where(np.isnan(self.devices.dropout), config.dropout, self.devices.dropout)
         self.flops_per_sample: float | None = None  # counted once, at the first round (fedrun/system/clock.py)
+        self._per_sample: tuple[float | None, np.ndarray] | None = None  # each client's seconds per sample
 
     def sample(self, rnd: int, sampled: np.ndarray) -> tuple[np.ndarray, int]:
         """The round's cohort and how many of it to keep: ``sampled`` (fedrun's sampling) as it is, or the
@@ -150,7 +151,9 @@ class SystemModel:
             [samples_for_steps(int(n), fl, int(s)) for n, s in zip(self.sizes[workers], steps, strict=True)],
             dtype=np.float64,
         )
-        per_sample = dev.seconds_per_sample(self.flops_per_sample or 0.0)[workers]
+        if self._per_sample is None or self._per_sample[0] != self.flops_per_sample:  # computed once per run
+            self._per_sample = (self.flops_per_sample, dev.seconds_per_sample(self.flops_per_sample or 0.0))
+        per_sample = self._per_sample[1][workers]
         return down / dev.download[workers] + samples * per_sample + up / dev.upload[workers]
 
     def close(self, plan: RoundPlan, target: int, seconds: np.ndarray) -> RoundClose:

@@ -1,0 +1,179 @@
+"""One server update of an asynchronous server (``system.server=fedasync|fedbuff``, docs/systems.md).
+
+The run loop's "round" t is the t-th server update (metrics.csv's ``round`` is the server version after it,
+``fl.rounds`` the number of updates). :func:`train_update` advances the event stream of fedrun/system/events.py
+until the next update: free slots are filled (the clients dispatched at one version and instant train as one
+cohort, one ``engine.train_cohort`` call), arrivals are taken in (completion time, dispatch order), and
+
+- FedAsync (Xie et al. 2019, Alg. 1 and eq. of sec. 3): each arrival x_new, dispatched at version tau, is one
+  update ``w_t = (1 - a_t) w_{t-1} + a_t x_new``, ``a_t = alpha s(t - tau)``;
+- FedBuff (Nguyen et al. 2022, Alg. 1): each arrival's delta ``Delta_i = y_i - w_tau`` joins the buffer; at K
+  of them ``w_t = w_{t-1} + eta_g sum_i p_i s(t - tau_i) Delta_i`` with ``p_i`` fedrun's aggregation weights
+  over the buffer (``fl.weighting``: n_i / sum n_j, or the paper's 1/K with ``uniform``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedrun.core.errors import DivergenceError
+from fedrun.core.rng import derive
+from fedrun.core.tree import Tensors, Tree, leaves, nbytes, tree_map
+from fedrun.engines.auto import precision_context
+from fedrun.run.rounds import (
+    RoundResult,
+    aggregation_weights,
+    first_nonfinite_client,
+    is_eval_round,
+    lr_at,
+    train_round,
+)
+from fedrun.run.state import RunState
+from fedrun.system.clock import flops_per_sample
+from fedrun.system.events import Event, EventQueue, staleness_weight, take_rows
+from fedrun.system.model import SystemModel
+
+if TYPE_CHECKING:
+    from fedrun.run.experiment import Experiment
+
+
+def is_async(experiment: Experiment) -> bool:
+    """Whether the run's server is asynchronous (``system.server`` other than ``sync``)."""
+    return experiment.system is not None and experiment.system.config.server != "sync"
+
+
+def train_update(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:
+    """The run loop's step ``rnd`` under an async server (:func:`train_async_update`); a synchronous round else."""
+    if experiment.system is None or not is_async(experiment):
+        return train_round(experiment, state, rnd)
+    return train_async_update(experiment, state, rnd, experiment.system)
+
+
+def is_eval_update(experiment: Experiment, state: RunState, rnd: int) -> bool:
+    """Whether step ``rnd`` is evaluated: :func:`is_eval_round`, or under an async server with
+    ``system.eval_every_seconds`` = T, the updates at which the clock passed a multiple of T (and the last)."""
+    every = experiment.system.config.eval_every_seconds if experiment.system is not None else None
+    if every is None or not isinstance(state.events, EventQueue) or rnd == experiment.spec.fl.rounds - 1:
+        return is_eval_round(experiment.spec, rnd)
+    return math.floor(state.events.clock / every) > math.floor(state.events.last_update / every)
+
+
+def train_async_update(experiment: Experiment, state: RunState, rnd: int, system: SystemModel) -> RoundResult:
+    """Server update ``rnd`` (0-based) of the async server: dispatch into free slots, take arrivals until the
+    update happens, apply it; ``state`` (model, client states, event queue, clock) is updated in place."""
+    started = time.perf_counter()
+    queue = state.events if isinstance(state.events, EventQueue) else EventQueue()
+    state.events = queue
+    cfg, fl = system.config, experiment.spec.fl
+    concurrency = cfg.concurrency if cfg.concurrency is not None else fl.cohort_size
+    need = cfg.buffer if cfg.server == "fedbuff" else 1
+    last_update, bytes_down = queue.clock, 0
+    arrivals: list[Event] = []
+    while len(arrivals) < need:
+        free = concurrency - len(queue.heap)
+        if free > 0 and not queue.due():
+            bytes_down += dispatch(experiment, state, queue, free, rnd)
+        arrivals.append(queue.pop())
+    lags = [rnd - e[3] for e in arrivals]
+    weights = [staleness_weight(cfg.staleness, cfg.staleness_a, cfg.staleness_b, lag) for lag in lags]
+    uploads = _gather(queue, arrivals, "params")
+    if state.clients:
+        state.clients.scatter(torch.tensor([e[2] for e in arrivals]), _gather(queue, arrivals, "states"))
+    t_agg = time.perf_counter()
+    state.params = server_step(experiment, state.params, uploads, arrivals, weights)
+    agg_seconds = time.perf_counter() - t_agg
+    state.agg_time += agg_seconds
+    if not finite(state.params):
+        raise DivergenceError(
+            rnd,
+            first_nonfinite_client(uploads, torch.tensor([e[2] for e in arrivals])),
+            "non-finite global model after the server update",
+        )
+    loss = float(np.mean([float(queue.batches[e[4]]["loss"]) for e in arrivals]))
+    queue.last_update, state.clock = last_update, queue.clock
+    queue.release()
+    lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
+    columns = {
+        "sim_seconds": queue.clock - last_update,
+        "sim_clock": queue.clock,
+        "staleness_mean": float(np.mean(lags)),
+        "staleness_max": int(max(lags)),
+        "in_flight": len(queue.heap),
+    }
+    return RoundResult(rnd, len(arrivals), lr, loss, bytes_down, nbytes(uploads), agg_seconds, started, system=columns)
+
+
+def server_step(
+    experiment: Experiment, params: Tensors, uploads: Tensors, arrivals: list[Event], weights: list[float]
+) -> Tensors:
+    """w_t from w_{t-1} and the arrivals' uploads: FedAsync's mixing of the one arrival's model, or FedBuff's
+    step along the buffer's weighted, staleness-scaled mean delta (module docstring)."""
+    cfg = experiment.spec.system
+    if cfg.server == "fedasync":
+        a = cfg.mixing * weights[0]
+        return tree_map(lambda w, x: (1.0 - a) * w + a * x[0], params, uploads)
+    sizes = experiment.fed.sizes[torch.tensor([e[2] for e in arrivals])].to(torch.float64)
+    p = aggregation_weights(sizes, experiment.spec.fl.weighting) * torch.tensor(weights, dtype=torch.float64)
+    q = (cfg.server_lr * p).to(experiment.device)
+    # w + eta_g sum_i q_i Delta_i as one matrix-vector product per tensor
+    return tree_map(lambda w, d: w + torch.tensordot(q.to(d.dtype), d, dims=1), params, uploads)
+
+
+def finite(params: Tensors) -> bool:
+    """Whether the model holds no NaN or inf, from one sum per tensor (NaN and inf propagate into a sum; a sum can
+    overflow only for a model already diverged), a tenth of ``all_finite``'s cost, paid at every update."""
+    return all(math.isfinite(float(t.sum())) for t in leaves(params) if t.is_floating_point())
+
+
+def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
+    """What the dispatched clients send: FedAsync their models y_i, FedBuff their deltas Delta_i = y_i - w_tau
+    (so the server needs no old version)."""
+    return tree_map(lambda y, w: y - w, ends, start) if server == "fedbuff" else ends
+
+
+def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
+    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: one index_select from a single
+    batch, else views of the rows copied once by one cat."""
+    if len({e[4] for e in arrivals}) == 1:  # (FedAsync's single arrival, or K from one cohort)
+        return take_rows(queue.batches[arrivals[0][4]][key], torch.tensor([e[5] for e in arrivals]))
+    parts = [tree_map(lambda t, r=e[5]: t[r : r + 1], queue.batches[e[4]][key]) for e in arrivals]
+    return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:])
+
+
+def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: int, version: int) -> int:
+    """Fill ``free`` slots at server ``version`` and the queue's clock: the sampled idle clients train as one
+    cohort from w_version (batch plans and torch's global RNG keyed by the dispatch batch), and wait in the
+    queue until their completion times. Returns the bytes they download."""
+    spec, algo, system = experiment.spec, experiment.algorithm, experiment.system
+    assert system is not None
+    clients = queue.idle_sample(free, spec.fl.clients, spec.seed)
+    ids = torch.as_tensor(clients, dtype=torch.long)
+    # torch's global RNG (dropout...) keyed by the dispatch; the CPU generator alone: torch.manual_seed costs ms
+    seed = derive(spec.seed, "torch-global-dispatch", queue.dispatches)
+    torch.default_generator.manual_seed(seed)
+    if experiment.device.type == "cuda":
+        torch.cuda.manual_seed(seed)
+    lr = algo.local_lr(version, lr_at(spec, version))
+    extras = algo.broadcast(state.params, state.server_state)
+    if system.flops_per_sample is None:
+        system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, extras, lr)
+    states = state.clients.gather(ids) if state.clients else {}
+    t_train = time.perf_counter()
+    with precision_context(spec.hardware.precision, experiment.device):
+        res = experiment.engine.train_cohort(queue.dispatches, state.params, extras, ids, states, lr)
+    state.train_time += time.perf_counter() - t_train
+    state.samples += res.samples
+    if not math.isfinite(res.loss):
+        raise DivergenceError(version, first_nonfinite_client(res.uploads, ids), "non-finite local loss")
+    uploads = client_uploads(spec.system.server, res.uploads["params"], state.params)
+    down = float(algo.broadcast_bytes(state.params, extras))
+    up = float(nbytes(res.uploads)) / len(clients)
+    seconds = system.client_seconds(clients, res.steps.numpy(), algo.round_fl(queue.dispatches), down, up)
+    work = {"params": uploads, "states": res.states, "steps": res.steps, "loss": torch.tensor(res.loss)}
+    queue.push(work, clients, seconds, version)
+    return int(down) * len(clients)

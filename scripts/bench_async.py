@@ -1,0 +1,118 @@
+"""``make bench``'s async section: the share of an async run's CPU spent outside training and evaluation.
+
+Workload: FMNIST, MLP 784-200-200-10, 1,000 clients x 60 (IID), 1 local epoch of batch 50, devices drawn from
+the three tiers (fedrun/system/devices.py), evaluation every 10 server updates; FedBuff (C = 100, K = 10) and
+FedAsync (C = 100, polynomial staleness), 200 server updates each, on the vectorised engine. Process CPU time
+(``time.process_time``, one torch thread) is counted over the round loop (``fedrun.run.loop._run``), inside
+``engine.train_cohort``, inside the evaluation (``fedrun.run.rounds.evaluate``) and in the update arithmetic
+(FedBuff's deltas, gathering the arrivals, the server step); the rest is the bookkeeping: the event queue, the
+clock, sampling, metrics rows and logging. Checkpoints are off in the timed runs (an async checkpoint holds C
+clients' finished updates: I/O, not bookkeeping); one save is timed apart.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+ASYNC_WORKLOAD = [
+    "data=fmnist",
+    "model=mlp",
+    "partition=iid",
+    "fl.clients=1000",
+    "fl.participation=0.1",
+    "fl.rounds=200",
+    "eval.every=10",
+    "system.devices=tiers",
+    "system.concurrency=100",
+    "hardware.engine=vectorised",
+    "checkpoint.every=0",
+    "checkpoint.keep_final=false",
+]
+ASYNC_SERVERS = {
+    "fedbuff": ["system.server=fedbuff", "system.buffer=10"],
+    "fedasync": ["system.server=fedasync", "system.staleness=polynomial"],
+}
+ASYNC_DESC = "FMNIST, MLP, 1,000 clients x 60, C = 100, 200 server updates (FedBuff K = 10; FedAsync poly)"
+
+
+def measure_async(make_spec: Any, base: list[str], device: str, run_dir: Path) -> dict[str, Any]:
+    """Per server (:func:`measure_server`), and the settings measured."""
+    out: dict[str, Any] = {}
+    for name, overrides in ASYNC_SERVERS.items():
+        spec = make_spec([*base, *ASYNC_WORKLOAD, *overrides], device, run_dir / name)
+        out[name] = measure_server(spec, run_dir / name)
+    return out
+
+
+def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
+    """CPU seconds of the round loop, of training, of evaluation and of the update arithmetic (``client_uploads``:
+    FedBuff's deltas; ``_gather``: the arrivals' uploads; ``server_step``: the mixing or the buffer's average); the
+    share outside training and evaluation and, of it, outside the update arithmetic too (the event queue, the
+    clock, sampling, metrics rows, the loop: the bookkeeping); one checkpoint save's wall seconds and size."""
+    from fedrun.run import async_rounds, loop, rounds
+    from fedrun.run.state import save_state
+
+    cpu = {"train": 0.0, "eval": 0.0, "server": 0.0, "loop": 0.0}
+    seen: dict[str, Any] = {}
+
+    def timed(key: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                cpu[key] += time.process_time() - t
+
+        return wrapper
+
+    run_loop, evaluate = loop._run, rounds.evaluate
+    server_step, client_uploads, gather = async_rounds.server_step, async_rounds.client_uploads, async_rounds._gather
+
+    def patched_loop(spec: Any, rd: Any, experiment: Any, state: Any, t0: float, monitor: Any) -> Any:
+        experiment.engine.train_cohort = timed("train", experiment.engine.train_cohort)
+        seen["experiment"], seen["state"] = experiment, state
+        return timed("loop", run_loop)(spec, rd, experiment, state, t0, monitor)
+
+    loop._run, rounds.evaluate = patched_loop, timed("eval", evaluate)  # type: ignore[assignment]
+    async_rounds.server_step = timed("server", server_step)
+    async_rounds.client_uploads, async_rounds._gather = timed("server", client_uploads), timed("server", gather)
+    try:
+        run_dir.mkdir(parents=True)
+        summary = loop.run(spec, run_dir)
+    finally:
+        loop._run, rounds.evaluate, async_rounds.server_step = run_loop, evaluate, server_step  # type: ignore[assignment]
+        async_rounds.client_uploads, async_rounds._gather = client_uploads, gather
+    outside = cpu["loop"] - cpu["train"] - cpu["eval"]
+    state = seen["state"]
+    t = time.perf_counter()
+    save_state(state, seen["experiment"], run_dir, spec.fl.rounds, "bench", 0.0)
+    return {
+        "cpu_s": cpu,
+        "outside_share": outside / cpu["loop"],
+        "bookkeeping_share": (outside - cpu["server"]) / cpu["loop"],
+        "updates": spec.fl.rounds,
+        "clients_trained": state.events.seq if state.events is not None else None,
+        "sim_clock": summary.get("sim_clock"),
+        "test_acc_final": summary.get("test_acc_final"),
+        "checkpoint_save_s": time.perf_counter() - t,
+        "checkpoint_mib": (run_dir / "checkpoint.pt").stat().st_size / 2**20,
+    }
+
+
+def print_async(r: dict[str, Any]) -> None:
+    if "error" in r:
+        print(f"    error: {r['error']}")
+        return
+    for name, m in r.items():
+        if not isinstance(m, dict) or "cpu_s" not in m:
+            continue
+        c = m["cpu_s"]
+        print(
+            f"    {name}: loop {c['loop']:.1f} CPU s (train {c['train']:.1f}, eval {c['eval']:.1f}, update arithmetic"
+            f" {c['server']:.1f}); outside training and evaluation {100 * m['outside_share']:.1f}% (target <= 5%),"
+            f" of which bookkeeping {100 * m['bookkeeping_share']:.1f}%; {m['updates']} updates,"
+            f" {m['clients_trained']} clients trained, clock {m['sim_clock']:.1f} s; one checkpoint"
+            f" {m['checkpoint_mib']:.0f} MiB in {m['checkpoint_save_s']:.2f} s"
+        )

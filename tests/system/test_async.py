@@ -1,0 +1,229 @@
+"""Asynchronous servers on the simulated clock (``system.server=fedasync|fedbuff``, fedrun/system/events.py,
+fedrun/run/async_rounds.py): each option's defining property, determinism across engines and across a kill and a
+mid-update interrupt, the event order, and bad input refused in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from fedrun.config.identity import config_key, fingerprint
+from fedrun.config.schema import ASYNC_KEYS, RunSpec, SystemConfig
+from fedrun.core.errors import ConfigError
+from fedrun.core.rng import np_rng
+from fedrun.core.tree import unstack
+from fedrun.report import curves
+from fedrun.run.async_rounds import train_update
+from fedrun.run.checkpoint import CHECKPOINT_FILE
+from fedrun.run.experiment import build_experiment
+from fedrun.run.loop import run
+from fedrun.run.rounds import lr_at
+from fedrun.run.state import fresh_state
+from fedrun.storage.atomic import TIMING_COLUMNS
+from fedrun.storage.rundir import RunDir
+from fedrun.system.events import EventQueue, check_async, staleness_weight
+
+SMALL = (
+    "data.max_train_samples=600",
+    "data.max_test_samples=200",
+    "fl.clients=10",
+    "fl.rounds=6",
+    "fl.participation=0.5",
+    "fl.local_epochs=1",
+    "fl.batch_size=20",
+    "model.hidden=[32]",
+    "hardware.threads=1",
+    "checkpoint.every=1",
+)
+# every client runs 3 steps of 20 samples and moves the same bytes on one device: equal completion times
+EQUAL_TIMES = ("fl.local_steps=3",)
+ASYNC_COLUMNS = ["sim_seconds", "sim_clock", "staleness_mean", "staleness_max", "in_flight", "clients"]
+
+
+def metrics(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(run_dir / "metrics.csv").drop(columns=list(TIMING_COLUMNS))
+
+
+def run_in(tmp_path: Path, name: str, spec: RunSpec) -> pd.DataFrame:
+    (tmp_path / name).mkdir()
+    summary = run(spec, tmp_path / name)
+    assert summary["status"] == "completed"
+    return metrics(tmp_path / name)
+
+
+def test_staleness_functions_are_xie_et_al() -> None:
+    assert [staleness_weight("constant", 0.5, 4, lag) for lag in (0, 3, 9)] == [1.0, 1.0, 1.0]
+    assert [staleness_weight("polynomial", 0.5, 4, lag) for lag in (0, 3)] == [1.0, 0.5]  # (3 + 1)^-0.5
+    assert [staleness_weight("hinge", 10, 4, lag) for lag in (0, 4, 5, 6)] == [1.0, 1.0, 1 / 11, 1 / 21]
+
+
+def test_events_are_ordered_by_time_then_dispatch_order() -> None:
+    q = EventQueue()
+    q.push({}, np.array([7, 2, 5]), np.array([2.0, 1.0, 2.0]), version=0)  # 7 and 5 tie at t = 2
+    q.push({}, np.array([1]), np.array([1.0]), version=0)  # ties with 2, dispatched later
+    order = [q.pop()[2] for _ in range(4)]
+    assert order == [2, 1, 7, 5] and q.clock == 2.0
+    again = EventQueue.from_tree(EventQueue(heap=[(1.0, 0, 3, 0, 0, 0)], batches={0: {}}).to_tree(), "x")
+    assert again.heap == [(1.0, 0, 3, 0, 0, 0)]
+
+
+def test_fedbuff_with_k_equal_c_equal_cohort_and_no_staleness_is_fedavg(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    fedavg = run_in(tmp_path, "fedavg", make_spec(*SMALL, *EQUAL_TIMES))
+    buff = run_in(tmp_path, "fedbuff", make_spec(*SMALL, *EQUAL_TIMES, "system.server=fedbuff", "system.buffer=5"))
+    assert (buff["staleness_max"] == 0).all() and (buff["clients"] == 5).all()
+    assert buff["sim_clock"].is_monotonic_increasing and (buff["sim_seconds"] > 0).all()
+    # w + (sum_i p_i y_i - w) against sum_i p_i y_i: the same up to float rounding
+    for col in ("test_acc", "test_loss", "local_loss"):
+        np.testing.assert_allclose(buff[col], fedavg[col], rtol=1e-5, atol=1e-6)
+    # with staleness (K < C) it is another algorithm: a check that the property above is not vacuous
+    stale = run_in(tmp_path, "stale", make_spec(*SMALL, *EQUAL_TIMES, "system.server=fedbuff", "system.buffer=2"))
+    assert stale["staleness_max"].max() > 0
+
+
+def test_fedasync_with_mixing_1_and_concurrency_1_is_sequential_sgd(make_spec: Callable[..., RunSpec]) -> None:
+    spec = make_spec(*SMALL, "system.server=fedasync", "system.mixing=1.0", "system.concurrency=1")
+    experiment = build_experiment(spec)
+    state = fresh_state(experiment)
+    start = dict(state.params)
+    for t in range(spec.fl.rounds):
+        train_update(experiment, state, t)
+    # the same clients, one after the other, each from the previous one's model
+    params, engine = start, build_experiment(spec).engine
+    for t in range(spec.fl.rounds):
+        client = torch.as_tensor(np_rng(spec.seed, "sample", t).choice(spec.fl.clients, 1), dtype=torch.long)
+        res = engine.train_cohort(t, params, {}, client, {}, lr_at(spec, t))
+        params = unstack(res.uploads["params"], 0)
+    for k, v in params.items():
+        assert torch.equal(state.params[k], v), k
+    assert state.events is not None and state.events.dispatches == spec.fl.rounds  # refills wait for the next update
+
+
+def test_same_stream_on_every_engine(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
+    setting = (*SMALL, "system.server=fedasync", "system.devices=tiers", "system.staleness=polynomial")
+    seq = run_in(tmp_path, "seq", make_spec(*setting))
+    vec = run_in(tmp_path, "vec", make_spec(*setting, "hardware.engine=vectorised"))
+    assert seq["staleness_max"].max() > 0  # tiers make clients overtake each other
+    pd.testing.assert_frame_equal(seq[ASYNC_COLUMNS], vec[ASYNC_COLUMNS], check_exact=True)
+    np.testing.assert_allclose(seq["test_loss"], vec["test_loss"], rtol=1e-4)
+
+
+def test_killed_and_resumed_mid_stream_gives_the_same_numbers(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedrun.run.state as runner
+
+    spec = make_spec(*SMALL, "system.server=fedbuff", "system.buffer=2", "system.devices=tiers")
+    full, partial = tmp_path / "full", tmp_path / "partial"
+    full.mkdir()
+    partial.mkdir()
+    save = runner.save_checkpoint
+
+    def save_and_copy(path: Path, ck: Any) -> None:  # what a run killed after update 3 leaves
+        save(path, ck)
+        if ck.round == 3:
+            assert len(ck.events["times"]) >= 3 and ck.events["batches"]  # >= C - K in flight, their work saved
+            (partial / CHECKPOINT_FILE).write_bytes(path.read_bytes())
+            (partial / "metrics.csv").write_bytes((full / "metrics.csv").read_bytes())
+
+    monkeypatch.setattr(runner, "save_checkpoint", save_and_copy)
+    run(spec, full)
+    monkeypatch.setattr(runner, "save_checkpoint", save)
+    (partial / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))
+    (partial / "summary.json").write_text('{"status": "running"}')
+    summary = run(spec, partial)
+    assert summary["status"] == "completed" and summary.get("resumed_from_round") == 3
+    pd.testing.assert_frame_equal(metrics(partial), metrics(full), check_exact=True)
+    assert summary["sim_clock"] == metrics(full)["sim_clock"].iloc[-1]
+
+
+def test_an_interrupt_mid_update_rewinds_the_queue(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(*SMALL, "system.server=fedbuff", "system.buffer=2", "system.devices=tiers", "checkpoint.every=0")
+    full = run_in(tmp_path, "full", spec)
+    push, calls = EventQueue.push, []
+
+    def push_then_stop(self: EventQueue, *args: Any, **kwargs: Any) -> None:
+        push(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 4:  # a dispatch inside an update, after arrivals were popped
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(EventQueue, "push", push_then_stop)
+    (tmp_path / "cut").mkdir()
+    assert run(spec, tmp_path / "cut")["status"] == "interrupted"
+    monkeypatch.setattr(EventQueue, "push", push)
+    assert run(spec, tmp_path / "cut")["status"] == "completed"
+    pd.testing.assert_frame_equal(metrics(tmp_path / "cut"), full, check_exact=True)
+
+
+def test_eval_every_seconds_follows_the_clock_and_curves_draw_against_it(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    spec = make_spec(*SMALL, "system.server=fedasync", "system.eval_every_seconds=0.05")
+    (tmp_path / "t").mkdir()
+    assert run(spec, RunDir(tmp_path / "t"))["status"] == "completed"
+    m = metrics(tmp_path / "t")
+    assert len(m) < 6 and m["round"].iloc[-1] == 6
+    buckets = (m["sim_clock"].iloc[:-1] // 0.05).tolist()
+    assert buckets == sorted(set(buckets))  # at most one row per period
+    out = tmp_path / "c.png"
+    assert curves.main([str(tmp_path / "t"), "--x", "sim_clock", "--out", str(out)]) == 0
+    drawn = pd.read_csv(out.with_suffix(".csv"), comment="#")
+    assert list(drawn["sim_clock"]) == list(m["sim_clock"]) and list(drawn["mean"]) == list(100 * m["test_acc"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("system.server=fedbuff", "system.buffer=6"), "system.buffer: not with system.server=fedbuff; valid: at most"),
+        (("system.server=fedasync", "system.deadline=5"), "system.deadline: not with system.server=fedasync"),
+        (("system.server=fedbuff", "system.concurrency=11"), "system.concurrency: not with system.server=fedbuff"),
+        (("system.server=fedbuff", "fl.sampling=bernoulli"), "fl.sampling: not with system.server=fedbuff"),
+        (("system.server=lazy",), "system.server: invalid value 'lazy'; valid: sync, fedasync, fedbuff"),
+        (("system.mixing=0",), r"system.mixing: must be in \(0.0, 1.0\]"),
+        (("system.eval_every_seconds=3",), "system.eval_every_seconds: evaluates an async server's stream"),
+    ],
+)
+def test_bad_settings_are_refused_in_one_line(
+    make_spec: Callable[..., RunSpec], overrides: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as e:
+        make_spec(*SMALL, *overrides)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("method", ["scaffold", "fednova"])
+def test_a_server_step_that_is_not_an_average_is_refused(
+    run_cli: Callable[..., Any], tmp_path: Path, method: str
+) -> None:
+    proc = run_cli(*SMALL, f"algorithm={method}", "system.server=fedbuff", "system.buffer=2")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "system.server: fedbuff replaces the server step" in proc.stderr
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_a_model_with_buffers_is_refused(make_spec: Callable[..., RunSpec]) -> None:
+    experiment = build_experiment(make_spec(*SMALL))
+    bn = SimpleNamespace(buffers={"bn.running_mean": torch.zeros(3)})
+    with pytest.raises(ConfigError, match=r"system.server: fedasync mixes parameters, but the model has buffers"):
+        check_async(SystemConfig(server="fedasync"), experiment.algorithm, bn)  # type: ignore[arg-type]
+    check_async(SystemConfig(server="fedasync"), experiment.algorithm, experiment.model)
+
+
+def test_a_sync_system_run_keeps_the_identity_it_had_before_the_async_keys(make_spec: Callable[..., RunSpec]) -> None:
+    raw = make_spec(*SMALL, "system.dropout=0.2").raw
+    before = {**raw, "system": {k: v for k, v in raw["system"].items() if k not in ASYNC_KEYS}}
+    assert config_key(raw) == config_key(before) and fingerprint(raw) == fingerprint(before)
+    fedbuff = make_spec(*SMALL, "system.dropout=0.0", "system.server=fedbuff", "system.buffer=2").raw
+    assert config_key(fedbuff) != config_key(make_spec(*SMALL, "system.devices=uniform").raw)
