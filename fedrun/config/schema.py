@@ -397,6 +397,12 @@ def check_system(spec: RunSpec) -> None:
         )
     if sy.server != "sync":
         check_async_system(sy, fl)
+        if spec.compression.name != "none":  # async_rounds steps the model itself, outside aggregate_round's pipeline
+            raise ConfigError(
+                "compression.name",
+                f"not with system.server={sy.server}: the upload pipeline runs in synchronous rounds; valid: none,"
+                " or system.server=sync",
+            )
     # with fl.local_steps set there are no epochs: a straggler's work is then counted in steps (fedrun/system/model.py)
     if sy.stragglers and sy.straggler_work == "epochs" and fl.local_steps is None and fl.local_epochs < 2:
         raise ConfigError(

@@ -193,6 +193,7 @@ def test_eval_every_seconds_follows_the_clock_and_curves_draw_against_it(
         (("system.server=lazy",), "system.server: invalid value 'lazy'; valid: sync, fedasync, fedbuff"),
         (("system.mixing=0",), r"system.mixing: must be in \(0.0, 1.0\]"),
         (("system.eval_every_seconds=3",), "system.eval_every_seconds: evaluates an async server's stream"),
+        (("system.server=fedbuff", "system.buffer=2", "compression=topk"), "compression.name: not with system.serv"),
     ],
 )
 def test_bad_settings_are_refused_in_one_line(
