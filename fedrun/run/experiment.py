@@ -32,6 +32,7 @@ from fedrun.engines.base import Engine
 from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
+from fedrun.privacy.client import ClientDP
 from fedrun.storage.rundir import RunDir
 from fedrun.system.model import SystemModel
 
@@ -108,6 +109,7 @@ class Experiment:
     threads: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch threads used and why (summary.json)
     system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
     local_test: LocalTest | None = None  # the clients' local test splits (eval.local_test)
+    privacy: ClientDP | None = None  # client-level DP-FedAvg's server side (privacy.mode=client; fedrun/privacy/)
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
@@ -115,6 +117,8 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     (:func:`earlier_engine_and_threads`), kept where the config leaves the choice to fedrun (``auto`` engine,
     0 threads)."""
     hw = spec.hardware
+    # first: a target epsilon no noise reaches is refused before any data is read
+    privacy = ClientDP.build(spec.privacy, spec.fl, spec.seed) if spec.privacy.mode == "client" else None
     threads = apply_threads(hw.threads, pinned_threads)
     device = resolve_device(hw.device)
     data = load_data(spec)
@@ -130,6 +134,12 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     fed = FederatedData(client_data, train_parts, device, DTYPES[hw.precision], test=test)
     fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
+    if privacy is not None and model.buffers:
+        raise ConfigError(
+            "privacy.mode",
+            f"client: model={spec.model.name} uploads BatchNorm statistics, which DP-FedAvg does not clip nor noise;"
+            " valid: a model without BatchNorm (e.g. mlp, cnn) or privacy=none",
+        )
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
@@ -138,7 +148,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
         spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system,
-        local_test=local_test,
+        local_test=local_test, privacy=privacy,
     )  # fmt: skip
 
 

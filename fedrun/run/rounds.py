@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
 from fedrun.metrics.personal import LocalEvaluation
+from fedrun.privacy.client import private_uploads
 from fedrun.run.state import RunState
 from fedrun.system.clock import flops_per_sample
 from fedrun.system.model import RoundClose, RoundPlan, SystemModel
@@ -82,7 +84,10 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
     started = time.perf_counter()
     # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
     torch.manual_seed(derive(spec.seed, "torch-global", rnd))
-    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+    poisson = spec.privacy.mode == "client" and spec.privacy.sampling == "poisson"
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd, poisson), dtype=torch.long)
+    if not len(clients):  # an empty Poisson cohort: DP-FedAvg releases the noise alone
+        return empty_private_round(experiment, state, rnd, started)
     trained = training_clients(fl, clients)  # fl.train_all: every client trains, the sampled are aggregated
     lr = algo.local_lr(rnd, lr_at(spec, rnd))
     extras = algo.broadcast(state.params, state.server_state)
@@ -115,10 +120,15 @@ def aggregate_round(
     weights renormalised over them (:func:`aggregation_weights`); ``state`` is updated in place."""
     spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
     sizes = experiment.fed.sizes[clients].to(torch.float64)
-    weights = aggregation_weights(sizes, fl.weighting).to(experiment.device)
+    # DP-FedAvg weighs clients uniformly: a client's weight bounds its sensitivity (docs/privacy.md)
+    weights = aggregation_weights(sizes, "uniform" if experiment.privacy else fl.weighting).to(experiment.device)
     info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
     diagnostics = round_diagnostics(state.params, res.uploads, weights, res.steps, lr) if spec.eval.diagnostics else {}
     t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
+    if experiment.privacy is not None:  # clipped, noised: the uploads' mean is DP-FedAvg's w^{t+1}
+        uploads, dp_columns = private_uploads(experiment.privacy, state.params, res.uploads, rnd)
+        res = dataclasses.replace(res, uploads=uploads)
+        diagnostics.update(dp_columns)
     state.params, state.server_state, method_diag = algo.aggregate(
         state.params, state.server_state, res.uploads, weights, info
     )
@@ -143,6 +153,21 @@ def aggregate_round(
     )  # fmt: skip
 
 
+def empty_private_round(experiment: Experiment, state: RunState, rnd: int, started: float) -> RoundResult:
+    """Round ``rnd`` of client-level DP whose Poisson cohort is empty: w^{t+1} = w^t + N(0, z^2 S^2) / m_exp
+    (McMahan et al. 2018 Alg. 1 with an empty sum); the method's server state and the model's buffers stay.
+    ``clients`` = 0 and a NaN local loss say so in metrics.csv."""
+    dp = experiment.privacy
+    if dp is None:
+        raise RuntimeError("an empty cohort is drawn only by client-level DP's Poisson sampling")
+    t_agg = time.perf_counter()
+    state.params, columns = dp.aggregate(state.params, None, rnd)
+    seconds = time.perf_counter() - t_agg
+    state.agg_time += seconds
+    lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
+    return RoundResult(rnd, 0, lr, math.nan, 0, 0, seconds, started, diagnostics=columns)
+
+
 def is_eval_round(spec: RunSpec, rnd: int) -> bool:
     """Whether round ``rnd`` (0-based) is evaluated: every ``eval.every`` rounds, and always the last."""
     return (rnd + 1) % spec.eval.every == 0 or rnd == spec.fl.rounds - 1
@@ -162,6 +187,8 @@ def evaluation_row(
     model = experiment.algorithm.eval_params(state.params, state.server_state)
     acc, loss = evaluate(experiment.model, model, experiment.fed, experiment.fed.test, ev.batch_size)
     row: dict[str, Any] = {"round": r.rnd + 1, "test_acc": acc, "test_loss": loss}
+    if experiment.privacy is not None:  # the budget spent so far, at privacy.delta (dp-accounting)
+        row["epsilon"] = experiment.privacy.epsilon(r.rnd + 1)
     if ev.train_acc:
         row["train_acc"], row["train_loss"] = evaluate(
             experiment.model, model, experiment.fed, experiment.fed.train, ev.batch_size

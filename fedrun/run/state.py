@@ -121,6 +121,7 @@ class FinishedRound:
     weight_rows: int
     counters: tuple[int, float, float]  # samples, train_time, agg_time
     torch_rng: torch.Tensor
+    dp_clip: float | None = None  # client-level DP's clip S (adaptive clipping changes it: fedrun/privacy/client.py)
 
 
 def finished_round(state: RunState, experiment: Experiment, done: int) -> FinishedRound:
@@ -128,6 +129,7 @@ def finished_round(state: RunState, experiment: Experiment, done: int) -> Finish
     return FinishedRound(
         done, clone(state.params), clone(state.server_state), clone(experiment.model.buffers), len(state.rows),
         len(state.weight_log), (state.samples, state.train_time, state.agg_time), torch.get_rng_state(),
+        experiment.privacy.clip if experiment.privacy else None,
     )  # fmt: skip
 
 
@@ -141,6 +143,8 @@ def rewind(state: RunState, experiment: Experiment, last: FinishedRound, run_dir
         experiment.model.set_buffers(last.buffers)
     state.samples, state.train_time, state.agg_time = last.counters
     torch.set_rng_state(last.torch_rng)
+    if experiment.privacy is not None and last.dp_clip is not None:
+        experiment.privacy.clip = last.dp_clip
     del state.rows[last.rows :], state.weight_log[last.weight_rows :]
     _rewrite(run_dir / METRICS_FILE, state.rows)  # (a row may be in the file and not yet in ``rows``)
     _rewrite(run_dir / CLIENT_WEIGHTS_FILE, state.weight_log)
@@ -156,6 +160,8 @@ def restore(state: RunState, ck: Checkpoint, experiment: Experiment) -> None:
     state.train_time, state.agg_time = ck.counters["train_time"], ck.counters["agg_time"]
     state.elapsed = ck.counters["elapsed"]
     state.clock = float(ck.counters.get("clock", 0.0))  # absent from checkpoints of before the simulated clock
+    if experiment.privacy is not None and "dp_clip" in ck.counters:  # adaptive clipping's S is state
+        experiment.privacy.clip = float(ck.counters["dp_clip"])
     if ck.torch_rng is not None:
         torch.set_rng_state(ck.torch_rng)
     if ck.buffers:
@@ -230,6 +236,8 @@ def check_checkpoint(ck: Checkpoint, state: RunState, experiment: Experiment, pa
         raise bad(f"counters: must hold {', '.join(COUNTERS)} as finite numbers >= 0")
     if "clock" in c and (not _is_number(c["clock"]) or not 0 <= c["clock"] < math.inf):
         raise bad("counters: clock (the simulated clock) must be a finite number >= 0")
+    if "dp_clip" in c and (not _is_number(c["dp_clip"]) or not 0 < c["dp_clip"] < math.inf):
+        raise bad("counters: dp_clip (client-level DP's clip) must be a finite number > 0")
     problem = rows_mismatch(ck.rows, ck.round, spec.eval.every)
     if problem:
         raise bad(f"rows: {problem}")
@@ -294,6 +302,8 @@ def save_state(state: RunState, experiment: Experiment, run_dir: Path, done: int
     counters["elapsed"] = time.perf_counter() - t0
     if experiment.system is not None:  # an ideal run's checkpoint stays as it was
         counters["clock"] = state.clock
+    if experiment.privacy is not None:  # a run without client-level DP keeps its checkpoint as it was
+        counters["dp_clip"] = experiment.privacy.clip
     ck = Checkpoint(
         done, fp, state.params, state.server_state, state.clients.state_dict(), state.rows, counters,
         torch.get_rng_state(), experiment.model.buffers,

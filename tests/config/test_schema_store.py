@@ -208,7 +208,7 @@ def test_config_yaml_does_not_restate_the_schema() -> None:
     own = yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())
     assert set(own) == {"defaults", "hydra"}
     cfg = compose_cfg([])
-    for section in ("fl", "eval", "output", "checkpoint", "ima", "proxy", "corrupt", "tracking", "system"):
+    for section in ("fl", "eval", "output", "checkpoint", "ima", "proxy", "corrupt", "tracking", "system", "privacy"):
         assert OmegaConf.to_container(cfg[section]) == dataclasses.asdict(getattr(FedrunConfig(), section))
 
 
