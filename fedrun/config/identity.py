@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig, SystemConfig
+from fedrun.config.schema import COMPONENT_GROUPS, CompressionConfig, FedrunConfig, SystemConfig
 
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
@@ -99,10 +99,13 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
-    if isinstance(out.get("system"), dict) and all(
-        out["system"].get(f.name, f.default) == f.default for f in dataclasses.fields(SystemConfig)
-    ):
-        out.pop("system")  # the ideal system (fedrun/system/): the runs of before it existed keep their identity
+    # the ideal system (fedrun/system/) and no compression (fedrun/upload/): the runs of before they existed keep
+    # their identity
+    for section, cls in (("system", SystemConfig), ("compression", CompressionConfig)):
+        if isinstance(out.get(section), dict) and all(
+            out[section].get(f.name, f.default) == f.default for f in dataclasses.fields(cls)
+        ):
+            out.pop(section)
     return out
 
 

@@ -434,6 +434,38 @@ def check_privacy(spec: RunSpec) -> None:
         )
 
 
+COMPRESSORS = ("none", "topk", "randk", "qsgd", "sign")  # fedrun/upload/compression.py registers each but none
+
+
+@dataclass
+class CompressionConfig:
+    """Compression of the clients' uploads (``compression.*``; fedrun/upload/, docs/compression.md): a compressor
+    applied to each client's update w_i - w^t (and to a method's extra uploads, e.g. SCAFFOLD's delta_c), with
+    optional client-side error feedback. At its defaults (``compression=none``) no upload pipeline runs and the
+    run is bit for bit the run of before the section existed.
+    """
+
+    name: str = "none"  # none | topk | randk (Stich et al. 2018) | qsgd (Alistarh et al. 2017) | sign (EF-signSGD)
+    ratio: float = 0.01  # topk/randk: the share of the update's entries kept, k = ceil(ratio * d) (fedrun's choice)
+    k: int | None = None  # topk/randk: the entries of the model update kept (1..d), instead of ratio
+    levels: int = 16  # qsgd: s, the quantisation levels per sign (QSGD's experiments use s = 2^2..2^8; fedrun's 16)
+    error_feedback: bool = False  # keep e_i <- p_i - C(p_i) per client, sent with the next update (Karimireddy 2019)
+
+    def __post_init__(self) -> None:
+        one_of("name", self.name, COMPRESSORS)
+        in_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, why="0 sends nothing")
+        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1):
+            raise ConfigError("k", f"must be a whole number of entries >= 1 (or null: use ratio), got {self.k!r}")
+        if isinstance(self.levels, bool) or not isinstance(self.levels, int) or self.levels < 1:
+            raise ConfigError("levels", f"qsgd's s must be a whole number of levels >= 1, got {self.levels!r}")
+        if self.error_feedback and self.name == "none":
+            raise ConfigError(
+                "error_feedback",
+                "feeds back what a compressor dropped; valid: false with name=none,"
+                f" or name one of {', '.join(COMPRESSORS[1:])}",
+            )
+
+
 @dataclass
 class FedrunConfig:
     """The whole run configuration; component groups are free-form here and validated by their registry."""
@@ -452,6 +484,7 @@ class FedrunConfig:
     corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0  # keys every random draw: init, partition, cohorts, batches (fedrun/core/rng.py)
     cache_dir: str | None = "outputs/.cache"  # partitions and engine=auto's timings kept between runs; None: none kept
@@ -564,6 +597,7 @@ class RunSpec:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
 
 
 def _component(group: str, registry: Any, node: Any) -> Component:
@@ -763,6 +797,7 @@ def _validated(raw: dict[str, Any]) -> RunSpec:
         tracking=_section(TrackingConfig, raw.get("tracking"), "tracking"),
         system=_section(SystemConfig, raw.get("system"), "system"),
         privacy=_section(PrivacyConfig, raw.get("privacy"), "privacy"),
+        compression=_section(CompressionConfig, raw.get("compression"), "compression"),
     )
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
         # the RNG keys take the seed modulo 2**32: larger seeds would silently repeat smaller ones

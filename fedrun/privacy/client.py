@@ -19,14 +19,14 @@ resumed run, adds the same noise.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from fedrun.config.schema import FLConfig, PrivacyConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import torch_gen
-from fedrun.core.tree import Tensors, Tree
+from fedrun.core.tree import Tensors
 from fedrun.privacy.accounting import epsilon, noise_for_epsilon
 
 
@@ -89,6 +89,7 @@ class ClientDP:
     seed: int
     z: float
     clip: float
+    _unclipped: float = field(default=0.0, init=False, repr=False)  # this round's unclipped count (clip_cohort)
 
     @classmethod
     def build(cls, config: PrivacyConfig, fl: FLConfig, seed: int) -> ClientDP:
@@ -143,31 +144,37 @@ class ClientDP:
         """The budget spent after ``rounds`` rounds, at privacy.delta (dp-accounting)."""
         return epsilon(self.q, self.z, rounds, self.config.delta, self.config.accountant)
 
-    def aggregate(self, params: Tensors, stacked: Tensors | None, rnd: int) -> tuple[Tensors, dict[str, float]]:
-        """Round ``rnd``'s DP-FedAvg step from w^t = ``params`` and the cohort's stacked models (None: an empty
-        Poisson cohort, whose release is the noise alone): (w^{t+1}, the round's clip columns); adapts S."""
-        keys = sorted(params)
-        w = torch.cat([params[k].reshape(-1) for k in keys])
-        clip, total, unclipped, m = self.clip, torch.zeros_like(w), 0.0, 0
-        if stacked is not None:
-            rows, norms = clip_rows(flat(stacked) - w, clip)
-            total, m = rows.sum(0), rows.shape[0]
-            unclipped = float((norms <= clip).sum())
-        noise = keyed_normal(w.numel(), self.update_z * clip, self.seed, "dp-noise", rnd)
-        new = w + (total + noise.to(w.dtype).to(w.device)) / self.expected
+    def clip_cohort(self, delta: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The cohort's updates [m, d] clipped to the current S, and the round's columns (S used, the share of
+        clients clipped); the unclipped count is kept for :meth:`release`'s adaptive step."""
+        clipped, norms = clip_rows(delta, self.clip)
+        self._unclipped = float((norms <= self.clip).sum())
+        return clipped, {"clip": self.clip, "clipped_fraction": 1 - self._unclipped / len(delta)}
+
+    def release(self, total: torch.Tensor, rnd: int) -> torch.Tensor:
+        """(sum_i clip(Delta_i) + N(0, z_Delta^2 S^2 I)) / m_exp, from the sum of the clipped updates ``total``
+        [d] (zero for an empty cohort); with adaptive clipping, S then takes its geometric step on the noised
+        unclipped count of :meth:`clip_cohort` (0 for an empty cohort)."""
+        clip, unclipped = self.clip, self._unclipped
+        self._unclipped = 0.0
+        noise = keyed_normal(total.numel(), self.update_z * clip, self.seed, "dp-noise", rnd)
+        out = (total + noise.to(total.dtype).to(total.device).reshape(total.shape)) / self.expected
         if self.config.adaptive_clip:
             sigma_b = self.count_stddev or 0.0
             b_bar = (unclipped + float(keyed_normal(1, sigma_b, self.seed, "dp-count", rnd)[0])) / self.expected
             self.clip = geometric_clip(clip, b_bar, self.config.target_quantile, self.config.clip_lr)
-        out = unflat(new[None], {k: params[k][None] for k in keys})
-        return {k: v[0] for k, v in out.items()}, {"clip": clip, "clipped_fraction": 1 - unclipped / m if m else 0.0}
+        return out
 
-
-def private_uploads(dp: ClientDP, params: Tensors, uploads: Tree, rnd: int) -> tuple[Tree, dict[str, float]]:
-    """The cohort's uploads rewritten so that a uniform mean of them is DP-FedAvg's w^{t+1}: every row becomes
-    w^{t+1} itself (the methods allowed under client DP aggregate the mean update: config/schema.py's
-    DP_CLIENT_METHODS, so a server optimiser such as FedAdam then steps on the private update)."""
-    new, columns = dp.aggregate(params, uploads["params"], rnd)
-    m = next(iter(uploads["params"].values())).shape[0]
-    rows = {k: v[None].expand(m, *v.shape).clone() for k, v in new.items()}
-    return {**uploads, "params": rows}, columns
+    def aggregate(self, params: Tensors, stacked: Tensors | None, rnd: int) -> tuple[Tensors, dict[str, float]]:
+        """Round ``rnd``'s DP-FedAvg step from w^t = ``params`` and the cohort's stacked models (None: an empty
+        Poisson cohort, whose release is the noise alone): (w^{t+1}, the round's clip columns); adapts S.
+        (A run with a cohort takes the same two steps in the upload pipeline: fedrun/upload/dp_fedavg.py.)"""
+        like = {k: v[None] for k, v in params.items()}
+        w = flat(like)[0]
+        columns = {"clip": self.clip, "clipped_fraction": 0.0}
+        total = torch.zeros_like(w)
+        if stacked is not None:
+            clipped, columns = self.clip_cohort(flat(stacked) - w)
+            total = clipped.sum(0)
+        new = unflat((w + self.release(total, rnd))[None], like)
+        return {k: v[0] for k, v in new.items()}, columns

@@ -27,8 +27,9 @@ class ClientStates:
         return tree_map(lambda t: t.index_select(0, idx).to(self.device), self.rows)
 
     def scatter(self, clients: torch.Tensor, values: Tree) -> None:
+        """Write the rows of ``clients``; ``values`` may hold only some keys (the upload pipeline's ``_upload``)."""
         idx = clients.to(self.home)
-        tree_map(lambda t, v: t.index_copy_(0, idx, v.detach().to(self.home)), self.rows, values)
+        tree_map(lambda v, t: t.index_copy_(0, idx, v.detach().to(self.home)), values, self.rows)
 
     def state_dict(self) -> Tree:
         return self.rows

@@ -35,6 +35,8 @@ from fedrun.models.base import FunctionalModel
 from fedrun.privacy.client import ClientDP
 from fedrun.storage.rundir import RunDir
 from fedrun.system.model import SystemModel
+from fedrun.upload.dp_fedavg import client_dp
+from fedrun.upload.pipeline import UploadPipeline, build_pipeline, upload_layout
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -110,6 +112,7 @@ class Experiment:
     system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
     local_test: LocalTest | None = None  # the clients' local test splits (eval.local_test)
     privacy: ClientDP | None = None  # client-level DP-FedAvg's server side (privacy.mode=client; fedrun/privacy/)
+    upload: UploadPipeline | None = None  # the upload stages (compression.*, fedrun/upload/); None: none run
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
@@ -117,8 +120,9 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     (:func:`earlier_engine_and_threads`), kept where the config leaves the choice to fedrun (``auto`` engine,
     0 threads)."""
     hw = spec.hardware
-    # first: a target epsilon no noise reaches is refused before any data is read
-    privacy = ClientDP.build(spec.privacy, spec.fl, spec.seed) if spec.privacy.mode == "client" else None
+    # first: a target epsilon no noise reaches (privacy.mode=client's stage) is refused before any data is read
+    upload = build_pipeline(spec)
+    privacy = client_dp(upload.stages) if upload is not None else None
     threads = apply_threads(hw.threads, pinned_threads)
     device = resolve_device(hw.device)
     data = load_data(spec)
@@ -145,10 +149,13 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
     system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
+    if upload is not None:  # the method's upload parts, each stage's settings checked against them before any work
+        w0 = model.init_params()
+        upload.bind(upload_layout(algorithm, w0, algorithm.server_init(w0)))
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
         spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system,
-        local_test=local_test, privacy=privacy,
+        local_test=local_test, privacy=privacy, upload=upload,
     )  # fmt: skip
 
 

@@ -25,10 +25,11 @@ from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
 from fedrun.metrics.personal import LocalEvaluation
-from fedrun.privacy.client import private_uploads
 from fedrun.run.state import RunState
 from fedrun.system.clock import flops_per_sample
 from fedrun.system.model import RoundClose, RoundPlan, SystemModel
+from fedrun.upload.base import UploadContext
+from fedrun.upload.pipeline import UPLOAD_STATE
 
 if TYPE_CHECKING:
     from fedrun.run.experiment import Experiment
@@ -91,7 +92,7 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
     trained = training_clients(fl, clients)  # fl.train_all: every client trains, the sampled are aggregated
     lr = algo.local_lr(rnd, lr_at(spec, rnd))
     extras = algo.broadcast(state.params, state.server_state)
-    cohort_states = state.clients.gather(trained) if state.clients else {}
+    cohort_states = engine_states(state, trained)
     t_train = time.perf_counter()
     with precision_context(spec.hardware.precision, experiment.device):
         res = experiment.engine.train_cohort(rnd, state.params, extras, trained, cohort_states, lr)
@@ -123,12 +124,13 @@ def aggregate_round(
     # DP-FedAvg weighs clients uniformly: a client's weight bounds its sensitivity (docs/privacy.md)
     weights = aggregation_weights(sizes, "uniform" if experiment.privacy else fl.weighting).to(experiment.device)
     info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
+    bytes_up, upload_diag = nbytes(res.uploads), dict[str, float]()
+    # the upload stages (fedrun/upload/): what the server receives; under client-level DP its clipped, noised sum
+    if experiment.upload is not None:
+        res, upload_diag = upload_round(experiment, state, rnd, res, clients, weights)
+        bytes_up = len(clients) * experiment.upload.bytes_per_client(res.uploads)
     diagnostics = round_diagnostics(state.params, res.uploads, weights, res.steps, lr) if spec.eval.diagnostics else {}
     t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
-    if experiment.privacy is not None:  # clipped, noised: the uploads' mean is DP-FedAvg's w^{t+1}
-        uploads, dp_columns = private_uploads(experiment.privacy, state.params, res.uploads, rnd)
-        res = dataclasses.replace(res, uploads=uploads)
-        diagnostics.update(dp_columns)
     state.params, state.server_state, method_diag = algo.aggregate(
         state.params, state.server_state, res.uploads, weights, info
     )
@@ -145,10 +147,10 @@ def aggregate_round(
     return RoundResult(
         rnd, len(clients), lr, res.loss,
         bytes_down=bytes_down,
-        bytes_up=nbytes(res.uploads),
+        bytes_up=bytes_up,
         aggregate_seconds=agg_seconds,
         started=started,
-        diagnostics={**method_diag, **diagnostics},
+        diagnostics={**method_diag, **diagnostics, **upload_diag},
         weight_rows=rows,
     )  # fmt: skip
 
@@ -166,6 +168,31 @@ def empty_private_round(experiment: Experiment, state: RunState, rnd: int, start
     state.agg_time += seconds
     lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
     return RoundResult(rnd, 0, lr, math.nan, 0, 0, seconds, started, diagnostics=columns)
+
+
+def engine_states(state: RunState, clients: torch.Tensor) -> Any:
+    """The persistent states of ``clients`` the engine trains with: all but the upload stages' rows."""
+    if not state.clients:
+        return {}
+    states = state.clients.gather(clients)
+    states.pop(UPLOAD_STATE, None)
+    return states
+
+
+def upload_round(
+    experiment: Experiment, state: RunState, rnd: int, res: CohortResult, clients: torch.Tensor, weights: torch.Tensor
+) -> tuple[CohortResult, dict[str, float]]:
+    """The cohort's uploads through the upload pipeline (fedrun/upload/pipeline.py), its stateful stages' rows of
+    ``clients`` read and written back (staged with the round's other client-state writes)."""
+    pipe, algo = experiment.upload, experiment.algorithm
+    assert pipe is not None
+    rows = state.clients.gather(clients)[UPLOAD_STATE] if pipe.stateful else None
+    extras = algo.broadcast(state.params, state.server_state) if any(p.broadcast_ref for p in pipe.parts) else {}
+    ctx = UploadContext(rnd, clients, experiment.spec.seed, weights, experiment.device)
+    uploads, new_rows, diag = pipe.apply(state.params, extras, res.uploads, rows, ctx)
+    if new_rows is not None:
+        state.clients.scatter(clients, {UPLOAD_STATE: new_rows})
+    return dataclasses.replace(res, uploads=uploads), diag
 
 
 def is_eval_round(spec: RunSpec, rnd: int) -> bool:
@@ -232,6 +259,8 @@ def train_system_round(experiment: Experiment, state: RunState, rnd: int, system
     res = _train_workers(experiment, state, rnd, extras, workers, lr, plan)
     down = float(algo.broadcast_bytes(state.params, extras))
     up = float(nbytes(res.uploads)) / max(len(workers), 1)
+    if experiment.upload is not None:  # a client's upload time at its compressed size
+        up = float(experiment.upload.bytes_per_client(res.uploads))
     seconds = system.client_seconds(plan.clients[plan.works], res.steps.numpy(), algo.round_fl(rnd), down, up)
     close = system.close(plan, target if system.config.over_selection > 1 else len(trained), seconds)
     state.clock += close.seconds
@@ -260,7 +289,7 @@ def _train_workers(
     if not len(workers):
         return CohortResult({}, {}, torch.zeros(0, dtype=torch.long), 0, math.nan)
     spec = experiment.spec
-    cohort_states = state.clients.gather(workers) if state.clients else {}
+    cohort_states = engine_states(state, workers)
     t_train = time.perf_counter()
     with precision_context(spec.hardware.precision, experiment.device):
         if plan.budgets is None:

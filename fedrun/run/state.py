@@ -58,6 +58,8 @@ def fresh_state(experiment: Experiment) -> RunState:
     template = algo.client_init(params)
     if fl.keep_momentum and fl.momentum:
         template = {**template, "_momentum": zeros_like(params)}
+    if experiment.upload is not None:  # the upload stages' rows (error feedback's residuals), fedrun/upload/
+        template = {**template, **experiment.upload.state_template()}
     # client rows over 1/4 of the GPU (MOON, FedRobust at 100s of clients) live in host memory
     cuda = experiment.device.type == "cuda"
     big = cuda and fl.clients * nbytes(template) > torch.cuda.get_device_properties(experiment.device).total_memory // 4
@@ -86,11 +88,12 @@ class StagedClientStates(ClientStates):
             if not pos:
                 continue
             dst, src = (torch.tensor(ix, dtype=torch.long) for ix in zip(*pos, strict=True))
-            out = tree_map(
-                lambda o, v, d=dst, s=src: o.index_copy(0, d.to(o.device), v.index_select(0, s.to(v.device)).to(o)),
-                out,
+            written = tree_map(  # only the keys ``values`` holds (a partial write: the upload pipeline's rows)
+                lambda v, o, d=dst, s=src: o.index_copy(0, d.to(o.device), v.index_select(0, s.to(v.device)).to(o)),
                 values,
+                {k: out[k] for k in values},
             )
+            out = {**out, **written}
         return out
 
     def commit(self) -> None:

@@ -17,10 +17,12 @@ from fedrun.privacy.client import (
     flat,
     geometric_clip,
     keyed_normal,
-    private_uploads,
     unflat,
     update_noise_multiplier,
 )
+from fedrun.upload.base import UploadContext
+from fedrun.upload.dp_fedavg import DPFedAvg
+from fedrun.upload.pipeline import Part, UploadPipeline
 
 
 def _dp(**kw: object) -> ClientDP:
@@ -67,10 +69,15 @@ def test_the_released_update_is_the_clipped_sum_plus_noise_over_the_expected_coh
     for k in w:
         assert torch.allclose(new[k], want[k][0], atol=1e-6)
     assert cols == {"clip": 0.5, "clipped_fraction": 1.0}  # every N(0,1) row of 19 numbers has norm > 0.5
-    # the uploads' uniform mean is that update: what a mean-update server (FedAvg, FedOpt) then applies
-    ups, _ = private_uploads(_dp(clip=0.5, noise_multiplier=0.8), w, {"params": stacked}, rnd=2)
+    # through the upload pipeline as its stage: the uploads' uniform mean is that update, what a mean-update server
+    # (FedAvg, FedOpt) then applies
+    pipe = UploadPipeline([DPFedAvg(_dp(clip=0.5, noise_multiplier=0.8))])
+    pipe.bind([Part("params", 19)])
+    ctx = UploadContext(2, torch.arange(6), 3, torch.full((6,), 1 / 6, dtype=torch.float64), torch.device("cpu"))
+    ups, _, diag = pipe.apply(w, {}, {"params": {k: v + w[k] for k, v in stacked.items()}}, None, ctx)
     for k in w:
         assert torch.allclose(ups["params"][k].mean(0), want[k][0], atol=1e-6)
+    assert diag == cols
 
 
 def test_empirical_std_of_the_released_noise_over_many_rounds() -> None:

@@ -1,0 +1,88 @@
+"""The upload-stage contract: one transform of the cohort's flat updates, and the registry of stages.
+
+A stage sees the cohort's updates as one float32 matrix ``delta`` [m, d] (row i: client i's upload less what it
+was sent, w_i - w^t, in cohort order) and returns the matrix the server receives. A ``stateful`` stage keeps one
+float row of length d per client (error feedback's residual e_i), which the run stores with the client's other
+persistent state, so it is checkpointed and resumes bit-exactly; clients not in the cohort keep theirs.
+
+Randomness is keyed, never drawn from the global RNG: :meth:`UploadContext.generator` derives a generator from
+(seed, stage, upload part, round, client) (fedrun/core/rng.py), so every engine, a resumed run and every member
+of a sweep draw the same numbers for the same client.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from fedrun.core.registry import Registry
+from fedrun.core.rng import torch_gen
+
+if TYPE_CHECKING:
+    from fedrun.config.schema import RunSpec
+
+
+@dataclass(frozen=True)
+class UploadContext:
+    """What a stage knows of the round: its index ``rnd`` (0-based), the cohort's ``clients`` (ids, in the rows'
+    order), the run's ``seed``, the aggregation weights p_i (float64, summing to one), the ``device`` of the
+    rows, and which upload ``part`` the rows are (``params``: the model update; else a method's extra upload,
+    e.g. SCAFFOLD's ``delta_c``)."""
+
+    rnd: int
+    clients: torch.Tensor
+    seed: int
+    weights: torch.Tensor
+    device: torch.device
+    part: str = "params"
+
+    def generator(self, purpose: str, client: int) -> torch.Generator:
+        """A CPU generator keyed by (seed, purpose, part, round, client): the same draw on every engine and resume."""
+        return torch_gen(self.seed, "upload", purpose, self.part, self.rnd, client)
+
+
+class UploadStage(ABC):
+    """One transform of the cohort's uploads (a compressor, a clipping or a noise stage).
+
+    ``order`` places it in the pipeline (lower first): clipping and privacy stages act on the client's true
+    update (order < 100), compression on what they leave (order 100). Stages are registered in
+    :data:`UPLOAD_STAGES` and built by :meth:`from_spec`, which returns None when the run's config does not ask
+    for the stage.
+    """
+
+    name: str = ""
+    stateful: bool = False
+    order: ClassVar[int] = 100
+
+    @classmethod
+    @abstractmethod
+    def from_spec(cls, spec: RunSpec) -> UploadStage | None:
+        """The stage the run's config asks for, or None."""
+
+    def check(self, dim: int, part: str) -> None:
+        """Refuse (ConfigError naming the field) a setting that cannot apply to an upload part of ``dim`` floats."""
+        return None
+
+    def init_state(self, dim: int) -> torch.Tensor | None:
+        """One client's initial state row (length ``dim``) when ``stateful``, else None."""
+        return torch.zeros(dim, dtype=torch.float32) if self.stateful else None
+
+    @abstractmethod
+    def apply(
+        self, delta: torch.Tensor, state: torch.Tensor | None, ctx: UploadContext
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+        """(the rows the server receives [m, d], the clients' new state rows or None, diagnostics for metrics.csv)."""
+
+    def apply_sum(self, total: torch.Tensor, ctx: UploadContext) -> tuple[torch.Tensor, dict[str, float]]:
+        """A hook on the weighted sum sum_i p_i delta_i the server forms (central DP noise); unchanged by default."""
+        return total, {}
+
+    def bits_per_client(self, dim: int) -> float | None:
+        """Bits one client sends for an upload part of ``dim`` floats after this stage; None: dense, unchanged."""
+        return None
+
+
+UPLOAD_STAGES: Registry[type[UploadStage]] = Registry("upload stage", "fedrun.upload")

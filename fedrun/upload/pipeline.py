@@ -1,0 +1,210 @@
+"""The upload pipeline: the run's upload stages applied to the cohort's uploads between ``client_finish`` and
+``aggregate`` (docs/compression.md).
+
+Each float upload part (``params``, and a method's extra uploads such as SCAFFOLD's ``delta_c``; never the
+BatchNorm ``buffers``, sent dense) is flattened to one float32 row per client: the model as w_i - w^t, an extra
+that has a namesake among the broadcast extras as its difference from what was broadcast (FedFA's anchors), any
+other extra as it is (it is already a difference or a gradient: SCAFFOLD's delta c_i, MimeLite's full-batch
+gradient, FedSMOO's mu_i). The stages transform the rows in order (:attr:`UploadStage.order`); the server then
+receives reference + row', in the upload's dtype and layout, so every method aggregates what was sent without
+knowing it was compressed. An entry the stages left unchanged keeps the client's own value (no
+(w - w^t) + w^t rounding), so a stage that changes nothing changes nothing.
+
+Stateful stages keep their rows under the client-state key ``_upload`` (:data:`UPLOAD_STATE`), one float32 row
+per (stage, part) and client, which the run gathers and scatters with the cohort and checkpoints with the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedrun.algorithms.base import Algorithm, ClientContext
+from fedrun.core.tree import Tensors, Tree, leaves, nbytes
+from fedrun.upload.base import UPLOAD_STAGES, UploadContext, UploadStage
+
+if TYPE_CHECKING:
+    from fedrun.config.schema import RunSpec
+
+UPLOAD_STATE = "_upload"  # the client-state key of the stages' per-client rows
+
+
+@dataclass(frozen=True)
+class Part:
+    """One upload part: its key in the uploads, its flat size d, and whether its reference is a broadcast extra."""
+
+    key: str
+    dim: int
+    broadcast_ref: bool = False
+
+
+def build_pipeline(spec: RunSpec) -> UploadPipeline | None:
+    """The stages the run's config asks for (every registered stage's :meth:`UploadStage.from_spec`), in their
+    order; None when it asks for none, so a run without them takes the code path of before the pipeline."""
+    stages = [s for name in UPLOAD_STAGES.names() if (s := UPLOAD_STAGES.get(name).obj.from_spec(spec)) is not None]
+    return UploadPipeline(sorted(stages, key=lambda s: s.order)) if stages else None
+
+
+def upload_layout(algorithm: Algorithm, params: Tensors, server_state: Tree) -> list[Part]:
+    """The float upload parts of ``algorithm`` (all but ``buffers``), from one ``client_finish`` on w^0."""
+    extras = algorithm.broadcast(params, server_state)
+    ctx = ClientContext(params, extras, algorithm.client_init(params), 1.0, torch.tensor(1.0))
+    upload, _ = algorithm.client_finish(params, params, ctx, torch.tensor(1))
+    parts = []
+    for key, value in upload.items():
+        tree = value if isinstance(value, dict) else {key: value}
+        dim = sum(t.numel() for t in leaves(tree) if t.is_floating_point())
+        if key != "buffers" and dim:
+            ref = key != "params" and key in extras and _same_shapes(extras[key], value)
+            parts.append(Part(key, dim, ref))
+    return parts
+
+
+def _same_shapes(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_shapes(a[k], b[k]) for k in a)
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+
+
+class UploadPipeline:
+    """The run's upload stages in order; :meth:`bind` fixes the method's upload parts before the first round."""
+
+    def __init__(self, stages: list[UploadStage]) -> None:
+        self.stages = stages
+        self.parts: list[Part] = []
+
+    @property
+    def stateful(self) -> bool:
+        return any(s.stateful for s in self.stages)
+
+    def bind(self, parts: list[Part]) -> None:
+        """Use the method's upload ``parts``, each checked by every stage (a ConfigError names a bad setting)."""
+        for part in parts:
+            for stage in self.stages:
+                stage.check(part.dim, part.key)
+        self.parts = parts
+
+    def state_template(self) -> Tree:
+        """One client's rows of the stateful stages: ``{UPLOAD_STATE: {stage: {part: row}}}`` ({} when none)."""
+        rows = {
+            s.name: {p.key: s.init_state(p.dim) for p in self.parts} for s in self.stages if s.stateful
+        }  # fmt: skip
+        return {UPLOAD_STATE: rows} if rows else {}
+
+    def bytes_per_client(self, uploads: Tree) -> int:
+        """What one client sends: each compressed part at its last compressing stage's bits (rounded up to whole
+        bytes), the rest (buffers, a dense part) at its size; ``uploads`` stacked over the cohort."""
+        m = _cohort(uploads)
+        total = 0
+        for key, value in uploads.items():
+            part = next((p for p in self.parts if p.key == key), None)
+            bits = [b for s in self.stages if part and (b := s.bits_per_client(part.dim)) is not None]
+            total += math.ceil(bits[-1] / 8) if bits else nbytes(value) // max(m, 1)
+        return total
+
+    def apply(
+        self, params: Tensors, extras: Tree, uploads: Tree, rows: Tree | None, ctx: UploadContext
+    ) -> tuple[Tree, Tree | None, dict[str, float]]:
+        """The uploads the server receives, the stages' new rows (None when none are stateful) and diagnostics."""
+        out, new_rows, diag = dict(uploads), {s: dict(r) for s, r in (rows or {}).items()}, {}
+        for part in self.parts:
+            pctx = UploadContext(ctx.rnd, ctx.clients, ctx.seed, ctx.weights, ctx.device, part.key)
+            ref = params if part.key == "params" else extras[part.key] if part.broadcast_ref else None
+            sent, stage_rows, d = self.run_stages(_flat(uploads[part.key], ref), rows, pctx)
+            for name, row in stage_rows.items():
+                new_rows[name][part.key] = row
+            out[part.key] = _rebuild(uploads[part.key], ref, sent)
+            diag.update(d if part.key == "params" else {f"{part.key}_{k}": v for k, v in d.items()})
+        return out, (new_rows or None), diag
+
+    def run_stages(
+        self, delta: torch.Tensor, rows: Tree | None, ctx: UploadContext
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
+        """(delta [m, d] through every stage, then the stages' hook on the weighted sum; the new rows by stage;
+        diagnostics). A changed sum sum_i p_i delta_i is spread back over the rows as delta_i + (total' - total),
+        which the weighted mean (sum_i p_i = 1) turns into total'."""
+        sent, new_rows, diag = delta, {}, {}
+        for stage in self.stages:
+            state = rows[stage.name][ctx.part] if stage.stateful and rows else None
+            sent, state, d = stage.apply(sent, state, ctx)
+            diag.update(d)
+            if stage.stateful and state is not None:
+                new_rows[stage.name] = state
+        summed = [s for s in self.stages if type(s).apply_sum is not UploadStage.apply_sum]
+        if not summed:
+            return sent, new_rows, diag
+        w = ctx.weights.to(sent.device, torch.float64).unsqueeze(1)
+        total = (w * sent.double()).sum(0).to(sent.dtype)
+        for stage in summed:
+            new_total, d = stage.apply_sum(total, ctx)
+            diag.update(d)
+            if new_total is not total:
+                sent, total = sent + (new_total - total), new_total
+        return sent, new_rows, diag
+
+
+def _cohort(uploads: Tree) -> int:
+    return next((t.shape[0] for t in leaves(uploads) if t.dim()), 0)
+
+
+def _as_tree(value: Any, key: str = "_") -> Tree:
+    return value if isinstance(value, dict) else {key: value}
+
+
+def _flat(upload: Any, ref: Any) -> torch.Tensor:
+    """The cohort's rows [m, d] (float32) of an upload part less its reference (None: zero)."""
+    tree = _as_tree(upload)
+    refs = _as_tree(ref) if ref is not None else None
+    cols = []
+    for k, t in _float_items(tree):
+        r = _lookup(refs, k)
+        x = t.float() if r is None else t.float() - r.float().unsqueeze(0)
+        cols.append(x.reshape(t.shape[0], -1))
+    return torch.cat(cols, 1)
+
+
+def _rebuild(upload: Any, ref: Any, sent: torch.Tensor) -> Any:
+    """``upload`` with its float entries replaced by reference + ``sent`` (entries ``sent`` left equal to the
+    client's delta keep the client's own value), in each entry's dtype."""
+    tree = _as_tree(upload)
+    refs = _as_tree(ref) if ref is not None else None
+    values: dict[tuple[str, ...], torch.Tensor] = {}
+    at = 0
+    for k, t in _float_items(tree):
+        n = t[0].numel() if t.dim() else 1
+        r = _lookup(refs, k)
+        x = t.float() if r is None else t.float() - r.float().unsqueeze(0)
+        new = sent[:, at : at + n].reshape(t.shape)
+        full = new if r is None else new + r.float().unsqueeze(0)
+        values[k] = torch.where(new == x, t, full.to(t.dtype))
+        at += n
+    out = _replace(tree, values, ())
+    return out if isinstance(upload, dict) else out["_"]
+
+
+def _float_items(tree: Tree, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], torch.Tensor]]:
+    out = []
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.extend(_float_items(v, (*prefix, k)))
+        elif v.is_floating_point():
+            out.append(((*prefix, k), v))
+    return out
+
+
+def _lookup(tree: Tree | None, path: tuple[str, ...]) -> torch.Tensor | None:
+    for k in path:
+        if tree is None:
+            return None
+        tree = tree.get(k)
+    return tree  # type: ignore[return-value]
+
+
+def _replace(tree: Tree, values: dict[tuple[str, ...], torch.Tensor], prefix: tuple[str, ...]) -> Tree:
+    return {
+        k: _replace(v, values, (*prefix, k)) if isinstance(v, dict) else values.get((*prefix, k), v)
+        for k, v in tree.items()
+    }
