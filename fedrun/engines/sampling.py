@@ -37,6 +37,15 @@ def sample_clients(fl: FLConfig, seed: int, rnd: int, poisson: bool = False) -> 
     return chosen
 
 
+def participations(fl: FLConfig, seed: int, rounds: int, poisson: bool = False) -> np.ndarray:
+    """How many of rounds 0..``rounds``-1 each client was sampled in (a pure function of the seed: a resumed run
+    recomputes it)."""
+    counts = np.zeros(fl.clients, dtype=np.int64)
+    for rnd in range(rounds):
+        counts[sample_clients(fl, seed, rnd, poisson)] += 1
+    return counts
+
+
 def training_clients(fl: FLConfig, sampled: torch.Tensor) -> torch.Tensor:
     """The clients that train this round: the sampled cohort, or with ``fl.train_all`` every client.
 

@@ -17,9 +17,10 @@ from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.core.rng import derive
 from fedrun.core.tree import Tree, all_finite, leaves, nbytes, tree_map
+from fedrun.data.federated import num_local_steps
 from fedrun.engines.auto import precision_context
 from fedrun.engines.base import CohortResult
-from fedrun.engines.sampling import aggregated_part, sample_clients, training_clients
+from fedrun.engines.sampling import aggregated_part, participations, sample_clients, training_clients
 from fedrun.metrics.client_weights import effective_weights, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
@@ -216,6 +217,12 @@ def evaluation_row(
     row: dict[str, Any] = {"round": r.rnd + 1, "test_acc": acc, "test_loss": loss}
     if experiment.privacy is not None:  # the budget spent so far, at privacy.delta (dp-accounting)
         row["epsilon"] = experiment.privacy.epsilon(r.rnd + 1)
+    if experiment.sample_privacy is not None:  # the largest client's budget: its steps so far at q_i = B / n_i
+        fl = experiment.spec.fl
+        steps = participations(fl, experiment.spec.seed, r.rnd + 1) * np.array(
+            [num_local_steps(int(n), fl) for n in experiment.fed.sizes]
+        )
+        row["epsilon"] = experiment.sample_privacy.epsilon(steps)
     if ev.train_acc:
         row["train_acc"], row["train_loss"] = evaluate(
             experiment.model, model, experiment.fed, experiment.fed.train, ev.batch_size

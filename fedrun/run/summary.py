@@ -79,6 +79,8 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
     }
     if experiment.privacy is not None:
         info["privacy"] = experiment.privacy.describe()
+    if experiment.sample_privacy is not None:
+        info["privacy"] = experiment.sample_privacy.describe()
     if spec.corrupt.fraction:
         info["corrupted_clients"] = experiment.corrupted.tolist()
         info["corrupt_labels"] = list(spec.corrupt.labels)

@@ -130,3 +130,29 @@ def test_cli_refuses_a_negative_z_and_an_unreachable_target_in_one_line(
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "privacy.target_epsilon: 0.001 is unreachable over 50 steps" in proc.stderr
     assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_sample_level_dp_sgd_runs_alike_on_both_engines_with_the_largest_clients_budget(
+    tmp_path: Path, make_spec: Callable[..., RunSpec]
+) -> None:
+    from fedrun.data.federated import num_local_steps
+    from fedrun.run.experiment import build_experiment
+
+    sample = (*SMALL[:9], "privacy=sample", "privacy.noise_multiplier=1.1", "privacy.clip=0.5", "fl.rounds=2")
+    spec = make_spec(*sample)
+    seq, s = run_in(tmp_path, "seq", spec)
+    vec, _ = run_in(tmp_path, "vec", make_spec(*sample, "hardware.engine=vectorised"))
+    pd.testing.assert_series_equal(seq["test_loss"], vec["test_loss"], rtol=1e-4, check_exact=False)
+    assert s["privacy"]["unit"] == "one training sample of a client"
+    # epsilon: the largest over the clients, each at q_i = B / n_i over the steps it took (cohorts of 5 of 10)
+    from fedrun.engines.sampling import sample_clients
+
+    sizes = build_experiment(spec).fed.sizes
+    steps = {c: 0 for c in range(10)}
+    for rnd in range(2):
+        for c in sample_clients(spec.fl, spec.seed, rnd):
+            steps[int(c)] += num_local_steps(int(sizes[c]), spec.fl)
+    want = max(epsilon(min(20 / int(sizes[c]), 1.0), 1.1, n, 1e-5, "rdp") for c, n in steps.items())
+    assert seq["epsilon"].iloc[-1] == pytest.approx(want) and want > 0
+    with pytest.raises(ConfigError, match="algorithm.name: fedsam computes its own local gradient"):
+        build_experiment(make_spec(*sample, "algorithm=fedsam"))
