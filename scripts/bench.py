@@ -16,7 +16,9 @@ For each workload, in fresh subprocesses (so peak memory is per measurement):
 - ``fedrun.run.loop.run`` with ``engine=sequential``, ``vectorised`` and ``auto`` (evaluating every round):
   per-round wall time, the share of round time outside client compute (sampling, aggregation,
   evaluation, logging), peak RSS (and CUDA max allocated), and which engine ``auto`` chose.
-Then partial work: the vectorised engine on one cohort with every client's full plan, with 50% FedProx stragglers
+Then the upload pipeline (fedrun/upload/): each compressor's time on round 0's uploads of workload (a) against
+the vectorised engine's training of that round. Then partial work: the vectorised engine on one cohort with every
+client's full plan, with 50% FedProx stragglers
 (fedrun/system/; the ratio of their round times, which the issue bounds by 1.15x), then peak memory per cohort
 width (McMahan CNN, 100 clients of 600) and, without ``--quick``, the
 end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included). Writes
@@ -437,6 +439,69 @@ def measure_stragglers(spec: Any, reps: int) -> dict[str, Any]:
     }
 
 
+COMPRESSION_SETTINGS = {  # the upload pipeline's stages timed against the round they follow (fedrun/upload/)
+    "topk 1% + EF": {"name": "topk", "ratio": 0.01, "error_feedback": True},
+    "randk 1% + EF": {"name": "randk", "ratio": 0.01, "error_feedback": True},
+    "qsgd s=16": {"name": "qsgd", "levels": 16},
+    "sign + EF": {"name": "sign", "error_feedback": True},
+}
+
+
+def measure_compression(spec: Any, reps: int) -> dict[str, Any]:
+    """Workload (a)'s round-0 cohort on the vectorised engine, and the upload pipeline on its uploads for each of
+    :data:`COMPRESSION_SETTINGS` (residuals read and written as in a run: ``run/rounds.py::upload_round``); best of
+    ``reps`` each, timed in turn."""
+    import dataclasses
+
+    import torch
+
+    from fedrun.config.schema import CompressionConfig
+    from fedrun.engines.sampling import sample_clients
+    from fedrun.engines.vectorised import VectorisedEngine
+    from fedrun.run import experiment as runner
+    from fedrun.run.rounds import aggregation_weights, upload_round
+    from fedrun.run.state import fresh_state
+    from fedrun.upload.pipeline import build_pipeline, upload_layout
+
+    exp = runner.build_experiment(spec)
+    fl = spec.fl
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, 0), dtype=torch.long)
+    eng = VectorisedEngine(exp.algorithm, exp.fed, fl, spec.seed)
+    params = exp.model.init_params()
+    weights = aggregation_weights(exp.fed.sizes[clients].to(torch.float64), fl.weighting)
+    runs = {}
+    for name, cfg in COMPRESSION_SETTINGS.items():
+        pipe = build_pipeline(dataclasses.replace(spec, compression=CompressionConfig(**cfg)))
+        assert pipe is not None
+        pipe.bind(upload_layout(exp.algorithm, params, {}))
+        with_pipe = dataclasses.replace(exp, upload=pipe)
+        runs[name] = (with_pipe, fresh_state(with_pipe))
+    res = eng.train_cohort(0, params, {}, clients, {}, fl.lr)  # warm-up
+    best: dict[str, float] = {k: float("inf") for k in ["train", *runs]}
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        res = eng.train_cohort(0, params, {}, clients, {}, fl.lr)
+        best["train"] = min(best["train"], time.perf_counter() - t0)
+        for name, (e, st) in runs.items():
+            t0 = time.perf_counter()
+            upload_round(e, st, 0, res, clients, weights)
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {
+        "cohort": len(clients),
+        "seconds": best,
+        "pipeline_vs_train": {k: best[k] / best["train"] for k in runs},
+    }
+
+
+def print_compression(r: dict[str, Any]) -> None:
+    if "error" in r:
+        print(f"    error: {r['error']}")
+        return
+    print(f"    cohort {r['cohort']}: training {r['seconds']['train']:.3f} s; the upload pipeline after it:")
+    for k, v in r["pipeline_vs_train"].items():
+        print(f"    {k:<14} {r['seconds'][k] * 1e3:8.1f} ms  ({v:.1%} of the training)")
+
+
 def child(args: argparse.Namespace) -> None:
     """Run one measurement and print it as JSON on the last line."""
     tune_glibc_malloc()
@@ -454,6 +519,9 @@ def child(args: argparse.Namespace) -> None:
         elif args.what == "stragglers":
             spec = make_spec([*COMMON, *STRAGGLER_WORKLOAD], args.device, run_dir)
             result = measure_stragglers(spec, args.reps or 3)
+        elif args.what == "compression":
+            spec = make_spec(COMMON + WORKLOADS["a"]["overrides"], args.device, run_dir)
+            result = measure_compression(spec, args.reps or 3)
         elif args.what == "ray":
             spec = make_spec([*COMMON, *RAY_WORKLOAD, f"hardware.threads={args.threads or 0}"], args.device, run_dir)
             result = measure_ray(spec, [int(n) for n in args.ray_actors.split(",")], args.reps or 2)
@@ -606,6 +674,9 @@ def main() -> None:
     print(f"partial work on the vectorised engine ({STRAGGLER_DESC}) ...", flush=True)
     report["stragglers"] = spawn([*base, "--what", "stragglers", "--reps", str(args.reps or 3)], args.timeout)
     print_stragglers(report["stragglers"])
+    print("the upload pipeline on the vectorised engine's round (workload a: 10 clients x 6000, MLP) ...", flush=True)
+    report["compression"] = spawn([*base, "--what", "compression", "--reps", str(args.reps or 3)], args.timeout)
+    print_compression(report["compression"])
     if args.ray == "yes" or (args.ray == "auto" and importlib.util.find_spec("ray") is not None):
         actors = args.ray_actors or ("1,2" if args.quick else "1,2,4")
         print(f"ray engine: samples/s vs actors ({RAY_DESC}) ...", flush=True)

@@ -453,11 +453,12 @@ class CompressionConfig:
 
     def __post_init__(self) -> None:
         one_of("name", self.name, COMPRESSORS)
-        in_range("ratio", self.ratio, 0.0, 1.0, lo_open=True, why="0 sends nothing")
+        if not 0.0 < self.ratio <= 1.0:
+            raise ConfigError("ratio", f"the share of entries kept, got {self.ratio}; valid: (0, 1] (0 sends nothing)")
         if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1):
-            raise ConfigError("k", f"must be a whole number of entries >= 1 (or null: use ratio), got {self.k!r}")
+            raise ConfigError("k", f"the entries kept, got {self.k!r}; valid: a whole number >= 1, or null (ratio)")
         if isinstance(self.levels, bool) or not isinstance(self.levels, int) or self.levels < 1:
-            raise ConfigError("levels", f"qsgd's s must be a whole number of levels >= 1, got {self.levels!r}")
+            raise ConfigError("levels", f"qsgd's s, got {self.levels!r}; valid: a whole number of levels >= 1")
         if self.error_feedback and self.name == "none":
             raise ConfigError(
                 "error_feedback",

@@ -1,0 +1,124 @@
+"""The compressors and error feedback on the cohort's rows: what each keeps, its bits, its keyed randomness, and
+that error feedback's residual holds exactly what was dropped."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from fedrun.config.schema import COMPRESSORS, RunSpec
+from fedrun.upload.base import UPLOAD_STAGES, UploadContext
+from fedrun.upload.compression import QSGD, RandK, Sign, TopK
+from fedrun.upload.pipeline import build_pipeline
+
+
+def _stage(make_spec: Callable[..., RunSpec], *overrides: str, dim: int = 1000):  # noqa: ANN202 - a Compressor
+    pipe = build_pipeline(make_spec(*overrides))
+    assert pipe is not None and len(pipe.stages) == 1
+    pipe.stages[0].check(dim, "params")
+    return pipe.stages[0]
+
+
+def _ctx(m: int, rnd: int = 0, seed: int = 0) -> UploadContext:
+    return UploadContext(rnd, torch.arange(m), seed, torch.full((m,), 1 / m, dtype=torch.float64), torch.device("cpu"))
+
+
+def _rows(m: int = 4, d: int = 1000, seed: int = 1) -> torch.Tensor:
+    return torch.randn(m, d, generator=torch.Generator().manual_seed(seed))
+
+
+def test_every_configurable_compressor_is_registered() -> None:
+    assert set(COMPRESSORS) - {"none"} <= set(UPLOAD_STAGES.names())
+
+
+def test_topk_with_k_all_and_no_error_feedback_is_the_identity(make_spec: Callable[..., RunSpec]) -> None:
+    stage = _stage(make_spec, "compression=topk", "compression.k=1000")
+    x = _rows()
+    sent, state, _ = stage.apply(x, None, _ctx(4))
+    assert state is None
+    assert torch.equal(sent, x)
+    assert stage.bits_per_client(1000) == 1000 * (32 + 10)
+
+
+def test_topk_keeps_the_k_largest_magnitudes(make_spec: Callable[..., RunSpec]) -> None:
+    stage = _stage(make_spec, "compression=topk", "compression.ratio=0.05")
+    x = _rows()
+    sent, _, _ = stage.apply(x, None, _ctx(4))
+    assert ((sent != 0).sum(1) == 50).all()
+    kept_min = torch.where(sent != 0, x.abs(), torch.inf).min(1).values
+    dropped_max = torch.where(sent == 0, x.abs(), 0.0).max(1).values
+    assert (kept_min >= dropped_max).all()
+    assert torch.equal(sent[sent != 0], x[sent != 0])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["compression=topk", "compression.ratio=0.05"],
+        ["compression=randk", "compression.ratio=0.05"],
+        ["compression=qsgd", "compression.levels=2"],
+        ["compression=sign"],
+    ],
+    ids=["topk", "randk", "qsgd", "sign"],
+)
+def test_error_feedback_residual_carries_what_was_dropped(
+    make_spec: Callable[..., RunSpec], overrides: list[str]
+) -> None:
+    stage = _stage(make_spec, *overrides, "compression.error_feedback=true")
+    assert stage.stateful
+    x, e = _rows(seed=1), _rows(seed=2) * 0.1
+    sent, new_e, diag = stage.apply(x, e, _ctx(4))
+    assert new_e is not None
+    torch.testing.assert_close(sent + new_e, x + e, rtol=0, atol=1e-6)  # p_i = C(p_i) + e_i', nothing lost
+    # what was sent is C(x + e): the compressor on the fed-back sum, not on x
+    no_ef = _stage(make_spec, *overrides)
+    torch.testing.assert_close(sent, no_ef.apply(x + e, None, _ctx(4))[0], rtol=0, atol=0)
+    assert diag[f"{stage.name}_residual_norm"] == pytest.approx(float(new_e.norm(dim=1).mean()))
+
+
+def test_topk_error_feedback_residual_is_exactly_the_dropped_entries(make_spec: Callable[..., RunSpec]) -> None:
+    stage = _stage(make_spec, "compression=topk", "compression.ratio=0.1", "compression.error_feedback=true")
+    x = _rows()
+    sent, e, _ = stage.apply(x, torch.zeros_like(x), _ctx(4))
+    assert e is not None
+    assert torch.equal(torch.where(sent != 0, 0.0, x), e)
+
+
+def test_randk_indices_are_keyed_by_seed_round_and_client(make_spec: Callable[..., RunSpec]) -> None:
+    stage = _stage(make_spec, "compression=randk", "compression.ratio=0.1")
+    x = _rows(m=2) + 10  # no zero entry: the kept ones are the non-zeros
+    a = stage.apply(x, None, _ctx(2))[0] != 0
+    assert torch.equal(a, stage.apply(x, None, _ctx(2))[0] != 0)  # the same key, the same indices
+    assert not torch.equal(a[0], a[1])  # another client, others
+    assert not torch.equal(a, stage.apply(x, None, _ctx(2, rnd=1))[0] != 0)  # another round, others
+    assert ((a.sum(1)) == 100).all()
+    assert stage.bits_per_client(1000) == 100 * 32
+
+
+def test_qsgd_is_unbiased_on_its_levels(make_spec: Callable[..., RunSpec]) -> None:
+    stage = _stage(make_spec, "compression=qsgd", "compression.levels=4")
+    x = _rows(m=1, d=200)
+    draws = torch.stack([stage.apply(x, None, _ctx(1, rnd=r))[0][0] for r in range(2000)])
+    norm = x.norm()
+    levels = draws.abs() / norm * 4
+    torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-4)  # each entry: ||x|| l / s, l in 0..s
+    assert (torch.sign(draws) * torch.sign(x) >= 0).all()
+    err = (draws.mean(0) - x[0]).abs().max()
+    assert err < 4 * float(norm) / 4 / math.sqrt(2000)  # E[Q_s(x)] = x (Alistarh et al. 2017, Lemma 3.1)
+    assert stage.bits_per_client(200) == 32 + 200 * (1 + 3)
+
+
+def test_sign_scales_by_the_mean_magnitude(make_spec: Callable[..., RunSpec]) -> None:
+    stage = _stage(make_spec, "compression=sign")
+    x = _rows()
+    sent, e, _ = stage.apply(x, torch.zeros_like(x), _ctx(4))
+    assert e is not None  # conf/compression/sign.yaml: EF-signSGD, error feedback on
+    torch.testing.assert_close(sent, x.abs().mean(1, keepdim=True) * x.sign())
+    assert stage.bits_per_client(1000) == 1000 + 32
+
+
+def test_the_classes_are_the_registered_ones() -> None:
+    assert [UPLOAD_STAGES.get(n).obj for n in ("topk", "randk", "qsgd", "sign")] == [TopK, RandK, QSGD, Sign]
