@@ -48,8 +48,10 @@ def clip_and_sum(grads: Tensors, clip: float, weight: torch.Tensor | None = None
     """sum_j g_j min(1, C / ||g_j||) (Opacus' factor C / (||g_j|| + 1e-6), at most 1); ``weight`` (0 or 1 per
     sample: the vectorised engine's padding) leaves padded samples out."""
     b = next(iter(grads.values())).shape[0]
-    sq = torch.stack([g.reshape(b, -1).pow(2).sum(1) for g in grads.values()]).sum(0)
-    factor = torch.clamp(clip / (torch.sqrt(sq) + 1e-6), max=1.0)
+    norms = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g.reshape(b, -1), dim=1) for g in grads.values()]), dim=0
+    )
+    factor = torch.clamp(clip / (norms + 1e-6), max=1.0)
     if weight is not None:
         factor = factor * weight.to(factor.dtype)
     return {k: torch.tensordot(factor, g, dims=1) for k, g in grads.items()}
