@@ -117,3 +117,24 @@ def test_a_target_epsilon_sets_the_noise() -> None:
         PrivacyConfig(mode="client", target_epsilon=4.0), FLConfig(clients=100, participation=0.1, rounds=40), 0
     )
     assert dp.epsilon(40) == pytest.approx(4.0, rel=1e-3) and dp.z != 1.0
+
+
+def test_poisson_sampling_draws_each_client_independently_and_may_be_empty() -> None:
+    import numpy as np
+
+    from fedrun.engines.sampling import participations, sample_clients
+
+    fl = FLConfig(clients=50, participation=0.2)
+    sizes = [len(sample_clients(fl, 7, r, poisson=True)) for r in range(400)]
+    assert abs(np.mean(sizes) - 10) < 0.5 and np.std(sizes) > 1  # q N on average, not a fixed m
+    bern = FLConfig(clients=50, participation=0.2, sampling="bernoulli")
+    for r in range(20):  # the same keyed draw as bernoulli's, without its non-empty fallback
+        assert np.array_equal(sample_clients(fl, 7, r, poisson=True), sample_clients(bern, 7, r))
+    tiny = FLConfig(clients=5, participation=0.2)
+    assert min(len(sample_clients(tiny, 0, r, poisson=True)) for r in range(50)) == 0  # (1 - 0.2)^5 = 33% empty
+    counts = participations(fl, 7, 30)  # fixed-size cohorts of 10 (sample-level DP's step count)
+    assert counts.sum() == 30 * 10 and counts.max() > counts.min()
+    assert np.array_equal(
+        participations(fl, 7, 30, poisson=True),
+        np.bincount(np.concatenate([sample_clients(fl, 7, r, poisson=True) for r in range(30)]), minlength=50),
+    )
