@@ -12,7 +12,9 @@ import contextlib
 import functools
 import logging
 import math
+import sys
 from collections.abc import Iterator
+from typing import Any
 
 from fedrun.core.errors import ConfigError
 
@@ -24,26 +26,48 @@ MIN_NOISE = 0.3
 
 @contextlib.contextmanager
 def _quiet_absl() -> Iterator[None]:
-    """dp-accounting's RDP logs (absl) each order it excludes as a warning: expected, not the user's concern."""
-    logger = logging.getLogger("absl")
+    """dp-accounting's RDP logs (absl) each order it excludes as a warning: expected, not the user's concern.
+
+    absl's ``log`` also calls ``logging.basicConfig()`` when the root logger has no handler, which would leave a
+    handler on the root logger bound to whatever ``sys.stderr`` is then; a NullHandler held on the root for the
+    duration keeps the process's logging as it was."""
+    logger, root, hold = logging.getLogger("absl"), logging.getLogger(), logging.NullHandler()
     level = logger.level
     logger.setLevel(logging.ERROR)
+    root.addHandler(hold)
     try:
         yield
     finally:
+        root.removeHandler(hold)
         logger.setLevel(level)
 
 
-def _accountant(name: str) -> object:
-    from dp_accounting import pld, rdp  # only a private run pays for the import
+@functools.cache
+def _library() -> Any:
+    """dp-accounting, imported once (only a private run pays for it).
 
-    return rdp.RdpAccountant() if name == "rdp" else pld.PLDAccountant()
+    Its absl logging binds a handler to whatever ``sys.stderr`` is when absl is first imported, and closes that
+    stream when logging is reconfigured (Hydra does) unless it is the ``sys.stderr`` of that moment: pointed at the
+    process's own stderr, it never closes a stream that a caller redirected (a test's capture, a launcher's log).
+    """
+    import absl.logging
+    import dp_accounting
+    from dp_accounting import pld, rdp  # noqa: F401 - the accountants' modules
+
+    handler = absl.logging.get_absl_handler().python_handler
+    if handler.stream is not sys.__stderr__:
+        handler.stream = sys.__stderr__
+    return dp_accounting
+
+
+def _accountant(name: str) -> object:
+    lib = _library()
+    return lib.rdp.RdpAccountant() if name == "rdp" else lib.pld.PLDAccountant()
 
 
 def _event(q: float, z: float) -> object:
-    import dp_accounting
-
-    return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+    lib = _library()
+    return lib.PoissonSampledDpEvent(q, lib.GaussianDpEvent(z))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -68,8 +92,7 @@ def noise_for_epsilon(q: float, steps: int, delta: float, target: float, account
     Raises a ConfigError naming ``privacy.target_epsilon`` when even z = MAX_NOISE does not reach it (an RDP
     accountant's epsilon has a floor of log(1/delta)/(alpha_max - 1) for any noise).
     """
-    import dp_accounting
-
+    dp_accounting = _library()
     if not target > 0:
         raise ConfigError("privacy.target_epsilon", f"must be > 0, got {target}")
     best = epsilon(q, MAX_NOISE, steps, delta, accountant)

@@ -41,3 +41,13 @@ def test_an_unreachable_target_is_refused_naming_the_key() -> None:
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="must be > 0"):
         noise_for_epsilon(0.1, 100, 1e-5, 0.0)
+
+
+def test_the_accountant_leaves_the_root_logger_as_it_was() -> None:
+    import logging
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    epsilon(0.1, 1.0, 123, 1e-5, "rdp")  # dp-accounting logs excluded RDP orders through absl
+    noise_for_epsilon(0.1, 77, 1e-5, 3.0)
+    assert root.handlers == before  # absl's basicConfig() did not run
