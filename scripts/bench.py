@@ -17,8 +17,9 @@ For each workload, in fresh subprocesses (so peak memory is per measurement):
   per-round wall time, the share of round time outside client compute (sampling, aggregation,
   evaluation, logging), peak RSS (and CUDA max allocated), and which engine ``auto`` chose.
 Then the upload pipeline (fedrun/upload/): each compressor's time on round 0's uploads of workload (a) against
-the vectorised engine's training of that round. Then partial work: the vectorised engine on one cohort with every
-client's full plan, with 50% FedProx stragglers
+the vectorised engine's training of that round; differential privacy's cost (fedrun/privacy/): DP-FedAvg's
+clip and noise against that round, and DP-SGD's local steps against plain ones. Then partial work: the vectorised
+engine on one cohort with every client's full plan, with 50% FedProx stragglers
 (fedrun/system/; the ratio of their round times, which the issue bounds by 1.15x), then peak memory per cohort
 width (McMahan CNN, 100 clients of 600), the share of a 1,000-client async run's CPU outside training and evaluation
 (scripts/bench_async.py) and, without ``--quick``, the
@@ -561,6 +562,88 @@ def measure_personal(spec: Any, reps: int, clock: str = "wall") -> dict[str, Any
     return res
 
 
+DP_STEPS = 10  # local steps per client in the DP-SGD timing (its per-sample gradients make a whole epoch slow)
+
+
+def measure_dp(spec: Any, short_spec: Any, reps: int) -> dict[str, Any]:
+    """Differential privacy's cost (fedrun/privacy/, docs/privacy.md) on workload (a), vectorised engine, best of
+    ``reps`` each, timed in turn: (1) client level: round 0 (training and FedAvg's aggregation) with and without
+    the ``dp_fedavg`` upload stage (clip each client's update, keyed noise on the sum); (2) sample level: the
+    cohort's ``DP_STEPS`` local steps (``short_spec``: fl.local_steps) with DP-SGD's per-sample gradients against
+    the plain step."""
+    import dataclasses
+
+    import torch
+
+    from fedrun.config.schema import PrivacyConfig
+    from fedrun.engines.sampling import sample_clients
+    from fedrun.engines.vectorised import VectorisedEngine
+    from fedrun.privacy.sample import DPSGD, NoiseForBatches
+    from fedrun.run import experiment as runner
+    from fedrun.run.rounds import aggregation_weights, upload_round
+    from fedrun.run.state import fresh_state
+    from fedrun.upload.pipeline import build_pipeline, upload_layout
+
+    exp = runner.build_experiment(spec)
+    fl, algo = spec.fl, exp.algorithm
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, 0), dtype=torch.long)
+    params = exp.model.init_params()
+    weights = aggregation_weights(exp.fed.sizes[clients].to(torch.float64), "uniform")
+    private = dataclasses.replace(spec, privacy=PrivacyConfig(mode="client", noise_multiplier=1.0, clip=1.0))
+    pipe = build_pipeline(private)
+    assert pipe is not None
+    pipe.bind(upload_layout(algo, params, {}))
+    dp_exp = dataclasses.replace(exp, upload=pipe, spec=private)
+    dp_state = fresh_state(dp_exp)
+    eng = VectorisedEngine(algo, exp.fed, fl, spec.seed)
+    short = runner.build_experiment(short_spec)  # an engine follows its algorithm's fl (local_steps) each round
+    plain, dpsgd = VectorisedEngine(short.algorithm, short.fed, short_spec.fl, spec.seed), None
+    dim = sum(p.numel() for p in params.values())
+    noise = NoiseForBatches(dim, 1.0, spec.seed, torch.float32, short.fed.device)
+    best = dict.fromkeys(["train", "aggregate", "dp_stage", "step_plain", "step_dpsgd"], float("inf"))
+
+    def timed(key: str, fn: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        best[key] = min(best[key], time.perf_counter() - t0)
+        return out
+
+    for i in range(reps + 1):  # the first pass warms up
+        res = timed("train", lambda: eng.train_cohort(0, params, {}, clients, {}, fl.lr))
+        timed("aggregate", lambda r=res: algo.aggregate(params, {}, r.uploads, weights.float(), None))
+        timed("dp_stage", lambda r=res: upload_round(dp_exp, dp_state, 0, r, clients, weights))
+        timed("step_plain", lambda: plain.train_cohort(0, params, {}, clients, {}, fl.lr))
+        short.algorithm.dp_sgd, short.fed.batch_extras = DPSGD(1.0), noise
+        dpsgd = timed("step_dpsgd", lambda: plain.train_cohort(0, params, {}, clients, {}, fl.lr))
+        short.algorithm.dp_sgd, short.fed.batch_extras = None, None
+        if i == 0:
+            best = dict.fromkeys(best, float("inf"))
+    assert dpsgd is not None and int(dpsgd.steps.max()) == DP_STEPS
+    round_s = best["train"] + best["aggregate"]
+    return {
+        "cohort": len(clients),
+        "seconds": best,
+        "client_dp_vs_round": best["dp_stage"] / round_s,
+        "dpsgd_vs_plain_step": best["step_dpsgd"] / best["step_plain"],
+        "dpsgd_steps": DP_STEPS,
+    }
+
+
+def print_dp(r: dict[str, Any]) -> None:
+    if "error" in r:
+        print(f"    error: {r['error']}")
+        return
+    s = r["seconds"]
+    print(
+        f"    client level: round {s['train'] + s['aggregate']:.3f} s (cohort {r['cohort']}), clip + noise"
+        f" {s['dp_stage'] * 1e3:.1f} ms = {r['client_dp_vs_round']:.1%} of it (the issue's bound: 10%)"
+    )
+    print(
+        f"    sample level: {r['dpsgd_steps']} local steps x {r['cohort']} clients: plain {s['step_plain']:.3f} s,"
+        f" DP-SGD {s['step_dpsgd']:.3f} s = {r['dpsgd_vs_plain_step']:.2f}x (the issue's bound: 3x)"
+    )
+
+
 def child(args: argparse.Namespace) -> None:
     """Run one measurement and print it as JSON on the last line."""
     tune_glibc_malloc()
@@ -578,6 +661,12 @@ def child(args: argparse.Namespace) -> None:
         elif args.what == "stragglers":
             spec = make_spec([*COMMON, *STRAGGLER_WORKLOAD], args.device, run_dir)
             result = measure_stragglers(spec, args.reps or 3)
+        elif args.what == "dp":
+            spec = make_spec(COMMON + WORKLOADS["a"]["overrides"], args.device, run_dir)
+            short = make_spec(
+                [*COMMON, *WORKLOADS["a"]["overrides"], f"fl.local_steps={DP_STEPS}"], args.device, run_dir
+            )
+            result = measure_dp(spec, short, args.reps or 3)
         elif args.what == "compression":
             spec = make_spec(COMMON + WORKLOADS["a"]["overrides"], args.device, run_dir)
             result = measure_compression(spec, args.reps or 3)
@@ -747,6 +836,9 @@ def main() -> None:
     print(f"async servers: CPU outside training and evaluation ({ASYNC_DESC}) ...", flush=True)
     report["async"] = spawn([*base, "--what", "async"], args.timeout)
     print_async(report["async"])
+    print("differential privacy on the vectorised engine (workload a: 10 clients x 6000, MLP) ...", flush=True)
+    report["dp"] = spawn([*base, "--what", "dp", "--reps", str(args.reps or 3)], args.timeout)
+    print_dp(report["dp"])
     if args.ray == "yes" or (args.ray == "auto" and importlib.util.find_spec("ray") is not None):
         actors = args.ray_actors or ("1,2" if args.quick else "1,2,4")
         print(f"ray engine: samples/s vs actors ({RAY_DESC}) ...", flush=True)

@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 LAYERS = (
     "core", "host", "storage", "config", "data", "models", "algorithms",
-    "metrics", "system", "upload", "engines", "run", "report", "papers", "cli",
+    "metrics", "system", "privacy", "upload", "engines", "run", "report", "papers", "cli",
 )  # fmt: skip
 ROOT = REPO / "fedrun"
 

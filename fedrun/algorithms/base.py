@@ -8,6 +8,7 @@ same client step over a stacked cohort.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -118,6 +119,9 @@ class Algorithm:
     # (k, lr): the k SGD steps of size lr on a client's own data that make its personalised model at evaluation
     # (Per-FedAvg: one step of alpha); eval.finetune_steps, when set, overrides it. (0, None): none
     adaptation: tuple[int, float | None] = (0, None)
+    # sample-level DP (privacy.mode=sample): the per-sample clipped, noised gradient that replaces autograd's in
+    # :meth:`local_grad` (fedrun/privacy/sample.py sets it on a method that does not override local_grad)
+    dp_sgd: Callable[..., tuple[Tensors, torch.Tensor]] | None = None
 
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         self.hp = hp
@@ -179,6 +183,8 @@ class Algorithm:
 
     def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:
         """(gradient of the local objective, loss): overridden by SAM-style and control-variate methods."""
+        if self.dp_sgd is not None:
+            return self.dp_sgd(self.local_loss, params, batch, ctx)
         return autodiff.grad_and_value(self.local_loss)(params, batch, ctx)
 
     def client_step(

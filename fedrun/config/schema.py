@@ -412,6 +412,77 @@ def check_system(spec: RunSpec) -> None:
         )
 
 
+PRIVACY_MODES = ("none", "client", "sample")
+# methods whose upload is the client's model alone and whose server step is a function of the mean update: the
+# clipped, noised sum of DP-FedAvg replaces that mean (McMahan et al. 2018; FedOpt: Reddi et al. 2021 sec. 5)
+DP_CLIENT_METHODS = ("fedavg", "fedprox", "fedavgm", "fedadam", "fedadagrad", "fedyogi", "fedopt")
+
+
+@dataclass
+class PrivacyConfig:
+    """Differential privacy (``privacy.*``; fedrun/privacy/, docs/privacy.md). ``mode``: none; client (DP-FedAvg,
+    McMahan et al. 2018: each client's update clipped to norm ``clip``, N(0, z^2 clip^2) added to the sum, epsilon
+    per client's participation); sample (DP-SGD inside each client, Abadi et al. 2016: per-sample gradients clipped
+    to ``clip``, N(0, z^2 clip^2) added to their sum, epsilon per sample of a client's data). The budget comes from
+    dp-accounting at ``delta``; ``target_epsilon`` solves z over the whole run instead of ``noise_multiplier``.
+    """
+
+    mode: str = "none"  # none | client (DP-FedAvg) | sample (DP-SGD in each client)
+    clip: float = 1.0  # S (client: update norm; sample: per-sample gradient norm C); adaptive: its starting value
+    noise_multiplier: float = 1.0  # z: the noise's std is z x clip (ignored when target_epsilon is set)
+    target_epsilon: float | None = None  # solve z (dp-accounting) so the whole run spends this epsilon at delta
+    delta: float = 1e-5  # the delta epsilon is reported at (1e-5: McMahan et al. 2018 use ~1/N^1.1; Opacus' examples)
+    accountant: str = "rdp"  # rdp (Renyi DP, Mironov 2017) | pld (privacy loss distributions: tighter, slower)
+    # client: poisson (each client independently w.p. fl.participation, what the accountant assumes) | fixed
+    # (fl.participation x N clients without replacement: accounted as Poisson with q = m/N, labelled as such)
+    sampling: str = "poisson"
+    adaptive_clip: bool = False  # client: quantile-based adaptive clipping (Andrew et al. 2021, Alg. 1)
+    target_quantile: float = 0.5  # gamma: the share of updates left unclipped the clip tracks (Andrew et al.: 0.5)
+    clip_lr: float = 0.2  # eta: S <- S exp(-eta (b_bar - gamma)) (Andrew et al. 2021: 0.2)
+    clip_count_stddev: float | None = None  # sigma_b of the unclipped count's noise; None: m_expected / 20 (Andrew)
+
+    def __post_init__(self) -> None:
+        one_of("mode", self.mode, PRIVACY_MODES)
+        positive("clip", self.clip)
+        if not (isinstance(self.noise_multiplier, int | float) and 0 <= self.noise_multiplier < math.inf):
+            raise ConfigError(
+                "noise_multiplier", f"must be a finite number >= 0 (0: no noise), got {self.noise_multiplier}"
+            )
+        positive("target_epsilon", self.target_epsilon)
+        in_range("delta", self.delta, 0.0, 1.0, lo_open=True, hi_open=True)
+        one_of("accountant", self.accountant, ("rdp", "pld"))
+        one_of("sampling", self.sampling, ("poisson", "fixed"))
+        in_range("target_quantile", self.target_quantile, 0.0, 1.0)
+        positive("clip_lr", self.clip_lr, allow_zero=True)
+        positive("clip_count_stddev", self.clip_count_stddev)
+
+
+def check_privacy(spec: RunSpec) -> None:
+    """Refuse a ``privacy`` section the rest of the run cannot honour, in one line naming the key."""
+    pv, fl = spec.privacy, spec.fl
+    if pv.mode == "none":
+        return
+    if fl.sampling != "fixed":
+        raise ConfigError(
+            "fl.sampling",
+            "under differential privacy privacy.sampling chooses the cohort; valid: fixed (the default) with"
+            " privacy.sampling=poisson|fixed",
+        )
+    if fl.train_all or not spec.system.ideal:
+        key = "fl.train_all" if fl.train_all else "system"
+        raise ConfigError(key, "is not covered by the privacy analysis; valid: fl.train_all=false, system=ideal")
+    if pv.mode == "client" and spec.algorithm.name not in DP_CLIENT_METHODS:
+        raise ConfigError(
+            "algorithm.name",
+            f"{spec.algorithm.name} uploads more than its model or aggregates otherwise than by the mean update, which"
+            f" DP-FedAvg's clipped noisy sum replaces; valid with privacy.mode=client: {', '.join(DP_CLIENT_METHODS)}",
+        )
+    if pv.mode == "sample" and pv.adaptive_clip:
+        raise ConfigError(
+            "privacy.adaptive_clip", "is client-level DP's (Andrew et al. 2021); valid: false with mode=sample"
+        )
+
+
 COMPRESSORS = ("none", "topk", "randk", "qsgd", "sign")  # fedrun/upload/compression.py registers each but none
 
 
@@ -482,6 +553,7 @@ class FedrunConfig:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     seed: int = 0  # keys every random draw: init, partition, cohorts, batches (fedrun/core/rng.py)
@@ -594,6 +666,7 @@ class RunSpec:
     corrupt: CorruptConfig = field(default_factory=CorruptConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
 
 
@@ -793,6 +866,7 @@ def _validated(raw: dict[str, Any]) -> RunSpec:
         corrupt=_section(CorruptConfig, raw.get("corrupt"), "corrupt"),
         tracking=_section(TrackingConfig, raw.get("tracking"), "tracking"),
         system=_section(SystemConfig, raw.get("system"), "system"),
+        privacy=_section(PrivacyConfig, raw.get("privacy"), "privacy"),
         compression=_section(CompressionConfig, raw.get("compression"), "compression"),
     )
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or not 0 <= spec.seed < 2**32:
@@ -806,6 +880,7 @@ def _validated(raw: dict[str, Any]) -> RunSpec:
         raise ConfigError(sorted(extra)[0], "unknown top-level key")
     check_step_scalars(spec)
     check_system(spec)
+    check_privacy(spec)
     check_resources(spec)  # before the fit check, which may build the model on CPU
     check_model_fits_data(spec)
     return spec

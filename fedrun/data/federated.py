@@ -4,6 +4,7 @@ index tensors, a minibatch as a gather. No DataLoader in the hot path, no per-sa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ class FederatedData:
         self.pre = Preprocess(data.mean, data.std, dtype).to(device)
         self.augment_key: int | None = None  # set by set_augment: client training batches are augmented
         self.augment = "none"
+        # entries added to every training batch, keyed by (rnd, clients, step): sample-level DP's noise
+        # (fedrun/privacy/sample.py), drawn here so that every engine's batch carries the same draws
+        self.batch_extras: Callable[[int, torch.Tensor, int], dict[str, torch.Tensor]] | None = None
 
     def set_augment(self, mode: str, seed: int) -> None:
         """Augment client training batches (``data.augment``): none | crop_flip | flip_crop_half (images)."""
@@ -66,6 +70,14 @@ class FederatedData:
         augmentation draws are keyed by (seed, ``rnd``, client, ``step``, position in the batch), so every
         engine sees the same images.
         """
+        if self.batch_extras is not None:
+            cl = torch.as_tensor(clients, dtype=torch.long).reshape(idx.shape[:-1])
+            return {**self._train_batch(idx, rnd, clients, step), **self.batch_extras(rnd, cl, step)}
+        return self._train_batch(idx, rnd, clients, step)
+
+    def _train_batch(
+        self, idx: torch.Tensor, rnd: int, clients: int | torch.Tensor, step: int
+    ) -> dict[str, torch.Tensor]:
         if self.augment_key is None:
             return self.batch(idx)
         cl = torch.as_tensor(clients, dtype=torch.long, device=idx.device).reshape(idx.shape[:-1])

@@ -32,9 +32,12 @@ from fedrun.engines.base import Engine
 from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
+from fedrun.privacy.client import ClientDP
+from fedrun.privacy.sample import DPSGD, NoiseForBatches, SampleDP
 from fedrun.storage.rundir import RunDir
 from fedrun.system.events import check_async
 from fedrun.system.model import SystemModel
+from fedrun.upload.dp_fedavg import client_dp
 from fedrun.upload.pipeline import UploadPipeline, build_pipeline, upload_layout
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
@@ -110,6 +113,8 @@ class Experiment:
     threads: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch threads used and why (summary.json)
     system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
     local_test: LocalTest | None = None  # the clients' local test splits (eval.local_test)
+    privacy: ClientDP | None = None  # client-level DP-FedAvg's server side (privacy.mode=client; fedrun/privacy/)
+    sample_privacy: SampleDP | None = None  # sample-level DP-SGD's budget (privacy.mode=sample; fedrun/privacy/)
     upload: UploadPipeline | None = None  # the upload stages (compression.*, fedrun/upload/); None: none run
     unseen: Unseen | None = None  # the clients that never train (eval.unseen_clients)
 
@@ -119,6 +124,9 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     (:func:`earlier_engine_and_threads`), kept where the config leaves the choice to fedrun (``auto`` engine,
     0 threads)."""
     hw = spec.hardware
+    # first: a target epsilon no noise reaches (privacy.mode=client's stage) is refused before any data is read
+    upload = build_pipeline(spec)
+    privacy = client_dp(upload.stages) if upload is not None else None
     threads = apply_threads(hw.threads, pinned_threads)
     device = resolve_device(hw.device)
     data = load_data(spec)
@@ -136,20 +144,27 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     fed = FederatedData(client_data, train_parts, device, DTYPES[hw.precision], test=test)
     fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
+    if spec.privacy.mode != "none" and model.buffers:
+        raise ConfigError(
+            "privacy.mode",
+            f"{spec.privacy.mode}: model={spec.model.name} has BatchNorm statistics, which the privacy analysis does"
+            " not cover (shared across samples, uploaded unclipped); valid: a model without BatchNorm (e.g. mlp, cnn)"
+            " or privacy=none",
+        )
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
+    sample_privacy = sample_level_dp(spec, algorithm, fed, model)
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
     check_async(spec.system, algorithm, model)  # an async server steps only FedAvg's average (fedrun/system/events.py)
     system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
-    upload = build_pipeline(spec)
     if upload is not None:  # the method's upload parts, each stage's settings checked against them before any work
         w0 = model.init_params()
         upload.bind(upload_layout(algorithm, w0, algorithm.server_init(w0)))
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
         spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system,
-        local_test=local_test, upload=upload, unseen=unseen,
+        local_test=local_test, privacy=privacy, upload=upload, sample_privacy=sample_privacy, unseen=unseen,
     )  # fmt: skip
 
 
@@ -161,6 +176,27 @@ def unseen_clients(
         return parts, train_parts, local_test, None
     seen = LocalTest(local_test.mode, local_test.parts[:n])
     return parts[:n], train_parts[:n], seen, Unseen(train_parts[n:], LocalTest(local_test.mode, local_test.parts[n:]))
+
+
+def sample_level_dp(spec: RunSpec, algorithm: Algorithm, fed: FederatedData, model: FunctionalModel) -> SampleDP | None:
+    """privacy.mode=sample: DP-SGD as ``algorithm``'s gradient (its ``dp_sgd`` hook) and the keyed noise in every
+    training batch (``fed.batch_extras``); None otherwise. A method with its own gradient (SAM, SCAFFOLD...) is
+    refused: DP-SGD replaces the plain gradient of the local objective."""
+    pv = spec.privacy
+    if pv.mode != "sample":
+        return None
+    if type(algorithm).local_grad is not Algorithm.local_grad:
+        raise ConfigError(
+            "algorithm.name",
+            f"{spec.algorithm.name} computes its own local gradient, which DP-SGD's per-sample gradient would replace;"
+            " valid with privacy.mode=sample: a method on the plain gradient (fedavg, fedprox, fedavgm, fedadam...)",
+        )
+    dp = SampleDP.build(pv, spec.fl, fed.sizes.numpy())
+    algorithm.dp_sgd = DPSGD(pv.clip)
+    dim = sum(p.numel() for p in model.init_params().values())
+    dtype = DTYPES[spec.hardware.precision]
+    fed.batch_extras = NoiseForBatches(dim, dp.z * pv.clip, spec.seed, dtype, fed.device)
+    return dp
 
 
 def local_test_split(

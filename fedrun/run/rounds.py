@@ -17,9 +17,10 @@ from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.core.rng import derive
 from fedrun.core.tree import Tree, all_finite, leaves, nbytes, tree_map
+from fedrun.data.federated import num_local_steps
 from fedrun.engines.auto import precision_context
 from fedrun.engines.base import CohortResult
-from fedrun.engines.sampling import aggregated_part, sample_clients, training_clients
+from fedrun.engines.sampling import aggregated_part, participations, sample_clients, training_clients
 from fedrun.metrics.client_weights import effective_weights, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
@@ -85,7 +86,10 @@ def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResul
     started = time.perf_counter()
     # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
     torch.manual_seed(derive(spec.seed, "torch-global", rnd))
-    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+    poisson = spec.privacy.mode == "client" and spec.privacy.sampling == "poisson"
+    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd, poisson), dtype=torch.long)
+    if not len(clients):  # an empty Poisson cohort: DP-FedAvg releases the noise alone
+        return empty_private_round(experiment, state, rnd, started)
     trained = training_clients(fl, clients)  # fl.train_all: every client trains, the sampled are aggregated
     lr = algo.local_lr(rnd, lr_at(spec, rnd))
     extras = algo.broadcast(state.params, state.server_state)
@@ -118,10 +122,12 @@ def aggregate_round(
     weights renormalised over them (:func:`aggregation_weights`); ``state`` is updated in place."""
     spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
     sizes = experiment.fed.sizes[clients].to(torch.float64)
-    weights = aggregation_weights(sizes, fl.weighting).to(experiment.device)
+    # DP-FedAvg weighs clients uniformly: a client's weight bounds its sensitivity (docs/privacy.md)
+    weights = aggregation_weights(sizes, "uniform" if experiment.privacy else fl.weighting).to(experiment.device)
     info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
     bytes_up, upload_diag = nbytes(res.uploads), dict[str, float]()
-    if experiment.upload is not None:  # the upload stages (fedrun/upload/): what the server receives
+    # the upload stages (fedrun/upload/): what the server receives; under client-level DP its clipped, noised sum
+    if experiment.upload is not None:
         res, upload_diag = upload_round(experiment, state, rnd, res, clients, weights)
         bytes_up = len(clients) * experiment.upload.bytes_per_client(res.uploads)
     diagnostics = round_diagnostics(state.params, res.uploads, weights, res.steps, lr) if spec.eval.diagnostics else {}
@@ -148,6 +154,21 @@ def aggregate_round(
         diagnostics={**method_diag, **diagnostics, **upload_diag},
         weight_rows=rows,
     )  # fmt: skip
+
+
+def empty_private_round(experiment: Experiment, state: RunState, rnd: int, started: float) -> RoundResult:
+    """Round ``rnd`` of client-level DP whose Poisson cohort is empty: w^{t+1} = w^t + N(0, z^2 S^2) / m_exp
+    (McMahan et al. 2018 Alg. 1 with an empty sum); the method's server state and the model's buffers stay.
+    ``clients`` = 0 and a NaN local loss say so in metrics.csv."""
+    dp = experiment.privacy
+    if dp is None:
+        raise RuntimeError("an empty cohort is drawn only by client-level DP's Poisson sampling")
+    t_agg = time.perf_counter()
+    state.params, columns = dp.aggregate(state.params, None, rnd)
+    seconds = time.perf_counter() - t_agg
+    state.agg_time += seconds
+    lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
+    return RoundResult(rnd, 0, lr, math.nan, 0, 0, seconds, started, diagnostics=columns)
 
 
 def engine_states(state: RunState, clients: torch.Tensor) -> Any:
@@ -194,6 +215,14 @@ def evaluation_row(
     model = experiment.algorithm.eval_params(state.params, state.server_state)
     acc, loss = evaluate(experiment.model, model, experiment.fed, experiment.fed.test, ev.batch_size)
     row: dict[str, Any] = {"round": r.rnd + 1, "test_acc": acc, "test_loss": loss}
+    if experiment.privacy is not None:  # the budget spent so far, at privacy.delta (dp-accounting)
+        row["epsilon"] = experiment.privacy.epsilon(r.rnd + 1)
+    if experiment.sample_privacy is not None:  # the largest client's budget: its steps so far at q_i = B / n_i
+        fl = experiment.spec.fl
+        steps = participations(fl, experiment.spec.seed, r.rnd + 1) * np.array(
+            [num_local_steps(int(n), fl) for n in experiment.fed.sizes]
+        )
+        row["epsilon"] = experiment.sample_privacy.epsilon(steps)
     if ev.train_acc:
         row["train_acc"], row["train_loss"] = evaluate(
             experiment.model, model, experiment.fed, experiment.fed.train, ev.batch_size

@@ -128,6 +128,7 @@ class FinishedRound:
     counters: tuple[int, float, float]  # samples, train_time, agg_time
     torch_rng: torch.Tensor
     events: EventQueue | None = None  # a copy of an async server's queue (its clock included)
+    dp_clip: float | None = None  # client-level DP's clip S (adaptive clipping changes it: fedrun/privacy/client.py)
 
 
 def finished_round(state: RunState, experiment: Experiment, done: int) -> FinishedRound:
@@ -136,6 +137,7 @@ def finished_round(state: RunState, experiment: Experiment, done: int) -> Finish
         done, clone(state.params), clone(state.server_state), clone(experiment.model.buffers), len(state.rows),
         len(state.weight_log), (state.samples, state.train_time, state.agg_time), torch.get_rng_state(),
         state.events.copy() if state.events is not None else None,
+        experiment.privacy.clip if experiment.privacy else None,
     )  # fmt: skip
 
 
@@ -151,6 +153,8 @@ def rewind(state: RunState, experiment: Experiment, last: FinishedRound, run_dir
     torch.set_rng_state(last.torch_rng)
     if last.events is not None:  # an async run: its queue and clock as they were after the last update
         state.events, state.clock = last.events.copy(), last.events.clock
+    if experiment.privacy is not None and last.dp_clip is not None:
+        experiment.privacy.clip = last.dp_clip
     del state.rows[last.rows :], state.weight_log[last.weight_rows :]
     _rewrite(run_dir / METRICS_FILE, state.rows)  # (a row may be in the file and not yet in ``rows``)
     _rewrite(run_dir / CLIENT_WEIGHTS_FILE, state.weight_log)
@@ -168,6 +172,8 @@ def restore(state: RunState, ck: Checkpoint, experiment: Experiment) -> None:
     state.clock = float(ck.counters.get("clock", 0.0))  # absent from checkpoints of before the simulated clock
     if ck.events:  # an async server's in-flight clients (fedrun/system/events.py)
         state.events = EventQueue.from_tree(to_device(ck.events, experiment.device), "checkpoint")
+    if experiment.privacy is not None and "dp_clip" in ck.counters:  # adaptive clipping's S is state
+        experiment.privacy.clip = float(ck.counters["dp_clip"])
     if ck.torch_rng is not None:
         torch.set_rng_state(ck.torch_rng)
     if ck.buffers:
@@ -242,6 +248,8 @@ def check_checkpoint(ck: Checkpoint, state: RunState, experiment: Experiment, pa
         raise bad(f"counters: must hold {', '.join(COUNTERS)} as finite numbers >= 0")
     if "clock" in c and (not _is_number(c["clock"]) or not 0 <= c["clock"] < math.inf):
         raise bad("counters: clock (the simulated clock) must be a finite number >= 0")
+    if "dp_clip" in c and (not _is_number(c["dp_clip"]) or not 0 < c["dp_clip"] < math.inf):
+        raise bad("counters: dp_clip (client-level DP's clip) must be a finite number > 0")
     # (under system.eval_every_seconds the evaluated updates follow the clock: any increasing rounds <= done)
     every = spec.eval.every if spec.system.eval_every_seconds is None else None
     problem = rows_mismatch(ck.rows, ck.round, every)
@@ -311,6 +319,8 @@ def save_state(state: RunState, experiment: Experiment, run_dir: Path, done: int
     counters["elapsed"] = time.perf_counter() - t0
     if experiment.system is not None:  # an ideal run's checkpoint stays as it was
         counters["clock"] = state.clock
+    if experiment.privacy is not None:  # a run without client-level DP keeps its checkpoint as it was
+        counters["dp_clip"] = experiment.privacy.clip
     ck = Checkpoint(
         done, fp, state.params, state.server_state, state.clients.state_dict(), state.rows, counters,
         torch.get_rng_state(), experiment.model.buffers, state.events.to_tree() if state.events is not None else {},

@@ -77,6 +77,10 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
         "partition_stats": partition_stats(counts),
         "code": code_provenance(),  # the commit (and whether the checkout was modified) or package version
     }
+    if experiment.privacy is not None:
+        info["privacy"] = experiment.privacy.describe()
+    if experiment.sample_privacy is not None:
+        info["privacy"] = experiment.sample_privacy.describe()
     if spec.corrupt.fraction:
         info["corrupted_clients"] = experiment.corrupted.tolist()
         info["corrupt_labels"] = list(spec.corrupt.labels)
@@ -105,6 +109,9 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
         "best_round": int(rows[int(acc.argmax())]["round"]),
         "test_loss_final": float(rows[-1]["test_loss"]),
     }
+    if "epsilon" in rows[-1]:  # differential privacy: the budget the whole run spent (docs/privacy.md)
+        out["epsilon_final"] = float(rows[-1]["epsilon"])
+        out["delta"] = spec.privacy.delta
     if "train_acc" in rows[-1]:
         out["train_acc_final"] = float(rows[-1]["train_acc"])
     for key in ("client_acc_mean", "client_acc_std"):  # eval.client_acc: FedSAM's "mean (std across clients)"

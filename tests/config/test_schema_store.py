@@ -219,6 +219,7 @@ def test_config_yaml_does_not_restate_the_schema() -> None:
         "tracking",
         "system",
         "compression",
+        "privacy",
     ):
         assert OmegaConf.to_container(cfg[section]) == dataclasses.asdict(getattr(FedrunConfig(), section))
 

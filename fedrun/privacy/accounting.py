@@ -1,0 +1,115 @@
+"""The privacy budget, from Google's ``dp-accounting`` library (never a hand-written formula).
+
+Every round (client-level DP-FedAvg) or local step (sample-level DP-SGD) is one Poisson-subsampled Gaussian
+mechanism: ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``, composed ``steps`` times; the accountant (RDP,
+Mironov 2017 / Mironov et al. 2019, or PLD, Doroshenko et al. 2022) turns the composition into epsilon at delta.
+The budget is a pure function of (q, z, steps, delta, accountant), so a resumed run recomputes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from fedrun.core.errors import ConfigError
+
+ACCOUNTANTS = ("rdp", "pld")
+MAX_NOISE = 1e3  # the largest z the target-epsilon search tries: a model under more noise learns nothing
+# the smallest: below it PLD's discretised loss grid takes gigabytes, and the budget is in the hundreds anyway
+MIN_NOISE = 0.3
+
+
+@contextlib.contextmanager
+def _quiet_absl() -> Iterator[None]:
+    """dp-accounting's RDP logs (absl) each order it excludes as a warning: expected, not the user's concern.
+
+    absl's ``log`` also calls ``logging.basicConfig()`` when the root logger has no handler, which would leave a
+    handler on the root logger bound to whatever ``sys.stderr`` is then; a NullHandler held on the root for the
+    duration keeps the process's logging as it was."""
+    logger, root, hold = logging.getLogger("absl"), logging.getLogger(), logging.NullHandler()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    root.addHandler(hold)
+    try:
+        yield
+    finally:
+        root.removeHandler(hold)
+        logger.setLevel(level)
+
+
+@functools.cache
+def _library() -> Any:
+    """dp-accounting, imported once (only a private run pays for it).
+
+    Its absl logging binds a handler to whatever ``sys.stderr`` is when absl is first imported, and closes that
+    stream when logging is reconfigured (Hydra does) unless it is the ``sys.stderr`` of that moment: pointed at the
+    process's own stderr, it never closes a stream that a caller redirected (a test's capture, a launcher's log).
+    """
+    import absl.logging
+    import dp_accounting
+    from dp_accounting import pld, rdp  # noqa: F401 - the accountants' modules
+
+    handler = absl.logging.get_absl_handler().python_handler
+    if handler.stream is not sys.__stderr__:
+        handler.stream = sys.__stderr__
+    return dp_accounting
+
+
+def _accountant(name: str) -> object:
+    lib = _library()
+    return lib.rdp.RdpAccountant() if name == "rdp" else lib.pld.PLDAccountant()
+
+
+def _event(q: float, z: float) -> object:
+    lib = _library()
+    return lib.PoissonSampledDpEvent(q, lib.GaussianDpEvent(z))
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon(q: float, z: float, steps: int, delta: float, accountant: str = "rdp") -> float:
+    """Epsilon at ``delta`` after ``steps`` compositions of the Poisson-sampled (rate ``q``) Gaussian mechanism
+    of noise multiplier ``z`` (std z x sensitivity); 0 for no step, inf for z = 0."""
+    if steps == 0:
+        return 0.0
+    if z == 0:
+        return math.inf
+    acc = _accountant(accountant)
+    with _quiet_absl():
+        acc.compose(_event(q, z), steps)  # type: ignore[attr-defined]
+        return float(acc.get_epsilon(delta))  # type: ignore[attr-defined]
+
+
+def noise_for_epsilon(q: float, steps: int, delta: float, target: float, accountant: str = "rdp") -> float:
+    """The smallest noise multiplier z in [MIN_NOISE, MAX_NOISE] whose budget after ``steps`` reaches ``target``
+    epsilon at ``delta`` (dp-accounting's ``calibrate_dp_mechanism``, a bracketed root search on the accountant
+    itself, to its default tolerance); MIN_NOISE when that already does.
+
+    Raises a ConfigError naming ``privacy.target_epsilon`` when even z = MAX_NOISE does not reach it (an RDP
+    accountant's epsilon has a floor of log(1/delta)/(alpha_max - 1) for any noise).
+    """
+    dp_accounting = _library()
+    if not target > 0:
+        raise ConfigError("privacy.target_epsilon", f"must be > 0, got {target}")
+    best = epsilon(q, MAX_NOISE, steps, delta, accountant)
+    if best > target:
+        raise ConfigError(
+            "privacy.target_epsilon",
+            f"{target} is unreachable over {steps} steps at q={q:g}, delta={delta:g} ({accountant}): even noise"
+            f" multiplier {MAX_NOISE:g} gives epsilon {best:.4g}; valid: a target >= {best:.4g}, or fewer rounds",
+        )
+    if epsilon(q, MIN_NOISE, steps, delta, accountant) <= target:
+        return MIN_NOISE
+    with _quiet_absl():
+        z = dp_accounting.calibrate_dp_mechanism(
+            lambda: _accountant(accountant),
+            lambda s: dp_accounting.SelfComposedDpEvent(_event(q, s), steps),
+            target,
+            delta,
+            dp_accounting.ExplicitBracketInterval(MIN_NOISE, MAX_NOISE),
+        )
+    return float(z)

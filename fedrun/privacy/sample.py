@@ -1,0 +1,148 @@
+"""Sample-level differential privacy: DP-SGD inside each client (Abadi et al. 2016, "Deep learning with differential
+privacy", Alg. 1), with Opacus' arithmetic (``GradSampleModule`` + ``DPOptimizer``):
+
+    g = (sum_{j in B} g_j min(1, C / ||g_j||) + N(0, z^2 C^2 I)) / |B|
+
+per-sample gradients g_j from ``torch.func`` (``vmap(grad)``), so the step runs inside the vectorised engine's
+``vmap`` over the cohort as it does in the sequential loop. The noise of client i's step t of round r is drawn
+on CPU (float32) from the generator keyed by (seed, "dp-sgd", r, i, t) and travels in the batch
+(:class:`NoiseForBatches`, ``FederatedData.batch_extras``): every engine, and a resumed run, adds the same noise.
+
+The budget is per client, over the samples of its own data: each step is accounted as a Poisson-subsampled
+Gaussian at q_i = B / n_i (fedrun's batches are a shuffled epoch's slices: fixed-size, accounted as Poisson, as
+Opacus' and TF-Privacy's examples do; docs/privacy.md), composed over every step client i has taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.func import grad_and_value, vmap
+
+from fedrun.config.schema import FLConfig, PrivacyConfig
+from fedrun.core.rng import torch_gen
+from fedrun.core.tree import Tensors
+from fedrun.data.federated import num_local_steps
+from fedrun.privacy.accounting import epsilon, noise_for_epsilon
+
+NOISE_KEY = "dp_noise"  # the batch entry holding the step's noise, [d] (one client) or [k, d] (k clients)
+Loss = Callable[..., torch.Tensor]
+
+
+def per_sample_grads(
+    loss: Loss, params: Tensors, batch: dict[str, torch.Tensor], ctx: object
+) -> tuple[Tensors, torch.Tensor]:
+    """(g_j for every sample j of ``batch``, [B, ...] per parameter; the B losses): ``loss`` on each one-sample
+    batch, ``vmap(grad_and_value)``."""
+
+    def one(p: Tensors, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return loss(p, {"x": x[None], "y": y[None]}, ctx)
+
+    return vmap(grad_and_value(one), in_dims=(None, 0, 0))(params, batch["x"], batch["y"])  # type: ignore[no-any-return]
+
+
+def clip_and_sum(grads: Tensors, clip: float, weight: torch.Tensor | None = None) -> Tensors:
+    """sum_j g_j min(1, C / ||g_j||) (Opacus' factor C / (||g_j|| + 1e-6), at most 1); ``weight`` (0 or 1 per
+    sample: the vectorised engine's padding) leaves padded samples out."""
+    b = next(iter(grads.values())).shape[0]
+    norms = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g.reshape(b, -1), dim=1) for g in grads.values()]), dim=0
+    )
+    factor = torch.clamp(clip / (norms + 1e-6), max=1.0)
+    if weight is not None:
+        factor = factor * weight.to(factor.dtype)
+    return {k: torch.tensordot(factor, g, dims=1) for k, g in grads.items()}
+
+
+def add_noise(total: Tensors, noise: torch.Tensor, batch_size: torch.Tensor | float) -> Tensors:
+    """(sum + noise) / |B|, the flat ``noise`` [d] laid over the parameters in sorted key order."""
+    out, at = {}, 0
+    for k in sorted(total):
+        n = total[k].numel()
+        out[k] = (total[k] + noise[at : at + n].reshape(total[k].shape)) / batch_size
+        at += n
+    return out
+
+
+@dataclass
+class DPSGD:
+    """The DP-SGD gradient for :meth:`Algorithm.local_grad` (its ``dp_sgd`` hook, fedrun/algorithms/base.py)."""
+
+    clip: float
+
+    def __call__(
+        self, loss: Loss, params: Tensors, batch: dict[str, torch.Tensor], ctx: object
+    ) -> tuple[Tensors, torch.Tensor]:
+        weight = batch.get("w")
+        grads, losses = per_sample_grads(loss, params, batch, ctx)
+        total = clip_and_sum(grads, self.clip, weight)
+        size = weight.sum() if weight is not None else float(batch["y"].shape[0])
+        value = (losses * weight).sum() / size if weight is not None else losses.mean()
+        return add_noise(total, batch[NOISE_KEY], size), value.detach()
+
+
+@dataclass
+class NoiseForBatches:
+    """The ``batch_extras`` of FederatedData: N(0, (z C)^2 I_d) of client ``cid``'s step ``t`` of round ``rnd``."""
+
+    dim: int
+    std: float
+    seed: int
+    dtype: torch.dtype
+    device: torch.device
+
+    def draw(self, rnd: int, cid: int, step: int) -> torch.Tensor:
+        # float32 on CPU (a step's noise is as large as the model, drawn every step): the same bits on every device
+        g = torch_gen(self.seed, "dp-sgd", rnd, cid, step)
+        return torch.randn(self.dim, generator=g, dtype=torch.float32).mul_(self.std)
+
+    def __call__(self, rnd: int, clients: torch.Tensor, step: int) -> dict[str, torch.Tensor]:
+        ids = clients.reshape(-1).tolist()
+        noise = torch.stack([self.draw(rnd, int(c), step) for c in ids]).reshape(*clients.shape, self.dim)
+        return {NOISE_KEY: noise.to(self.dtype).to(self.device)}
+
+
+@dataclass
+class SampleDP:
+    """Sample-level DP's run-wide settings: z (configured, or solved for ``target_epsilon`` for the client that
+    spends the most: the largest q_i = B/n_i over the whole run's steps), and each client's budget."""
+
+    config: PrivacyConfig
+    fl: FLConfig
+    sizes: np.ndarray  # n_i
+    z: float
+
+    @classmethod
+    def build(cls, config: PrivacyConfig, fl: FLConfig, sizes: np.ndarray) -> SampleDP:
+        z = config.noise_multiplier
+        if config.target_epsilon is not None:
+            # the worst case: the smallest client (largest q), taking part in every round
+            n = int(sizes.min())
+            steps = fl.rounds * num_local_steps(n, fl)
+            z = noise_for_epsilon(
+                min(fl.batch_size / n, 1.0), steps, config.delta, config.target_epsilon, config.accountant
+            )
+        return cls(config, fl, sizes, z)
+
+    def epsilon(self, steps: np.ndarray) -> float:
+        """The largest budget over the clients, each at q_i = B / n_i after ``steps[i]`` steps (dp-accounting)."""
+        c = self.config
+        return max(
+            (
+                epsilon(min(self.fl.batch_size / int(n), 1.0), self.z, int(s), c.delta, c.accountant)
+                for n, s in zip(self.sizes, steps, strict=True)
+            ),
+            default=0.0,
+        )
+
+    def describe(self) -> dict[str, object]:
+        c = self.config
+        return {
+            "mode": "sample (DP-SGD)", "unit": "one training sample of a client", "sampling": "fixed-size shuffled"
+            " batches (accounted as Poisson with q_i = B/n_i)", "noise_multiplier": self.z, "clip": c.clip,
+            "delta": c.delta, "accountant": f"{c.accountant} (dp-accounting)", "target_epsilon": c.target_epsilon,
+            "epsilon_is": "the largest over the clients",
+        }  # fmt: skip
