@@ -22,6 +22,18 @@ select_list is range(N): client 0). The FedDyn authors' own code (alpemreacar/Fe
 plain mean of the cohort's models (``avg_model``) while clients start from the corrected one; it is not
 available as ``variant=official`` (below).
 
+``law`` is unstable on FedLAW's Table 3 FMNIST-MLP alpha=0.1 setting at alpha=0.01, and so is the code's own rule:
+tests/algorithms/test_feddyn_law_trajectory.py pins ``law`` over whole rounds (momentum kept, weight decay, lr
+decay) to that rule written with nn.Module and torch.optim.SGD. The unsquared penalty's gradient has norm alpha/2
+at any distance from w^t, so only the linear term and weight decay pull a client back, and h/alpha = -(the sum of every
+round's mean update) is added to each broadcast undamped (the h update's alpha cancels the 1/alpha). Issue 38:
+seed 10 diverges (round 9 in fedrun's vectorised run; the rule written in plain torch, fp32, blew up at round 5,
+NaN at 6, from the same partition, init and batches), and seed 9's accuracy swings by 4.3 points a round on
+average through rounds 151-200 (64.7-80.7%). At seed 10 the squared penalty (``variant=paper``, which equals
+``law`` but for the square at full participation with ``fl.weighting=size`` and no buffers) ran 20 rounds without
+diverging (rounds 11-20: 65.9-81.1%, mean 75.5%), and ``law`` at the code's default alpha = args.mu = 1e-3 stayed
+finite but oscillating (rounds 11-20: 49.0-73.1%, mean 61.8%).
+
 ``variant=official``: the FedDyn authors' code (``utils_methods.train_FedDyn`` 366-392,
 ``utils_general.train_feddyn_mdl`` 185-226). Client i's coefficient is alpha_i = alpha / (N n_i / n), and its
 loss is f_i(w) + alpha_i <l_i, w> + (alpha_i/2) ||w - w^t||^2 (the linear term, plus SGD weight decay alpha_i
