@@ -150,6 +150,10 @@ def cos_methods(mus: tuple[float, ...], prox: float, composites: bool = True) ->
 #   with the size weights, the first selected client's BatchNorm buffers); alpha = 0.01 as App. C states.
 #   The code reads FedDyn's alpha from args.mu (default 1e-3), but that is not why our FMNIST-MLP alpha=0.1 cell is
 #   above the paper's 77.68: seed 8, last-10 mean, 81.46 at alpha=0.01 and 81.80 at alpha=1e-3 (measured at 989da1a).
+#   At alpha=0.01 the code's rule (unsquared penalty, undamped -h/alpha) is unstable on this partition: seed 10
+#   diverges at round 9 (the same rule in plain torch fails at round 5), and seed 9 swings 64.7-80.7% through rounds
+#   151-200 (last-10 mean 71.12). fedrun matches the rule (tests/algorithms/test_feddyn_law_trajectory.py, fp64 1e-10);
+#   issue 38 and fedrun/algorithms/feddyn.py's docstring have the numbers.
 # - FedDF, FedBE, Server-FT: server_funct.py feddf / fedbe / server_finetune step central_node.optimizer, the
 #   SGD that utils.py init_optimizer builds once for the server node (nodes.py line 32): the clients' initial lr
 #   (never decayed: lr_scheduler touches client nodes only), momentum 0.9 kept across rounds, weight decay
