@@ -10,14 +10,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.privacy.accounting import epsilon
-from fedrun.run.checkpoint import CHECKPOINT_FILE
 from fedrun.run.loop import run
 from fedrun.storage.atomic import TIMING_COLUMNS
+from tests.run.resume_util import killed_then_resumed
 
 SMALL = (
     "data.max_train_samples=600",
@@ -69,29 +68,10 @@ def test_the_same_noise_on_every_engine(tmp_path: Path, make_spec: Callable[...,
 def test_killed_and_resumed_run_gives_the_same_numbers_with_adaptive_clip(
     tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fedrun.run.state as runner
-
     spec = make_spec(*SMALL, "privacy.adaptive_clip=true", "privacy.clip_count_stddev=1.0", "privacy.clip_lr=0.5")
-    full, partial = tmp_path / "full", tmp_path / "partial"
-    full.mkdir()
-    partial.mkdir()
-    save = runner.save_checkpoint
-
-    def save_and_copy(path: Path, ck):  # noqa: ANN001, ANN202 - what a run killed after round 2 leaves
-        save(path, ck)
-        if ck.round == 2:
-            (partial / CHECKPOINT_FILE).write_bytes(path.read_bytes())
-            (partial / "metrics.csv").write_bytes((full / "metrics.csv").read_bytes())
-
-    monkeypatch.setattr(runner, "save_checkpoint", save_and_copy)
-    run(spec, full)
-    monkeypatch.setattr(runner, "save_checkpoint", save)
-    (partial / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))
-    (partial / "summary.json").write_text('{"status": "running"}')
-    summary = run(spec, partial)
-    assert summary["status"] == "completed" and summary.get("resumed_from_round") == 2
-    pd.testing.assert_frame_equal(metrics(partial), metrics(full), check_exact=True)
-    assert metrics(full)["clip"].nunique() == 4  # S adapted every round, so the resumed S decided something
+    _, full, resumed = killed_then_resumed(spec, tmp_path, monkeypatch, 2)
+    pd.testing.assert_frame_equal(resumed, full, check_exact=True)
+    assert full["clip"].nunique() == 4  # S adapted every round, so the resumed S decided something
 
 
 def test_an_empty_poisson_round_releases_the_noise_alone(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:

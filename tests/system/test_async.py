@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from fedrun.config.identity import config_key, fingerprint
 from fedrun.config.schema import ASYNC_KEYS, RunSpec, SystemConfig
@@ -22,7 +21,6 @@ from fedrun.core.rng import np_rng
 from fedrun.core.tree import unstack
 from fedrun.report import curves
 from fedrun.run.async_rounds import train_update
-from fedrun.run.checkpoint import CHECKPOINT_FILE
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from fedrun.run.rounds import lr_at
@@ -30,6 +28,7 @@ from fedrun.run.state import fresh_state
 from fedrun.storage.atomic import TIMING_COLUMNS
 from fedrun.storage.rundir import RunDir
 from fedrun.system.events import EventQueue, check_async, staleness_weight
+from tests.run.resume_util import killed_then_resumed
 
 SMALL = (
     "data.max_train_samples=600",
@@ -120,30 +119,14 @@ def test_same_stream_on_every_engine(tmp_path: Path, make_spec: Callable[..., Ru
 def test_killed_and_resumed_mid_stream_gives_the_same_numbers(
     tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fedrun.run.state as runner
-
     spec = make_spec(*SMALL, "system.server=fedbuff", "system.buffer=2", "system.devices=tiers")
-    full, partial = tmp_path / "full", tmp_path / "partial"
-    full.mkdir()
-    partial.mkdir()
-    save = runner.save_checkpoint
 
-    def save_and_copy(path: Path, ck: Any) -> None:  # what a run killed after update 3 leaves
-        save(path, ck)
-        if ck.round == 3:
-            assert len(ck.events["times"]) >= 3 and ck.events["batches"]  # >= C - K in flight, their work saved
-            (partial / CHECKPOINT_FILE).write_bytes(path.read_bytes())
-            (partial / "metrics.csv").write_bytes((full / "metrics.csv").read_bytes())
+    def in_flight(ck: Any) -> None:  # what a run killed after update 3 leaves: >= C - K in flight, their work saved
+        assert len(ck.events["times"]) >= 3 and ck.events["batches"]
 
-    monkeypatch.setattr(runner, "save_checkpoint", save_and_copy)
-    run(spec, full)
-    monkeypatch.setattr(runner, "save_checkpoint", save)
-    (partial / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))
-    (partial / "summary.json").write_text('{"status": "running"}')
-    summary = run(spec, partial)
-    assert summary["status"] == "completed" and summary.get("resumed_from_round") == 3
-    pd.testing.assert_frame_equal(metrics(partial), metrics(full), check_exact=True)
-    assert summary["sim_clock"] == metrics(full)["sim_clock"].iloc[-1]
+    summary, full, resumed = killed_then_resumed(spec, tmp_path, monkeypatch, 3, in_flight)
+    pd.testing.assert_frame_equal(resumed, full, check_exact=True)
+    assert summary["sim_clock"] == full["sim_clock"].iloc[-1]
 
 
 def test_an_interrupt_mid_update_rewinds_the_queue(
