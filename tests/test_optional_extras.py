@@ -24,6 +24,7 @@ EXTRA_MODULES = {
     "ray-launcher": ("hydra_plugins.hydra_ray_launcher",),
     "tune": ("hydra_plugins.hydra_optuna_sweeper", "optuna", "sqlalchemy"),
     "docs": ("mkdocs", "material"),
+    "privacy": ("dp_accounting", "opacus"),
 }
 BLOCK = """
 import sys

@@ -235,7 +235,7 @@ def execute(
     if not multirun and result.outcome is Outcome.REFUSED:
         sweeps.remove_refused_run_dir(run_dir)  # a dated one this command made: nothing named like a run is left
     if multirun and result.outcome is Outcome.INTERRUPTED:
-        sweep_dir = Path(HydraConfig.get().sweep.dir)
+        sweep_dir = Path(HydraConfig.get().sweep.dir) if HydraConfig.initialized() else run_dir.parent
         raise _in_job(Interrupted(signal.Signals[result.signal or "SIGINT"]), name, sweep_dir)  # the sweep stops
     code = exit_code_of(result)
     if code and not multirun:

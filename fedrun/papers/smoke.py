@@ -99,6 +99,10 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
         shrink["fl.local_steps"], shrink["fl.local_epochs"] = "null", 1
     if cfg["partition"].get("clients_per_domain"):
         shrink["partition.clients_per_domain"] = smoke_clients(cfg, swept) // len(cfg["data"]["domains"])
+    system = cfg.get("system") or {}
+    if system.get("server", "sync") != "sync":  # an async server's C (and FedBuff's K <= C) within the fewer clients
+        c = min(system.get("concurrency") or shrink["fl.clients"], shrink["fl.clients"])
+        shrink["system.concurrency"], shrink["system.buffer"] = c, min(system.get("buffer", 1), c)
     if cfg["proxy"]["per_class"]:
         shrink["proxy.per_class"] = min(cfg["proxy"]["per_class"], SMOKE["proxy_per_class"])
     return [f"{k}={v}" for k, v in shrink.items() if k not in swept]

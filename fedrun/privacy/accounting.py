@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fedrun.core.errors import ConfigError
+from fedrun.core.extras import require_extra
 
 ACCOUNTANTS = ("rdp", "pld")
 MAX_NOISE = 1e3  # the largest z the target-epsilon search tries: a model under more noise learns nothing
@@ -50,8 +51,8 @@ def _library() -> Any:
     stream when logging is reconfigured (Hydra does) unless it is the ``sys.stderr`` of that moment: pointed at the
     process's own stderr, it never closes a stream that a caller redirected (a test's capture, a launcher's log).
     """
+    dp_accounting = require_extra("dp_accounting", "privacy", "privacy.mode")  # one line without the extra
     import absl.logging
-    import dp_accounting
     from dp_accounting import pld, rdp  # noqa: F401 - the accountants' modules
 
     handler = absl.logging.get_absl_handler().python_handler

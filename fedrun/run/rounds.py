@@ -70,8 +70,12 @@ def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
 
 
 def aggregation_weights(sizes: torch.Tensor, weighting: str) -> torch.Tensor:
-    """p_i: n_i / sum_S n_j (``size``) or 1/m (``uniform``), float64."""
-    return sizes / sizes.sum() if weighting == "size" else torch.full_like(sizes, 1 / len(sizes))
+    """p_i: n_i / sum_S n_j (``size``) or 1/m (``uniform``), float64. A cohort holding no training sample at all
+    (a natural partition cut to few samples) is weighted uniformly: each of its clients took no step and uploads
+    w^t, which the uniform mean keeps, where n_i / 0 would stop the run as diverged."""
+    if weighting == "size" and sizes.sum() > 0:
+        return sizes / sizes.sum()
+    return torch.full_like(sizes, 1 / len(sizes))
 
 
 def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:

@@ -47,7 +47,7 @@ def test_make_docs_builds_the_site_strict_and_ci_runs_it_after_lint() -> None:
     make = (REPO / "Makefile").read_text()
     recipe = re.search(r"^docs:.*\n((?:\t.*\n)+)", make, re.M)
     assert recipe is not None and "mkdocs build --strict" in recipe.group(1)
-    assert "'.[dev,tracking,mlflow,wandb,dist,tune,docs]'" in make
+    assert "'.[dev,tracking,mlflow,wandb,dist,tune,docs,privacy]'" in make
     ci = (REPO / ".ci/run").read_text().splitlines()
     assert ci.index("make docs") == ci.index("make lint") + 1
     tomllib = pytest.importorskip("tomllib")
