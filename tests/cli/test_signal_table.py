@@ -73,7 +73,8 @@ def test_a_signal_at_any_moment_is_128_plus_n_and_one_line(
     last = [ln for ln in err.splitlines() if ln.startswith("fedrun: ") and sig.name in ln]
     assert len(last) == 1 and err.strip().splitlines()[-1] == last[0], err
     if sweep:
-        assert "resumes a sweep" in last[0] or last[0].endswith("nothing was started; run the command again"), err
+        in_job = "; resume the sweep with: fedrun -m " in last[0]  # the job's line: the command, pinned to its dir
+        assert in_job or "resumes a sweep" in last[0] or last[0].endswith("nothing was started; run the command again")
     else:
         assert "sweep" not in last[0], err
     if not sweep or "job" not in last[0]:
