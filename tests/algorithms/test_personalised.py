@@ -175,6 +175,13 @@ def test_fedbn_without_batchnorm_is_refused(make_spec: Callable[..., RunSpec]) -
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
 ) -> None:
+    refused_in_one_line(tmp_path, monkeypatch, capsys, args, words)
+
+
+def refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
+) -> None:
+    """``fedrun`` with ``args`` exits 2 with one line holding ``words``, and writes no metrics."""
     monkeypatch.chdir(tmp_path)
     argv = ["fedrun", *SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}", "output.plots=false"]
     assert main_exit_code(monkeypatch, argv) == 2
