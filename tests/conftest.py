@@ -51,6 +51,18 @@ def main_exit_code(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> object:
     return 0
 
 
+def refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
+) -> None:
+    """``fedrun *args`` (run in ``tmp_path``) exits 2 with one line holding ``words``, and writes no metrics."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["fedrun", *args, f"hydra.run.dir={tmp_path / 'run'}", "output.plots=false"]
+    assert main_exit_code(monkeypatch, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
 @pytest.fixture(autouse=True)
 def _unchecked_composition() -> object:
     """Each test starts with Hydra's own composition: a test that ran ``fedrun`` in-process installed fedrun's

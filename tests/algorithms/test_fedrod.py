@@ -10,13 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from client_methods_util import SMALL, assert_trees_equal, ctx_for, make_algo, plain_grad, tiny_batch, train
-from test_personalised import refused_in_one_line
 from test_personalised import test_kill_and_resume_restores_personal_state_bit_for_bit as resume_check
 
 from fedrun.algorithms.fedrod import ABSENT
 from fedrun.config.schema import RunSpec
 from fedrun.core.tree import unstack
 from fedrun.run.experiment import build_experiment
+from tests.conftest import refused_in_one_line
 
 
 def features(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -96,7 +96,7 @@ def test_each_client_gets_its_own_class_counts(make_spec: Callable[..., RunSpec]
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
 ) -> None:
-    refused_in_one_line(tmp_path, monkeypatch, capsys, ["algorithm=fedrod", *args], words)
+    refused_in_one_line(tmp_path, monkeypatch, capsys, [*SMALL, "algorithm=fedrod", *args], words)
 
 
 def test_kill_and_resume_restores_every_clients_state_bit_for_bit(

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 from client_methods_util import SMALL, assert_trees_equal, ctx_for, make_algo, plain_grad, tiny_batch
-from test_personalised import refused_in_one_line
 from test_personalised import test_kill_and_resume_restores_personal_state_bit_for_bit as resume_check
 
 from fedrun.algorithms.perfedavg import deal
 from fedrun.config.schema import RunSpec
 from fedrun.run.loop import run
+from tests.conftest import refused_in_one_line
 
 
 def maml_grad(algo, w: dict, batch: dict, alpha: float) -> dict:  # noqa: ANN001
@@ -87,7 +87,7 @@ def test_the_personalised_model_is_one_alpha_step_at_evaluation(
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
 ) -> None:
-    refused_in_one_line(tmp_path, monkeypatch, capsys, ["algorithm=perfedavg", *args], words)
+    refused_in_one_line(tmp_path, monkeypatch, capsys, [*SMALL, "algorithm=perfedavg", *args], words)
 
 
 def test_kill_and_resume_restores_every_clients_state_bit_for_bit(

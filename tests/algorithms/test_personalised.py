@@ -29,7 +29,7 @@ from fedrun.models.base import FunctionalModel
 from fedrun.run import loop
 from fedrun.run.loop import run
 from fedrun.storage.atomic import TIMING_COLUMNS
-from tests.conftest import main_exit_code
+from tests.conftest import refused_in_one_line
 
 SPLIT = (*SMALL, "eval.local_test=split")
 
@@ -175,19 +175,7 @@ def test_fedbn_without_batchnorm_is_refused(make_spec: Callable[..., RunSpec]) -
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
 ) -> None:
-    refused_in_one_line(tmp_path, monkeypatch, capsys, args, words)
-
-
-def refused_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
-) -> None:
-    """``fedrun`` with ``args`` exits 2 with one line holding ``words``, and writes no metrics."""
-    monkeypatch.chdir(tmp_path)
-    argv = ["fedrun", *SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}", "output.plots=false"]
-    assert main_exit_code(monkeypatch, argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and words in err[0], err
-    assert not (tmp_path / "run" / "metrics.csv").exists()
+    refused_in_one_line(tmp_path, monkeypatch, capsys, [*SMALL, *args], words)
 
 
 @pytest.mark.parametrize("name", ["fedper", "ditto", "fedrep"])

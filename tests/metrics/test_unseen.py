@@ -16,7 +16,7 @@ from fedrun.metrics.personal import hits_at, spread_stats
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import local_evaluation, run
 from fedrun.run.state import fresh_state
-from tests.conftest import main_exit_code
+from tests.conftest import refused_in_one_line
 from tests.metrics.test_personal import SMALL
 
 UNSEEN = (*SMALL, "fl.clients=5", "eval.local_test=split", "eval.unseen_clients=2")
@@ -79,9 +79,4 @@ def test_unseen_global_accuracy_by_hand(make_spec: Callable[..., RunSpec]) -> No
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    argv = ["fedrun", *SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}", "output.plots=false"]
-    assert main_exit_code(monkeypatch, argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and words in err[0], err
-    assert not (tmp_path / "run" / "metrics.csv").exists()
+    refused_in_one_line(tmp_path, monkeypatch, capsys, [*SMALL, *args], words)

@@ -14,9 +14,7 @@ import pytest
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.privacy.accounting import epsilon
-from fedrun.run.loop import run
-from fedrun.storage.atomic import TIMING_COLUMNS
-from tests.run.resume_util import killed_then_resumed
+from tests.run.run_util import finished_run, killed_then_resumed
 
 SMALL = (
     "data.max_train_samples=600",
@@ -35,19 +33,8 @@ SMALL = (
 DP_COLUMNS = ["epsilon", "clip", "clipped_fraction"]
 
 
-def metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(run_dir / "metrics.csv").drop(columns=list(TIMING_COLUMNS))
-
-
-def run_in(tmp_path: Path, name: str, spec: RunSpec) -> tuple[pd.DataFrame, dict[str, Any]]:
-    (tmp_path / name).mkdir()
-    summary = run(spec, tmp_path / name)
-    assert summary["status"] == "completed"
-    return metrics(tmp_path / name), summary
-
-
 def test_columns_and_summary_say_the_budget(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
-    m, s = run_in(tmp_path, "dp", make_spec(*SMALL))
+    m, s = finished_run(tmp_path, "dp", make_spec(*SMALL))
     assert set(DP_COLUMNS) <= set(m.columns)
     assert list(m["epsilon"]) == [epsilon(0.5, 0.5, t, 1e-5, "rdp") for t in (1, 2, 3, 4)]
     assert (m["clip"] == 0.3).all() and m["clipped_fraction"].between(0, 1).all()
@@ -58,8 +45,8 @@ def test_columns_and_summary_say_the_budget(tmp_path: Path, make_spec: Callable[
 
 
 def test_the_same_noise_on_every_engine(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
-    seq, _ = run_in(tmp_path, "seq", make_spec(*SMALL))
-    vec, _ = run_in(tmp_path, "vec", make_spec(*SMALL, "hardware.engine=vectorised"))
+    seq, _ = finished_run(tmp_path, "seq", make_spec(*SMALL))
+    vec, _ = finished_run(tmp_path, "vec", make_spec(*SMALL, "hardware.engine=vectorised"))
     pd.testing.assert_frame_equal(seq[["clients", "epsilon", "clip"]], vec[["clients", "epsilon", "clip"]])
     # the noise dominates the update at z S / m_exp: were it drawn differently, the models would part by far more
     pd.testing.assert_series_equal(seq["test_loss"], vec["test_loss"], rtol=1e-3, check_exact=False)
@@ -80,7 +67,7 @@ def test_an_empty_poisson_round_releases_the_noise_alone(tmp_path: Path, make_sp
     spec = make_spec(*SMALL, "fl.participation=0.1", "fl.rounds=6", "seed=3")
     cohorts = [len(sample_clients(spec.fl, spec.seed, r, poisson=True)) for r in range(6)]
     assert cohorts.count(0) == 3  # seed 3 draws three empty cohorts at q = 0.1 over 10 clients
-    m, _ = run_in(tmp_path, "empty", spec)
+    m, _ = finished_run(tmp_path, "empty", spec)
     assert list(m["clients"]) == cohorts
     empty = m[m["clients"] == 0]
     assert empty["local_loss"].isna().all() and (empty["clipped_fraction"] == 0).all()
@@ -120,8 +107,8 @@ def test_sample_level_dp_sgd_runs_alike_on_both_engines_with_the_largest_clients
 
     sample = (*SMALL[:9], "privacy=sample", "privacy.noise_multiplier=1.1", "privacy.clip=0.5", "fl.rounds=2")
     spec = make_spec(*sample)
-    seq, s = run_in(tmp_path, "seq", spec)
-    vec, _ = run_in(tmp_path, "vec", make_spec(*sample, "hardware.engine=vectorised"))
+    seq, s = finished_run(tmp_path, "seq", spec)
+    vec, _ = finished_run(tmp_path, "vec", make_spec(*sample, "hardware.engine=vectorised"))
     pd.testing.assert_series_equal(seq["test_loss"], vec["test_loss"], rtol=1e-4, check_exact=False)
     assert s["privacy"]["unit"] == "one training sample of a client"
     # epsilon: the largest over the clients, each at q_i = B / n_i over the steps it took (cohorts of 5 of 10)

@@ -25,10 +25,9 @@ from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from fedrun.run.rounds import lr_at
 from fedrun.run.state import fresh_state
-from fedrun.storage.atomic import TIMING_COLUMNS
 from fedrun.storage.rundir import RunDir
 from fedrun.system.events import EventQueue, check_async, staleness_weight
-from tests.run.resume_util import killed_then_resumed
+from tests.run.run_util import killed_then_resumed, metrics, run_in
 
 SMALL = (
     "data.max_train_samples=600",
@@ -45,17 +44,6 @@ SMALL = (
 # every client runs 3 steps of 20 samples and moves the same bytes on one device: equal completion times
 EQUAL_TIMES = ("fl.local_steps=3",)
 ASYNC_COLUMNS = ["sim_seconds", "sim_clock", "staleness_mean", "staleness_max", "in_flight", "clients"]
-
-
-def metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(run_dir / "metrics.csv").drop(columns=list(TIMING_COLUMNS))
-
-
-def run_in(tmp_path: Path, name: str, spec: RunSpec) -> pd.DataFrame:
-    (tmp_path / name).mkdir()
-    summary = run(spec, tmp_path / name)
-    assert summary["status"] == "completed"
-    return metrics(tmp_path / name)
 
 
 def test_staleness_functions_are_xie_et_al() -> None:

@@ -14,8 +14,7 @@ import pytest
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.run.loop import run
-from fedrun.storage.atomic import TIMING_COLUMNS
-from tests.run.resume_util import killed_then_resumed
+from tests.run.run_util import killed_then_resumed, run_in
 
 TRACE = Path(__file__).with_name("sample_trace.json")
 SMALL = (
@@ -32,17 +31,6 @@ SMALL = (
 )
 SYSTEM_COLUMNS = ["sim_seconds", "sim_clock", "dropped", "stragglers", "late", "over_selected"]
 PARTIAL = ("system.dropout=0.3", "system.stragglers=0.5", "system.straggler_policy=partial", "system.devices=tiers")
-
-
-def metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(run_dir / "metrics.csv").drop(columns=list(TIMING_COLUMNS))
-
-
-def run_in(tmp_path: Path, name: str, spec: RunSpec) -> pd.DataFrame:
-    (tmp_path / name).mkdir()
-    summary = run(spec, tmp_path / name)
-    assert summary["status"] == "completed"
-    return metrics(tmp_path / name)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""A run killed after its checkpoint of round ``k``, then resumed in its directory: the shared set-up of the
-kill-and-resume tests of simulated systems, asynchronous servers and private runs."""
+"""Whole runs in a test's folder, read back without their wall-clock columns; and a run killed after its checkpoint
+of round ``k``, then resumed in its directory: the shared set-up of the run tests of simulated systems,
+asynchronous servers and private runs."""
 
 from __future__ import annotations
 
@@ -20,6 +21,19 @@ from fedrun.storage.atomic import TIMING_COLUMNS
 def metrics(run_dir: Path) -> pd.DataFrame:
     """A run's metrics.csv without its wall-clock columns."""
     return pd.read_csv(run_dir / "metrics.csv").drop(columns=list(TIMING_COLUMNS))
+
+
+def finished_run(tmp_path: Path, name: str, spec: RunSpec) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Run ``spec`` in ``tmp_path/name`` to completion: its metrics and its summary."""
+    (tmp_path / name).mkdir()
+    summary = run(spec, tmp_path / name)
+    assert summary["status"] == "completed"
+    return metrics(tmp_path / name), summary
+
+
+def run_in(tmp_path: Path, name: str, spec: RunSpec) -> pd.DataFrame:
+    """Run ``spec`` in ``tmp_path/name`` to completion: its metrics."""
+    return finished_run(tmp_path, name, spec)[0]
 
 
 def killed_then_resumed(
