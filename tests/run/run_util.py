@@ -36,16 +36,15 @@ def run_in(tmp_path: Path, name: str, spec: RunSpec) -> pd.DataFrame:
     return finished_run(tmp_path, name, spec)[0]
 
 
-def killed_then_resumed(
+def interrupted_copy(
     spec: RunSpec,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     k: int,
     on_checkpoint: Callable[[Any], None] | None = None,
-) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
-    """Run ``spec`` whole in ``tmp_path/full``; give ``tmp_path/partial`` what a run killed after round ``k``'s
-    checkpoint leaves (``on_checkpoint`` sees that checkpoint first) and resume it there. Returns the resumed run's
-    summary and both runs' metrics (full, resumed), after checking that it resumed from round ``k`` and completed."""
+) -> tuple[Path, Path]:
+    """Run ``spec`` whole in ``tmp_path/full``, and leave in ``tmp_path/partial`` what a run killed after round
+    ``k``'s checkpoint leaves (``on_checkpoint`` sees that checkpoint first): the two run directories."""
     import fedrun.run.state as runner
 
     full, partial = tmp_path / "full", tmp_path / "partial"
@@ -66,6 +65,19 @@ def killed_then_resumed(
     monkeypatch.setattr(runner, "save_checkpoint", save)
     (partial / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))
     (partial / "summary.json").write_text('{"status": "running"}')
+    return full, partial
+
+
+def killed_then_resumed(
+    spec: RunSpec,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    k: int,
+    on_checkpoint: Callable[[Any], None] | None = None,
+) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """:func:`interrupted_copy`, then the partial run resumed in its directory. Returns the resumed run's summary
+    and both runs' metrics (full, resumed), after checking that it resumed from round ``k`` and completed."""
+    full, partial = interrupted_copy(spec, tmp_path, monkeypatch, k, on_checkpoint)
     summary = run(spec, partial)
     assert summary["status"] == "completed" and summary.get("resumed_from_round") == k
     return summary, metrics(full), metrics(partial)

@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from fedrun.cli import main as cli
 from fedrun.config.schema import RunSpec
@@ -25,6 +24,7 @@ from fedrun.run.loop import run
 from fedrun.storage.atomic import TIMING_COLUMNS
 from tests.conftest import REPO, compose_cfg
 from tests.pause_worker import PAUSED
+from tests.run.run_util import interrupted_copy
 
 # A run of a few seconds: 600 Fashion-MNIST images, 4 clients, a 32-unit MLP, a checkpoint every round;
 # dropout under vmap, so that an exact resume also needs torch's global RNG handled.
@@ -96,26 +96,7 @@ def _interrupted_copy(
     tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, at: int
 ) -> tuple[Path, Path]:
     """An uninterrupted run, and a run dir holding what a run killed after round ``at`` leaves behind."""
-    import fedrun.run.state as runner
-
-    full, partial = tmp_path / "full", tmp_path / "partial"
-    full.mkdir()
-    partial.mkdir()
-    save = runner.save_checkpoint
-
-    def save_and_copy(path: Path, ck):  # noqa: ANN001, ANN202
-        save(path, ck)
-        if ck.round == at:
-            (partial / CHECKPOINT_FILE).write_bytes(path.read_bytes())
-            (partial / "metrics.csv").write_bytes((full / "metrics.csv").read_bytes())
-
-    monkeypatch.setattr(runner, "save_checkpoint", save_and_copy)
-    spec = make_spec(*SMALL)
-    run(spec, full)
-    monkeypatch.setattr(runner, "save_checkpoint", save)
-    (partial / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))
-    (partial / "summary.json").write_text('{"status": "running"}')
-    return full, partial
+    return interrupted_copy(make_spec(*SMALL), tmp_path, monkeypatch, at)
 
 
 def test_resume_dir_continues_then_skips_and_refuses_another_config(

@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from fedrun.cli import main as cli
 from fedrun.config.identity import config_key
@@ -25,6 +24,7 @@ from fedrun.storage.atomic import TIMING_COLUMNS
 from fedrun.upload.base import UPLOAD_STAGES, UploadContext, UploadStage
 from fedrun.upload.pipeline import UPLOAD_STATE, UploadPipeline, build_pipeline
 from tests.conftest import compose_cfg, main_exit_code
+from tests.run.run_util import interrupted_copy
 
 SMALL = [
     "experiment=smoke",
@@ -103,25 +103,8 @@ def test_residual_is_client_state_kept_by_clients_not_sampled(make_spec: Callabl
 def test_a_killed_run_resumes_the_residuals_exactly(
     tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fedrun.run.state as runner
-
-    full, partial = tmp_path / "full", tmp_path / "partial"
-    full.mkdir()
-    partial.mkdir()
-    save = runner.save_checkpoint
-
-    def save_and_copy(path: Path, ck):  # noqa: ANN001, ANN202
-        save(path, ck)
-        if ck.round == 2:
-            (partial / CHECKPOINT_FILE).write_bytes(path.read_bytes())
-            (partial / "metrics.csv").write_bytes((full / "metrics.csv").read_bytes())
-
-    monkeypatch.setattr(runner, "save_checkpoint", save_and_copy)
     spec = make_spec(*SMALL, *EF, "hardware.engine=vectorised")
-    run(spec, full)
-    monkeypatch.setattr(runner, "save_checkpoint", save)
-    (partial / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))
-    (partial / "summary.json").write_text('{"status": "running"}')
+    full, partial = interrupted_copy(spec, tmp_path, monkeypatch, 2)
     mid = load_checkpoint(partial / CHECKPOINT_FILE).client_states[UPLOAD_STATE]["topk"]["params"]
     assert mid.abs().sum() > 0  # it resumes real residuals
     cli.resume(partial, [])
