@@ -589,6 +589,7 @@ def measure_dp(spec: Any, short_spec: Any, reps: int) -> dict[str, Any]:
     clients = torch.as_tensor(sample_clients(fl, spec.seed, 0), dtype=torch.long)
     params = exp.model.init_params()
     weights = aggregation_weights(exp.fed.sizes[clients].to(torch.float64), "uniform")
+    device_weights = weights.float().to(exp.device)  # FedAvg's mean runs where the uploads are (the GPU's too)
     private = dataclasses.replace(spec, privacy=PrivacyConfig(mode="client", noise_multiplier=1.0, clip=1.0))
     pipe = build_pipeline(private)
     assert pipe is not None
@@ -610,7 +611,7 @@ def measure_dp(spec: Any, short_spec: Any, reps: int) -> dict[str, Any]:
 
     for i in range(reps + 1):  # the first pass warms up
         res = timed("train", lambda: eng.train_cohort(0, params, {}, clients, {}, fl.lr))
-        timed("aggregate", lambda r=res: algo.aggregate(params, {}, r.uploads, weights.float(), None))
+        timed("aggregate", lambda r=res: algo.aggregate(params, {}, r.uploads, device_weights, None))
         timed("dp_stage", lambda r=res: upload_round(dp_exp, dp_state, 0, r, clients, weights))
         timed("step_plain", lambda: plain.train_cohort(0, params, {}, clients, {}, fl.lr))
         short.algorithm.dp_sgd, short.fed.batch_extras = DPSGD(1.0), noise
