@@ -142,13 +142,16 @@ class SampleDP:
     def build(cls, config: PrivacyConfig, fl: FLConfig, sizes: np.ndarray) -> SampleDP:
         z = config.noise_multiplier
         if config.target_epsilon is not None:
-            # the worst case: the smallest client (largest q), taking part in every round
-            n = int(sizes.min())
-            steps = fl.rounds * num_local_steps(n, fl)
-            z = noise_for_epsilon(
-                min(fl.batch_size / n, 1.0), steps, config.delta, config.target_epsilon, config.accountant
-            )
+            q, steps = cls.worst_case(fl, sizes)
+            z = noise_for_epsilon(q, steps, config.delta, config.target_epsilon, config.accountant)
         return cls(config, fl, sizes, z)
+
+    @staticmethod
+    def worst_case(fl: FLConfig, sizes: np.ndarray) -> tuple[float, int]:
+        """(q, steps) of the client that spends the most: the smallest (largest q = B/n), taking part in every round
+        (the budget ``target_epsilon`` is solved for)."""
+        n = int(sizes.min())
+        return min(fl.batch_size / n, 1.0), fl.rounds * num_local_steps(n, fl)
 
     def epsilon(self, steps: np.ndarray) -> float:
         """The largest budget over the clients, each at q_i = B / n_i after ``steps[i]`` steps (dp-accounting)."""
