@@ -563,7 +563,7 @@ def measure_personal(spec: Any, reps: int, clock: str = "wall") -> dict[str, Any
 
 
 DP_STEPS = 10  # local steps per client in the DP-SGD timing (its per-sample gradients make a whole epoch slow)
-DP_CNN = ["model=cnn", "fl.participation=0.2"]  # the CNN line: 2 of the 10 clients (vmap(grad) forms 50 x 1.7M floats)
+DP_CNN = ["model=cnn", "fl.participation=0.2"]  # the CNN line: 2 of 10 clients (vmap(grad): 50 x 1.66M floats)
 
 
 def measure_dp(spec: Any, short_spec: Any, cnn_spec: Any, reps: int) -> dict[str, Any]:
