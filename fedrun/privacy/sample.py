@@ -77,7 +77,9 @@ class DPSGD:
     """The DP-SGD gradient for :meth:`Algorithm.local_grad` (its ``dp_sgd`` hook, fedrun/algorithms/base.py).
 
     ``chain`` (:func:`dp_sgd_for`): the book-keeping path of fedrun/privacy/ghost.py, which forms the clipped sum
-    without one gradient per sample; without it (or for an input shape it does not support), ``vmap(grad)``."""
+    without one gradient per sample; without it (or for an input shape it does not support), ``vmap(grad)``. The
+    chain computes the model's plain cross-entropy itself, in place of ``loss``: :func:`dp_sgd_for` sets it only
+    where ``loss`` is exactly that."""
 
     clip: float
     chain: LayerChain | None = None
@@ -102,7 +104,9 @@ def dp_sgd_for(algorithm: Algorithm, clip: float) -> DPSGD:
     plain cross-entropy (``Algorithm.local_loss`` not overridden: a proximal or contrastive term would enter every
     sample's gradient) and the model a chain of supported layers; ``vmap(grad)`` per-sample gradients otherwise."""
     model = algorithm.model
-    plain = type(algorithm).local_loss is Algorithm.local_loss and type(model).loss is FunctionalModel.loss
+    plain = type(algorithm).local_loss is Algorithm.local_loss and all(
+        getattr(type(model), f) is getattr(FunctionalModel, f) for f in ("loss", "logits")
+    )
     chain = layer_chain(model.module, model.init_params()) if plain else None
     return DPSGD(clip, chain)
 
