@@ -17,6 +17,10 @@ def main() -> None:
     refuse_small_memory_limits()  # before the imports below, which a small limit makes fail
     with loading("nothing was started; run the command again"):
         from fedrun.cli.main import main as fedrun_main
+    if "--privacy-noise" in sys.argv[1:]:  # a question about the run, not a run (fedrun/cli/privacy_query.py)
+        from fedrun.cli.privacy_query import main as privacy_noise
+
+        privacy_noise(sys.argv[1:])
     fedrun_main()
 
 

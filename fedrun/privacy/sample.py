@@ -3,8 +3,10 @@ privacy", Alg. 1), with Opacus' arithmetic (``GradSampleModule`` + ``DPOptimizer
 
     g = (sum_{j in B} g_j min(1, C / ||g_j||) + N(0, z^2 C^2 I)) / |B|
 
-per-sample gradients g_j from ``torch.func`` (``vmap(grad)``), so the step runs inside the vectorised engine's
-``vmap`` over the cohort as it does in the sequential loop. The noise of client i's step t of round r is drawn
+the clipped sum formed by book-keeping on the ghost norm (fedrun/privacy/ghost.py; Bu et al. 2023, Li et al. 2022)
+for a model that is a chain of Linear/Conv2d layers trained on the plain cross-entropy, or else from per-sample
+gradients g_j of ``torch.func`` (``vmap(grad)``); either way the step runs inside the vectorised engine's ``vmap``
+over the cohort as it does in the sequential loop. The noise of client i's step t of round r is drawn
 on CPU (float32) from the generator keyed by (seed, "dp-sgd", r, i, t) and travels in the batch
 (:class:`NoiseForBatches`, ``FederatedData.batch_extras``): every engine, and a resumed run, adds the same noise.
 
@@ -22,11 +24,14 @@ import numpy as np
 import torch
 from torch.func import grad_and_value, vmap
 
+from fedrun.algorithms.base import Algorithm
 from fedrun.config.schema import FLConfig, PrivacyConfig
 from fedrun.core.rng import torch_gen
 from fedrun.core.tree import Tensors
 from fedrun.data.federated import num_local_steps
+from fedrun.models.base import FunctionalModel
 from fedrun.privacy.accounting import epsilon, noise_for_epsilon
+from fedrun.privacy.ghost import LayerChain, layer_chain
 
 NOISE_KEY = "dp_noise"  # the batch entry holding the step's noise, [d] (one client) or [k, d] (k clients)
 Loss = Callable[..., torch.Tensor]
@@ -69,19 +74,41 @@ def add_noise(total: Tensors, noise: torch.Tensor, batch_size: torch.Tensor | fl
 
 @dataclass
 class DPSGD:
-    """The DP-SGD gradient for :meth:`Algorithm.local_grad` (its ``dp_sgd`` hook, fedrun/algorithms/base.py)."""
+    """The DP-SGD gradient for :meth:`Algorithm.local_grad` (its ``dp_sgd`` hook, fedrun/algorithms/base.py).
+
+    ``chain`` (:func:`dp_sgd_for`): the book-keeping path of fedrun/privacy/ghost.py, which forms the clipped sum
+    without one gradient per sample; without it (or for an input shape it does not support), ``vmap(grad)``. The
+    chain computes the model's plain cross-entropy itself, in place of ``loss``: :func:`dp_sgd_for` sets it only
+    where ``loss`` is exactly that."""
 
     clip: float
+    chain: LayerChain | None = None
 
     def __call__(
         self, loss: Loss, params: Tensors, batch: dict[str, torch.Tensor], ctx: object
     ) -> tuple[Tensors, torch.Tensor]:
         weight = batch.get("w")
-        grads, losses = per_sample_grads(loss, params, batch, ctx)
-        total = clip_and_sum(grads, self.clip, weight)
+        fast = self.chain.clipped_sum(params, batch, self.clip, weight) if self.chain is not None else None
+        if fast is not None:
+            total, losses = fast
+        else:
+            grads, losses = per_sample_grads(loss, params, batch, ctx)
+            total = clip_and_sum(grads, self.clip, weight)
         size = weight.sum() if weight is not None else float(batch["y"].shape[0])
         value = (losses * weight).sum() / size if weight is not None else losses.mean()
         return add_noise(total, batch[NOISE_KEY], size), value.detach()
+
+
+def dp_sgd_for(algorithm: Algorithm, clip: float) -> DPSGD:
+    """``algorithm``'s DP-SGD step: book-keeping (fedrun/privacy/ghost.py) when its local objective is the model's
+    plain cross-entropy (``Algorithm.local_loss`` not overridden: a proximal or contrastive term would enter every
+    sample's gradient) and the model a chain of supported layers; ``vmap(grad)`` per-sample gradients otherwise."""
+    model = algorithm.model
+    plain = type(algorithm).local_loss is Algorithm.local_loss and all(
+        getattr(type(model), f) is getattr(FunctionalModel, f) for f in ("loss", "logits")
+    )
+    chain = layer_chain(model.module, model.init_params()) if plain else None
+    return DPSGD(clip, chain)
 
 
 @dataclass
@@ -119,13 +146,16 @@ class SampleDP:
     def build(cls, config: PrivacyConfig, fl: FLConfig, sizes: np.ndarray) -> SampleDP:
         z = config.noise_multiplier
         if config.target_epsilon is not None:
-            # the worst case: the smallest client (largest q), taking part in every round
-            n = int(sizes.min())
-            steps = fl.rounds * num_local_steps(n, fl)
-            z = noise_for_epsilon(
-                min(fl.batch_size / n, 1.0), steps, config.delta, config.target_epsilon, config.accountant
-            )
+            q, steps = cls.worst_case(fl, sizes)
+            z = noise_for_epsilon(q, steps, config.delta, config.target_epsilon, config.accountant)
         return cls(config, fl, sizes, z)
+
+    @staticmethod
+    def worst_case(fl: FLConfig, sizes: np.ndarray) -> tuple[float, int]:
+        """(q, steps) of the client that spends the most: the smallest (largest q = B/n), taking part in every round
+        (the budget ``target_epsilon`` is solved for)."""
+        n = int(sizes.min())
+        return min(fl.batch_size / n, 1.0), fl.rounds * num_local_steps(n, fl)
 
     def epsilon(self, steps: np.ndarray) -> float:
         """The largest budget over the clients, each at q_i = B / n_i after ``steps[i]`` steps (dp-accounting)."""

@@ -33,7 +33,7 @@ from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
 from fedrun.privacy.client import ClientDP
-from fedrun.privacy.sample import DPSGD, NoiseForBatches, SampleDP
+from fedrun.privacy.sample import NoiseForBatches, SampleDP, dp_sgd_for
 from fedrun.storage.rundir import RunDir
 from fedrun.system.events import check_async
 from fedrun.system.model import SystemModel
@@ -192,7 +192,7 @@ def sample_level_dp(spec: RunSpec, algorithm: Algorithm, fed: FederatedData, mod
             " valid with privacy.mode=sample: a method on the plain gradient (fedavg, fedprox, fedavgm, fedadam...)",
         )
     dp = SampleDP.build(pv, spec.fl, fed.sizes.numpy())
-    algorithm.dp_sgd = DPSGD(pv.clip)
+    algorithm.dp_sgd = dp_sgd_for(algorithm, pv.clip)
     dim = sum(p.numel() for p in model.init_params().values())
     dtype = DTYPES[spec.hardware.precision]
     fed.batch_extras = NoiseForBatches(dim, dp.z * pv.clip, spec.seed, dtype, fed.device)

@@ -1,6 +1,7 @@
 """Sample-level DP-SGD (fedrun/privacy/sample.py) against Opacus, the reference for the arithmetic: one client's
-steps on the same model and batches equal GradSampleModule + DPOptimizer's at noise 0, and the noise's standard
-deviation is z C / B, as Opacus' is; the noise is keyed by (seed, round, client, step)."""
+steps on the same model and batches equal GradSampleModule + DPOptimizer's at noise 0 (on both paths: book-keeping
+and vmap(grad)), and the noise's standard deviation is z C / B, as Opacus' is; the noise is keyed by (seed, round,
+client, step)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedrun.algorithms.base import sgd_step
+from fedrun.privacy.ghost import layer_chain
 from fedrun.privacy.sample import DPSGD, NOISE_KEY, NoiseForBatches, clip_and_sum, per_sample_grads
 
 
@@ -51,8 +53,9 @@ def _opacus_steps(batches: list[dict[str, torch.Tensor]], clip: float, lr: float
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
+@pytest.mark.parametrize("path", ["vmap_grad", "book_keeping"])  # fedrun/privacy/ghost.py's, a run's for this model
 @pytest.mark.parametrize("clip", [0.1, 1.0, 100.0])  # every sample clipped, some, none
-def test_steps_equal_opacus_at_noise_zero(clip: float) -> None:
+def test_steps_equal_opacus_at_noise_zero(clip: float, path: str) -> None:
     batches, lr = _batches(5), 0.5
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Opacus' secure-RNG and hook-mode notices
@@ -60,7 +63,8 @@ def test_steps_equal_opacus_at_noise_zero(clip: float) -> None:
     model = _model()
     params = {k: v.detach().clone() for k, v in model.named_parameters()}
     dim = sum(v.numel() for v in params.values())
-    step = DPSGD(clip)
+    step = DPSGD(clip, layer_chain(model, params) if path == "book_keeping" else None)
+    assert (step.chain is None) == (path == "vmap_grad")
     for batch in batches:
         grads, _ = step(_loss(model), params, {**batch, NOISE_KEY: torch.zeros(dim)}, None)
         params, _ = sgd_step(params, grads, None, lr, 0.0, 0.0, None)
