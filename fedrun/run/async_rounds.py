@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedrun.core.errors import DivergenceError
-from fedrun.core.rng import derive
 from fedrun.core.tree import Tensors, Tree, leaves, nbytes, tree_map
 from fedrun.engines.auto import precision_context
 from fedrun.run.rounds import (
@@ -94,14 +94,15 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
             first_nonfinite_client(uploads, torch.tensor([e[2] for e in arrivals])),
             "non-finite global model after the server update",
         )
-    loss = float(np.mean([float(queue.batches[e[4]]["loss"]) for e in arrivals]))
+    losses = [float(queue.batches[e[4]]["loss"]) for e in arrivals]
+    loss = losses[0] if len(losses) == 1 else float(np.mean(losses))  # (the mean of one float is itself)
     queue.last_update, state.clock = last_update, queue.clock
     queue.release()
     lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
     columns = {
         "sim_seconds": queue.clock - last_update,
         "sim_clock": queue.clock,
-        "staleness_mean": float(np.mean(lags)),
+        "staleness_mean": sum(lags) / len(lags),  # (np.mean's value: an exact integer sum, one rounded division)
         "staleness_max": int(max(lags)),
         "in_flight": len(queue.heap),
     }
@@ -116,12 +117,31 @@ def server_step(
     cfg = experiment.spec.system
     if cfg.server == "fedasync":
         a = cfg.mixing * weights[0]
-        return tree_map(lambda w, x: (1.0 - a) * w + a * x[0], params, uploads)
+        # (1 - a) w + a x per tensor, as three foreach calls over the model's tensors (each the same elementwise op)
+        ws, xs = leaves(params), [x[0] for x in leaves(uploads)]
+        new = torch._foreach_mul(ws, 1.0 - a)
+        torch._foreach_add_(new, torch._foreach_mul(xs, a))
+        return _unflatten(params, new)
     sizes = experiment.fed.sizes[torch.tensor([e[2] for e in arrivals])].to(torch.float64)
     p = aggregation_weights(sizes, experiment.spec.fl.weighting) * torch.tensor(weights, dtype=torch.float64)
     q = (cfg.server_lr * p).to(experiment.device)
-    # w + eta_g sum_i q_i Delta_i as one matrix-vector product per tensor
-    return tree_map(lambda w, d: w + torch.tensordot(q.to(d.dtype), d, dims=1), params, uploads)
+    rows: dict[torch.dtype, torch.Tensor] = {}  # q as a 1 x K row in each tensor's dtype, cast once
+
+    def step(w: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        # w + eta_g sum_i q_i Delta_i as one (1 x K)(K x numel) product per tensor: tensordot(q, d, dims=1)'s
+        # own matrix product, called directly (the same bits)
+        row = rows.get(d.dtype)
+        if row is None:
+            row = rows[d.dtype] = q.to(d.dtype).reshape(1, -1)
+        return w + torch.mm(row, d.reshape(d.shape[0], -1)).reshape(w.shape)
+
+    return tree_map(step, params, uploads)
+
+
+def _unflatten(like: Tree, values: Sequence[torch.Tensor]) -> Tree:
+    """``values`` (in :func:`leaves` order) in the structure of ``like``."""
+    it = iter(values)
+    return tree_map(lambda _: next(it), like)
 
 
 def finite(params: Tensors) -> bool:
@@ -137,12 +157,17 @@ def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
 
 
 def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
-    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: one index_select from a single
-    batch, else views of the rows copied once by one cat."""
-    if len({e[4] for e in arrivals}) == 1:  # (FedAsync's single arrival, or K from one cohort)
+    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: a single arrival's rows as
+    views (FedAsync: no copy), K from one batch by one index_select, else the rows' views (made once per batch,
+    :meth:`EventQueue.row_views`) copied once by one stack per tensor."""
+    if len(arrivals) == 1:
+        r = arrivals[0][5]
+        return tree_map(lambda t: t[r : r + 1], queue.batches[arrivals[0][4]][key])
+    if len({e[4] for e in arrivals}) == 1:  # (K from one cohort)
         return take_rows(queue.batches[arrivals[0][4]][key], torch.tensor([e[5] for e in arrivals]))
-    parts = [tree_map(lambda t, r=e[5]: t[r : r + 1], queue.batches[e[4]][key]) for e in arrivals]
-    return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:])
+    views = [queue.row_views(e[4], key) for e in arrivals]
+    rows = [e[5] for e in arrivals]
+    return tree_map(lambda *vs: torch.stack([v[r] for v, r in zip(vs, rows, strict=True)]), *views)
 
 
 def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: int, version: int) -> int:
@@ -154,7 +179,7 @@ def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: i
     clients = queue.idle_sample(free, spec.fl.clients, spec.seed)
     ids = torch.as_tensor(clients, dtype=torch.long)
     # torch's global RNG (dropout...) keyed by the dispatch; the CPU generator alone: torch.manual_seed costs ms
-    seed = derive(spec.seed, "torch-global-dispatch", queue.dispatches)
+    seed = queue.keyed_draw("torch", spec.seed)  # derive(spec.seed, "torch-global-dispatch", queue.dispatches)
     torch.default_generator.manual_seed(seed)
     if experiment.device.type == "cuda":
         torch.cuda.manual_seed(seed)
