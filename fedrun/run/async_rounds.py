@@ -27,7 +27,6 @@ from fedrun.core.tree import Tensors, Tree, leaves, nbytes, tree_map
 from fedrun.engines.auto import precision_context
 from fedrun.run.rounds import (
     RoundResult,
-    aggregation_weights,
     first_nonfinite_client,
     is_eval_round,
     lr_at,
@@ -122,9 +121,10 @@ def server_step(
         new = torch._foreach_mul(ws, 1.0 - a)
         torch._foreach_add_(new, torch._foreach_mul(xs, a))
         return _unflatten(params, new)
-    sizes = experiment.fed.sizes[torch.tensor([e[2] for e in arrivals])].to(torch.float64)
-    p = aggregation_weights(sizes, experiment.spec.fl.weighting) * torch.tensor(weights, dtype=torch.float64)
-    q = (cfg.server_lr * p).to(experiment.device)
+    assert experiment.system is not None
+    sizes = experiment.system.sizes[[e[2] for e in arrivals]].tolist()
+    q = torch.tensor(buffer_weights(sizes, experiment.spec.fl.weighting, weights, cfg.server_lr), dtype=torch.float64)
+    q = q.to(experiment.device)
     rows: dict[torch.dtype, torch.Tensor] = {}  # q as a 1 x K row in each tensor's dtype, cast once
 
     def step(w: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -142,6 +142,15 @@ def _unflatten(like: Tree, values: Sequence[torch.Tensor]) -> Tree:
     """``values`` (in :func:`leaves` order) in the structure of ``like``."""
     it = iter(values)
     return tree_map(lambda _: next(it), like)
+
+
+def buffer_weights(sizes: list[int], weighting: str, staleness: list[float], server_lr: float) -> list[float]:
+    """FedBuff's eta_g p_i s(t - tau_i) in float64, with p_i :func:`aggregation_weights`' (n_i / sum_j n_j, or 1/K
+    uniform or when the buffer holds no sample) as the same floats: the sizes are integers, so their sum is exact
+    in any order, and each n_i / sum is one rounded division, as are the products after it."""
+    total = sum(sizes)
+    p = [n / total for n in sizes] if weighting == "size" and total > 0 else [1 / len(sizes)] * len(sizes)
+    return [server_lr * (p_i * s_i) for p_i, s_i in zip(p, staleness, strict=True)]
 
 
 def finite(params: Tensors) -> bool:
