@@ -4,10 +4,14 @@ Workload: FMNIST, MLP 784-200-200-10, 1,000 clients x 60 (IID), 1 local epoch of
 the three tiers (fedrun/system/devices.py), evaluation every 10 server updates; FedBuff (C = 100, K = 10) and
 FedAsync (C = 100, polynomial staleness), 200 server updates each, on the vectorised engine. Process CPU time
 (``time.process_time``, one torch thread) is counted over the round loop (``fedrun.run.loop._run``), inside
-``engine.train_cohort``, inside the evaluation (``fedrun.run.rounds.evaluate``) and in the update arithmetic
-(FedBuff's deltas, gathering the arrivals, the server step); the rest is the bookkeeping: the event queue, the
-clock, sampling, metrics rows and logging. Checkpoints are off in the timed runs (an async checkpoint holds C
-clients' finished updates: I/O, not bookkeeping); one save is timed apart.
+``engine.train_cohort`` and FedBuff's client deltas (``client_uploads``: Delta_i = y_i - w_tau, computed by the
+client in Nguyen et al. 2022, Alg. 1, so counted with its training), inside the evaluation
+(``fedrun.run.rounds.evaluate``) and in the server's update arithmetic (gathering the arrivals, the server step);
+the rest is the bookkeeping: the event queue, the clock, sampling, metrics rows, the loop. Of the bookkeeping,
+two parts that are not the async server's own are shown apart: writing metrics.csv at the evaluated updates
+(``write_metrics``) and the loop's copy of the state after each update (``finished_round``, what an interrupted
+run saves). Checkpoints are off in the timed runs (an async checkpoint holds C clients' finished updates: I/O,
+not bookkeeping); one save is timed apart.
 """
 
 from __future__ import annotations
@@ -47,14 +51,15 @@ def measure_async(make_spec: Any, base: list[str], device: str, run_dir: Path) -
 
 
 def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
-    """CPU seconds of the round loop, of training, of evaluation and of the update arithmetic (``client_uploads``:
-    FedBuff's deltas; ``_gather``: the arrivals' uploads; ``server_step``: the mixing or the buffer's average); the
-    share outside training and evaluation and, of it, outside the update arithmetic too (the event queue, the
-    clock, sampling, metrics rows, the loop: the bookkeeping); one checkpoint save's wall seconds and size."""
-    from fedrun.run import async_rounds, loop, rounds
+    """CPU seconds of the round loop, of training (``train``: ``engine.train_cohort``; ``deltas``: FedBuff's
+    client deltas), of evaluation, of the update arithmetic (``_gather``: the arrivals' uploads; ``server_step``:
+    the mixing or the buffer's average), of writing metrics.csv and of the loop's state copies; the share outside
+    training and evaluation and, of it, outside the update arithmetic too (the bookkeeping); one checkpoint
+    save's wall seconds and size."""
+    from fedrun.run import async_rounds, loop, recorder, rounds
     from fedrun.run.state import save_state
 
-    cpu = {"train": 0.0, "eval": 0.0, "server": 0.0, "loop": 0.0}
+    cpu = {"train": 0.0, "deltas": 0.0, "eval": 0.0, "server": 0.0, "rows": 0.0, "copies": 0.0, "loop": 0.0}
     seen: dict[str, Any] = {}
 
     def timed(key: str, fn: Any) -> Any:
@@ -67,24 +72,30 @@ def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
 
         return wrapper
 
-    run_loop, evaluate = loop._run, rounds.evaluate
-    server_step, client_uploads, gather = async_rounds.server_step, async_rounds.client_uploads, async_rounds._gather
-
     def patched_loop(spec: Any, rd: Any, experiment: Any, state: Any, t0: float, monitor: Any) -> Any:
         experiment.engine.train_cohort = timed("train", experiment.engine.train_cohort)
         seen["experiment"], seen["state"] = experiment, state
         return timed("loop", run_loop)(spec, rd, experiment, state, t0, monitor)
 
-    loop._run, rounds.evaluate = patched_loop, timed("eval", evaluate)  # type: ignore[assignment]
-    async_rounds.server_step = timed("server", server_step)
-    async_rounds.client_uploads, async_rounds._gather = timed("server", client_uploads), timed("server", gather)
+    patches = [
+        (loop, "_run", patched_loop),
+        (rounds, "evaluate", timed("eval", rounds.evaluate)),
+        (async_rounds, "client_uploads", timed("deltas", async_rounds.client_uploads)),
+        (async_rounds, "server_step", timed("server", async_rounds.server_step)),
+        (async_rounds, "_gather", timed("server", async_rounds._gather)),
+        (recorder, "write_metrics", timed("rows", recorder.write_metrics)),
+        (loop, "finished_round", timed("copies", loop.finished_round)),
+    ]
+    run_loop, originals = loop._run, [(m, name, getattr(m, name)) for m, name, _ in patches]
+    for module, name, fn in patches:
+        setattr(module, name, fn)
     try:
         run_dir.mkdir(parents=True)
         summary = loop.run(spec, run_dir)
     finally:
-        loop._run, rounds.evaluate, async_rounds.server_step = run_loop, evaluate, server_step  # type: ignore[assignment]
-        async_rounds.client_uploads, async_rounds._gather = client_uploads, gather
-    outside = cpu["loop"] - cpu["train"] - cpu["eval"]
+        for module, name, fn in originals:
+            setattr(module, name, fn)
+    outside = cpu["loop"] - cpu["train"] - cpu["deltas"] - cpu["eval"]
     state = seen["state"]
     t = time.perf_counter()
     save_state(state, seen["experiment"], run_dir, spec.fl.rounds, "bench", 0.0)
@@ -110,9 +121,11 @@ def print_async(r: dict[str, Any]) -> None:
             continue
         c = m["cpu_s"]
         print(
-            f"    {name}: loop {c['loop']:.1f} CPU s (train {c['train']:.1f}, eval {c['eval']:.1f}, update arithmetic"
-            f" {c['server']:.1f}); outside training and evaluation {100 * m['outside_share']:.1f}% (target <= 5%),"
-            f" of which bookkeeping {100 * m['bookkeeping_share']:.1f}%; {m['updates']} updates,"
-            f" {m['clients_trained']} clients trained, clock {m['sim_clock']:.1f} s; one checkpoint"
-            f" {m['checkpoint_mib']:.0f} MiB in {m['checkpoint_save_s']:.2f} s"
+            f"    {name}: loop {c['loop']:.2f} CPU s (train {c['train']:.2f} + client deltas {c['deltas']:.2f},"
+            f" eval {c['eval']:.2f}, update arithmetic {c['server']:.2f}); outside training and evaluation"
+            f" {100 * m['outside_share']:.1f}% (target <= 5%), of which bookkeeping {100 * m['bookkeeping_share']:.1f}%"
+            f" (writing metrics.csv {100 * c['rows'] / c['loop']:.1f}%, the loop's state copies"
+            f" {100 * c['copies'] / c['loop']:.1f}%); {m['updates']} updates, {m['clients_trained']} clients trained,"
+            f" clock {m['sim_clock']:.1f} s; one checkpoint {m['checkpoint_mib']:.0f} MiB in"
+            f" {m['checkpoint_save_s']:.2f} s"
         )

@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedrun.core.errors import DivergenceError
-from fedrun.core.rng import derive
 from fedrun.core.tree import Tensors, Tree, leaves, nbytes, tree_map
 from fedrun.engines.auto import precision_context
 from fedrun.run.rounds import (
     RoundResult,
-    aggregation_weights,
     first_nonfinite_client,
     is_eval_round,
     lr_at,
@@ -94,14 +93,15 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
             first_nonfinite_client(uploads, torch.tensor([e[2] for e in arrivals])),
             "non-finite global model after the server update",
         )
-    loss = float(np.mean([float(queue.batches[e[4]]["loss"]) for e in arrivals]))
+    losses = [float(queue.batches[e[4]]["loss"]) for e in arrivals]
+    loss = losses[0] if len(losses) == 1 else float(np.mean(losses))  # (the mean of one float is itself)
     queue.last_update, state.clock = last_update, queue.clock
     queue.release()
     lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
     columns = {
         "sim_seconds": queue.clock - last_update,
         "sim_clock": queue.clock,
-        "staleness_mean": float(np.mean(lags)),
+        "staleness_mean": sum(lags) / len(lags),  # (np.mean's value: an exact integer sum, one rounded division)
         "staleness_max": int(max(lags)),
         "in_flight": len(queue.heap),
     }
@@ -116,12 +116,41 @@ def server_step(
     cfg = experiment.spec.system
     if cfg.server == "fedasync":
         a = cfg.mixing * weights[0]
-        return tree_map(lambda w, x: (1.0 - a) * w + a * x[0], params, uploads)
-    sizes = experiment.fed.sizes[torch.tensor([e[2] for e in arrivals])].to(torch.float64)
-    p = aggregation_weights(sizes, experiment.spec.fl.weighting) * torch.tensor(weights, dtype=torch.float64)
-    q = (cfg.server_lr * p).to(experiment.device)
-    # w + eta_g sum_i q_i Delta_i as one matrix-vector product per tensor
-    return tree_map(lambda w, d: w + torch.tensordot(q.to(d.dtype), d, dims=1), params, uploads)
+        # (1 - a) w + a x per tensor, as three foreach calls over the model's tensors (each the same elementwise op)
+        ws, xs = leaves(params), [x[0] for x in leaves(uploads)]
+        new = torch._foreach_mul(ws, 1.0 - a)
+        torch._foreach_add_(new, torch._foreach_mul(xs, a))
+        return _unflatten(params, new)
+    assert experiment.system is not None
+    sizes = experiment.system.sizes[[e[2] for e in arrivals]].tolist()
+    q = torch.tensor(buffer_weights(sizes, experiment.spec.fl.weighting, weights, cfg.server_lr), dtype=torch.float64)
+    q = q.to(experiment.device)
+    rows: dict[torch.dtype, torch.Tensor] = {}  # q as a 1 x K row in each tensor's dtype, cast once
+
+    def step(w: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        # w + eta_g sum_i q_i Delta_i as one (1 x K)(K x numel) product per tensor: tensordot(q, d, dims=1)'s
+        # own matrix product, called directly (the same bits)
+        row = rows.get(d.dtype)
+        if row is None:
+            row = rows[d.dtype] = q.to(d.dtype).reshape(1, -1)
+        return w + torch.mm(row, d.reshape(d.shape[0], -1)).reshape(w.shape)
+
+    return tree_map(step, params, uploads)
+
+
+def _unflatten(like: Tree, values: Sequence[torch.Tensor]) -> Tree:
+    """``values`` (in :func:`leaves` order) in the structure of ``like``."""
+    it = iter(values)
+    return tree_map(lambda _: next(it), like)
+
+
+def buffer_weights(sizes: list[int], weighting: str, staleness: list[float], server_lr: float) -> list[float]:
+    """FedBuff's eta_g p_i s(t - tau_i) in float64, with p_i :func:`aggregation_weights`' (n_i / sum_j n_j, or 1/K
+    uniform or when the buffer holds no sample) as the same floats: the sizes are integers, so their sum is exact
+    in any order, and each n_i / sum is one rounded division, as are the products after it."""
+    total = sum(sizes)
+    p = [n / total for n in sizes] if weighting == "size" and total > 0 else [1 / len(sizes)] * len(sizes)
+    return [server_lr * (p_i * s_i) for p_i, s_i in zip(p, staleness, strict=True)]
 
 
 def finite(params: Tensors) -> bool:
@@ -137,12 +166,17 @@ def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
 
 
 def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
-    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: one index_select from a single
-    batch, else views of the rows copied once by one cat."""
-    if len({e[4] for e in arrivals}) == 1:  # (FedAsync's single arrival, or K from one cohort)
+    """The arrivals' rows of their batches' ``key`` tree, stacked in arrival order: a single arrival's rows as
+    views (FedAsync: no copy), K from one batch by one index_select, else the rows' views (made once per batch,
+    :meth:`EventQueue.row_views`) copied once by one stack per tensor."""
+    if len(arrivals) == 1:
+        r = arrivals[0][5]
+        return tree_map(lambda t: t[r : r + 1], queue.batches[arrivals[0][4]][key])
+    if len({e[4] for e in arrivals}) == 1:  # (K from one cohort)
         return take_rows(queue.batches[arrivals[0][4]][key], torch.tensor([e[5] for e in arrivals]))
-    parts = [tree_map(lambda t, r=e[5]: t[r : r + 1], queue.batches[e[4]][key]) for e in arrivals]
-    return tree_map(lambda *xs: torch.cat(xs), parts[0], *parts[1:])
+    views = [queue.row_views(e[4], key) for e in arrivals]
+    rows = [e[5] for e in arrivals]
+    return tree_map(lambda *vs: torch.stack([v[r] for v, r in zip(vs, rows, strict=True)]), *views)
 
 
 def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: int, version: int) -> int:
@@ -154,7 +188,7 @@ def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: i
     clients = queue.idle_sample(free, spec.fl.clients, spec.seed)
     ids = torch.as_tensor(clients, dtype=torch.long)
     # torch's global RNG (dropout...) keyed by the dispatch; the CPU generator alone: torch.manual_seed costs ms
-    seed = derive(spec.seed, "torch-global-dispatch", queue.dispatches)
+    seed = queue.keyed_draw("torch", spec.seed)  # derive(spec.seed, "torch-global-dispatch", queue.dispatches)
     torch.default_generator.manual_seed(seed)
     if experiment.device.type == "cuda":
         torch.cuda.manual_seed(seed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -37,6 +38,27 @@ def samples_for_steps(n: int, fl: FLConfig, steps: int) -> int:
     per_epoch = math.ceil(n / b)
     q, r = divmod(steps, per_epoch)
     return q * n + r * b
+
+
+def local_steps_array(n: np.ndarray, fl: FLConfig) -> np.ndarray:
+    """``num_local_steps`` of each client size in ``n`` (int64): ``fl.local_steps``, or epochs x ceil(n / B); 0 for
+    an empty client."""
+    n = np.asarray(n, dtype=np.int64)
+    full = np.full_like(n, fl.local_steps) if fl.local_steps is not None else fl.local_epochs * (-(-n // fl.batch_size))
+    return np.where(n == 0, 0, full)
+
+
+def samples_for_steps_array(n: np.ndarray, fl: FLConfig, steps: np.ndarray) -> np.ndarray:
+    """:func:`samples_for_steps` of each (``n[j]``, ``steps[j]``) at once, in int64 (the same integers), as
+    float64: the clock's per-dispatch cost is a few numpy operations, not a Python loop over the cohort."""
+    n, steps = np.asarray(n, dtype=np.int64), np.asarray(steps, dtype=np.int64)
+    b = fl.batch_size
+    if fl.local_steps is not None:
+        out = steps * np.minimum(b, n)
+    else:
+        q, r = np.divmod(steps, np.maximum(-(-n // b), 1))  # ceil(n / B) batches an epoch
+        out = q * n + r * b
+    return np.where((n == 0) | (steps <= 0), 0, out).astype(np.float64)
 
 
 def flops_per_sample(algorithm: Algorithm, fed: FederatedData, params: Tensors, extras: Tree, lr: float) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ import torch
 from fedrun.algorithms.base import Algorithm
 from fedrun.config.schema import SystemConfig
 from fedrun.core.errors import ConfigError, ResumeError
-from fedrun.core.rng import np_rng
+from fedrun.core.rng import derive, np_rng
 from fedrun.core.tree import Tree, tree_map
 from fedrun.models.base import FunctionalModel
 
@@ -68,13 +69,22 @@ def check_async(config: SystemConfig, algorithm: Algorithm, model: FunctionalMod
         )
 
 
+# dispatch batches whose keyed generators and seeds are made at once (a warm loop, not one cold call a dispatch)
+PREFETCH = 64
+
+
 @dataclass
 class EventQueue:
     """The in-flight clients of an async run and its counters. ``clock``: the simulated time of the last event;
     ``last_update``: the clock at the previous server update; ``dispatches``: dispatch batches so far (each keys
     its cohort's sampling and batch plans); ``seq``: clients dispatched so far; ``batches``: each dispatch batch's
     finished work (stacked trees: ``params`` the uploads, FedBuff's deltas; ``states`` the new client states;
-    ``steps``; ``loss``), kept until its last client has arrived."""
+    ``steps``; ``loss``), kept until its last client has arrived.
+
+    The other fields are derived, never saved nor copied, and rebuilt from ``heap`` when missing: ``idle`` (which
+    clients are not in flight), ``live`` (in-flight clients per batch) and ``done`` (batches whose last client has
+    arrived, dropped at :meth:`release`), ``views`` (:meth:`row_views`) and ``keyed`` (:meth:`keyed`), so that a
+    dispatch and an update cost a few numpy and torch calls, not one per client or per in-flight event."""
 
     clock: float = 0.0
     last_update: float = 0.0
@@ -82,27 +92,56 @@ class EventQueue:
     seq: int = 0
     heap: list[Event] = field(default_factory=list)
     batches: dict[int, Tree] = field(default_factory=dict)
+    idle: np.ndarray | None = field(default=None, repr=False, compare=False)
+    live: dict[int, int] | None = field(default=None, repr=False, compare=False)
+    done: list[int] = field(default_factory=list, repr=False, compare=False)
+    views: dict[tuple[int, str], Tree] = field(default_factory=dict, repr=False, compare=False)
+    keyed: dict[tuple[str, int, int], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def idle_sample(self, n: int, clients: int, seed: int) -> np.ndarray:
         """The next dispatch batch: ``n`` of the clients not in flight, uniformly without replacement, keyed by
         (seed, "sample", dispatch batch); sorted ids. With nobody in flight this is fedrun's fixed sampling of a
         round (``sample_clients``), so a FedBuff run with K = C = the cohort and equal completion times draws
         FedAvg's cohorts."""
-        free = np.ones(clients, dtype=bool)
-        free[np.array([e[2] for e in self.heap], dtype=np.intp)] = False
-        idle = free.nonzero()[0]
+        if self.idle is None or len(self.idle) != clients:
+            self.idle = np.ones(clients, dtype=bool)
+            self.idle[np.array([e[2] for e in self.heap], dtype=np.intp)] = False
+        idle = np.flatnonzero(self.idle)
         if n >= len(idle):
             return idle
-        return idle[np.sort(np_rng(seed, "sample", self.dispatches).choice(len(idle), n, replace=False))]
+        rng = self.keyed_draw("sample", seed)
+        return idle[np.sort(rng.choice(len(idle), n, replace=False))]
+
+    def keyed_draw(self, purpose: str, seed: int) -> Any:
+        """This dispatch batch's ``np_rng(seed, "sample", batch)`` (``purpose`` "sample") or
+        ``derive(seed, "torch-global-dispatch", batch)`` ("torch"): the same values as made one at a time, made
+        for :data:`PREFETCH` batches at once."""
+        got = self.keyed.pop((purpose, seed, self.dispatches), None)
+        if got is None:
+            batches = range(self.dispatches, self.dispatches + PREFETCH)
+            make = (
+                (lambda b: np_rng(seed, "sample", b))
+                if purpose == "sample"
+                else (lambda b: derive(seed, "torch-global-dispatch", b))
+            )
+            self.keyed = {k: v for k, v in self.keyed.items() if k[0] != purpose}
+            self.keyed.update({(purpose, seed, b): make(b) for b in batches})
+            got = self.keyed.pop((purpose, seed, self.dispatches))
+        return got
 
     def push(self, work: Tree, clients: np.ndarray, seconds: np.ndarray, version: int) -> None:
         """Dispatch batch ``work`` of ``clients`` (their simulated times ``seconds``, from now) at ``version``."""
-        b = self.dispatches
+        b, seq, heap = self.dispatches, self.seq, self.heap
         self.batches[b] = work
-        for row, (c, s) in enumerate(zip(clients.tolist(), seconds.tolist(), strict=True)):
-            heapq.heappush(self.heap, (self.clock + s, self.seq, c, version, b, row))
-            self.seq += 1
+        ids, now = clients.tolist(), self.clock
+        for row, (c, s) in enumerate(zip(ids, seconds.tolist(), strict=True)):
+            heapq.heappush(heap, (now + s, seq + row, c, version, b, row))
+        self.seq += len(ids)
         self.dispatches += 1
+        if self.idle is not None:
+            self.idle[clients] = False
+        if self.live is not None and ids:
+            self.live[b] = len(ids)
 
     def due(self) -> bool:
         """Whether the next event happens now (a tie with the clock): free slots wait until it has arrived."""
@@ -112,13 +151,37 @@ class EventQueue:
         """The next arrival; the clock moves to its completion time."""
         event = heapq.heappop(self.heap)
         self.clock = event[0]
+        if self.idle is not None:
+            self.idle[event[2]] = True
+        if self.live is not None:
+            left = self.live[event[4]] - 1
+            if left:
+                self.live[event[4]] = left
+            else:
+                del self.live[event[4]]
+                self.done.append(event[4])
         return event
+
+    def row_views(self, batch: int, key: str) -> Tree:
+        """Dispatch batch ``batch``'s ``key`` tree with each tensor split into its rows (a tuple of views, made
+        once per batch): the arrivals of an update are then stacked by one copy per tensor."""
+        got = self.views.get((batch, key))
+        if got is None:
+            got = self.views[(batch, key)] = {k: _rows(v) for k, v in self.batches[batch][key].items()}
+        return got
 
     def release(self) -> None:
         """Drop the dispatch batches none of whose clients is still in flight."""
-        live = {e[4] for e in self.heap}
-        for b in [b for b in self.batches if b not in live]:
-            del self.batches[b]
+        if self.live is None:  # (a fresh copy or a restored queue: count from the heap)
+            self.live = {}
+            for e in self.heap:
+                self.live[e[4]] = self.live.get(e[4], 0) + 1
+            self.done = [b for b in self.batches if b not in self.live]
+        for b in self.done:
+            self.batches.pop(b, None)
+            self.views.pop((b, "params"), None)
+            self.views.pop((b, "states"), None)
+        self.done = []
 
     def copy(self) -> EventQueue:
         """A copy to rewind to (the batches' tensors are never written in place, so they are shared)."""
@@ -161,6 +224,11 @@ class EventQueue:
         heapq.heapify(heap)
         dispatches, seq = (int(x) for x in counters.tolist())
         return cls(float(clock[0]), float(clock[1]), dispatches, seq, heap, batches)  # type: ignore[arg-type]
+
+
+def _rows(v: Any) -> Any:
+    """A tree's tensors split into their rows (tuples of views)."""
+    return {k: _rows(x) for k, x in v.items()} if isinstance(v, dict) else v.unbind(0)
 
 
 def take_rows(work: Tree, ix: torch.Tensor) -> Tree:

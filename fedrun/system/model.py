@@ -23,7 +23,7 @@ import torch
 from fedrun.config.schema import FLConfig, SystemConfig
 from fedrun.core.rng import np_rng
 from fedrun.data.federated import num_local_steps
-from fedrun.system.clock import samples_for_steps
+from fedrun.system.clock import local_steps_array, samples_for_steps_array
 from fedrun.system.devices import Devices, profile_devices, read_trace
 
 
@@ -119,7 +119,10 @@ class SystemModel:
         )
         self.rates = np.where(np.isnan(self.devices.dropout), config.dropout, self.devices.dropout)
         self.flops_per_sample: float | None = None  # counted once, at the first round (fedrun/system/clock.py)
-        self._per_sample: tuple[float | None, np.ndarray] | None = None  # each client's seconds per sample
+        # each client's download and upload seconds, seconds per sample, full steps and time for them, by setting
+        self._terms: (
+            tuple[tuple[float | int | None, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None
+        ) = None
 
     def sample(self, rnd: int, sampled: np.ndarray) -> tuple[np.ndarray, int]:
         """The round's cohort and how many of it to keep: ``sampled`` (fedrun's sampling) as it is, or the
@@ -146,15 +149,21 @@ class SystemModel:
         self, workers: np.ndarray, steps: np.ndarray, fl: FLConfig, down: float, up: float
     ) -> np.ndarray:
         """Each worker's simulated time: download ``down`` bytes, train its ``steps``, upload ``up`` bytes."""
-        dev = self.devices
-        samples = np.array(
-            [samples_for_steps(int(n), fl, int(s)) for n, s in zip(self.sizes[workers], steps, strict=True)],
-            dtype=np.float64,
+        key = (self.flops_per_sample, down, up, fl.local_steps, fl.local_epochs, fl.batch_size)
+        if self._terms is None or self._terms[0] != key:  # once per run (per setting): every client's terms
+            dev = self.devices
+            per_sample = dev.seconds_per_sample(self.flops_per_sample or 0.0)
+            down_s, up_s, full_steps = down / dev.download, up / dev.upload, local_steps_array(self.sizes, fl)
+            full = down_s + samples_for_steps_array(self.sizes, fl, full_steps) * per_sample + up_s
+            self._terms = (key, down_s, per_sample, up_s, full_steps, full)
+        _, down_s, per_sample, up_s, full_steps, full = self._terms
+        if bool((full_steps[workers] == steps).all()):  # (everyone ran its full plan: the times of the terms above)
+            return full[workers]
+        return (
+            down_s[workers]
+            + samples_for_steps_array(self.sizes[workers], fl, steps) * per_sample[workers]
+            + up_s[workers]
         )
-        if self._per_sample is None or self._per_sample[0] != self.flops_per_sample:  # computed once per run
-            self._per_sample = (self.flops_per_sample, dev.seconds_per_sample(self.flops_per_sample or 0.0))
-        per_sample = self._per_sample[1][workers]
-        return down / dev.download[workers] + samples * per_sample + up / dev.upload[workers]
 
     def close(self, plan: RoundPlan, target: int, seconds: np.ndarray) -> RoundClose:
         """Who of the workers (``seconds``: their simulated times, in plan order) reports: those within the

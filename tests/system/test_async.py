@@ -17,13 +17,13 @@ import torch
 from fedrun.config.identity import config_key, fingerprint
 from fedrun.config.schema import ASYNC_KEYS, RunSpec, SystemConfig
 from fedrun.core.errors import ConfigError
-from fedrun.core.rng import np_rng
+from fedrun.core.rng import derive, np_rng
 from fedrun.core.tree import unstack
 from fedrun.report import curves
-from fedrun.run.async_rounds import train_update
+from fedrun.run.async_rounds import buffer_weights, train_update
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
-from fedrun.run.rounds import lr_at
+from fedrun.run.rounds import aggregation_weights, lr_at
 from fedrun.run.state import fresh_state
 from fedrun.storage.rundir import RunDir
 from fedrun.system.events import EventQueue, check_async, staleness_weight
@@ -60,6 +60,40 @@ def test_events_are_ordered_by_time_then_dispatch_order() -> None:
     assert order == [2, 1, 7, 5] and q.clock == 2.0
     again = EventQueue.from_tree(EventQueue(heap=[(1.0, 0, 3, 0, 0, 0)], batches={0: {}}).to_tree(), "x")
     assert again.heap == [(1.0, 0, 3, 0, 0, 0)]
+
+
+def test_the_queues_sampling_seeds_and_counts_are_those_made_one_at_a_time() -> None:
+    """idle_sample and keyed_draw (made PREFETCH dispatches at once) against np_rng and derive per dispatch, and
+    the derived idle mask and live counts against the heap, across a copy (a rewound queue rebuilds them)."""
+    q, clients = EventQueue(), 30
+    for d in range(150):
+        in_flight = {e[2] for e in q.heap}
+        idle = np.array([c for c in range(clients) if c not in in_flight])
+        n = 1 + d % 4
+        want = idle if n >= len(idle) else idle[np.sort(np_rng(7, "sample", d).choice(len(idle), n, replace=False))]
+        got = q.idle_sample(n, clients, 7)
+        assert got.tolist() == want.tolist()
+        assert q.keyed_draw("torch", 7) == derive(7, "torch-global-dispatch", d)
+        q.push({"loss": torch.tensor(0.0)}, got, np.full(len(got), 1.0 + d % 3), version=0)
+        for _ in range(min(len(q.heap), 2 + d % 2)):
+            q.pop()
+        if d == 80:
+            q = q.copy()
+        q.release()
+        assert set(q.batches) == {e[4] for e in q.heap}
+
+
+def test_fedbuff_weights_are_aggregation_weights_bit_for_bit() -> None:
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        k = int(rng.integers(1, 13))
+        sizes = [0] * k if trial % 10 == 0 else rng.integers(0, 700, k).tolist()
+        stale = (rng.integers(0, 20, k) + 1.0) ** -rng.uniform(0, 2)
+        for weighting in ("size", "uniform"):
+            p = aggregation_weights(torch.tensor(sizes, dtype=torch.float64), weighting)
+            want = 0.7 * (p * torch.tensor(stale, dtype=torch.float64))
+            got = torch.tensor(buffer_weights(sizes, weighting, stale.tolist(), 0.7), dtype=torch.float64)
+            assert torch.equal(got, want)
 
 
 def test_fedbuff_with_k_equal_c_equal_cohort_and_no_staleness_is_fedavg(

@@ -14,7 +14,7 @@ import torch
 from fedrun.config.schema import FLConfig, SystemConfig
 from fedrun.core.errors import ConfigError
 from fedrun.data.federated import batch_plan, num_local_steps
-from fedrun.system.clock import samples_for_steps
+from fedrun.system.clock import local_steps_array, samples_for_steps, samples_for_steps_array
 from fedrun.system.devices import TIERS, profile_devices, read_trace
 from fedrun.system.model import (
     RoundPlan,
@@ -71,6 +71,31 @@ def test_samples_for_steps_is_the_plan_prefix(fl: FLConfig) -> None:
         plan = batch_plan(torch.arange(n), fl, 0, 0, 0)
         for k in range(len(plan) + 1):
             assert samples_for_steps(n, fl, k) == sum(int(b.numel()) for b in plan[:k])
+
+
+@pytest.mark.parametrize("fl", [FLConfig(local_epochs=3, batch_size=16), FLConfig(local_steps=7, batch_size=16)])
+def test_the_clocks_array_counts_are_the_scalar_ones(fl: FLConfig) -> None:
+    n = np.array([0, 1, 5, 16, 17, 40, 53, 600])
+    assert local_steps_array(n, fl).tolist() == [num_local_steps(int(x), fl) for x in n]
+    sizes, steps = (a.ravel() for a in np.meshgrid(n, np.array([-1, 0, 1, 2, 3, 4, 7, 9, 40])))
+    got = samples_for_steps_array(sizes, fl, steps)
+    assert got.dtype == np.float64
+    assert got.tolist() == [float(samples_for_steps(int(a), fl, int(b))) for a, b in zip(sizes, steps, strict=True)]
+
+
+def test_client_seconds_are_the_clock_formula_bit_for_bit() -> None:
+    fl, sizes = FLConfig(clients=7, local_epochs=2, batch_size=16), np.array([0, 5, 16, 40, 53, 7, 600])
+    model = SystemModel(SystemConfig(devices="tiers"), fl, 3, sizes)
+    workers, dev = np.array([1, 3, 4, 0, 6]), model.devices
+    full = np.array([num_local_steps(int(sizes[w]), fl) for w in workers])
+    for flops in (3e5, 7e5):  # the cached terms follow the model's cost (and the bytes, and the FL settings)
+        model.flops_per_sample = flops
+        for steps, down, up in ((full, 1e6, 2e5), (np.array([1, 2, 3, 0, 5]), 1e6, 2e5), (full, 3e6, 1e5)):
+            pairs = zip(workers.tolist(), steps.tolist(), strict=True)
+            samples = np.array([samples_for_steps(int(sizes[w]), fl, s) for w, s in pairs], dtype=np.float64)
+            want = down / dev.download[workers] + samples * dev.seconds_per_sample(flops)[workers]
+            want = want + up / dev.upload[workers]
+            assert np.array_equal(model.client_seconds(workers, steps, fl, down, up), want)
 
 
 def test_profiles() -> None:
