@@ -35,12 +35,15 @@ from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from tests.conftest import REPO, compose_cfg
-from tests.engines.test_ray_engine import RAY, RUN
+from tests.engines.test_ray_engine import RAY, RUN, ray_workers_not_niced  # noqa: F401 - the module's fixture
 from tests.engines.test_vectorised_engine import SMALL
 from tests.run.run_util import metrics, run_in
 
 ray = pytest.importorskip("ray")  # the dist extra
 from ray.cluster_utils import Cluster  # noqa: E402 - after the skip
+
+# the Ray modules on one xdist worker under `pytest -n 2 --dist loadgroup`: one Ray cluster at a time on the box
+pytestmark = pytest.mark.xdist_group("ray")
 
 BASE = ("output.quiet=true", "output.plots=false", "hardware.chunk=2")
 VECTORISED = (*RUN, "hardware.engine=vectorised")
