@@ -17,6 +17,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,7 @@ def test_a_two_job_sweep_through_the_ray_launcher(cluster: Cluster, reference: p
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")  # the ray-launcher extra
     sweep = tmp_path / "sweep"
     argv = ["-m", "hydra/launcher=ray_cluster", f"hydra.launcher.ray.init.address={cluster.address}"]
+    argv += ["+hydra.launcher.ray.remote.scheduling_strategy=SPREAD"]  # a job per node, even one after the other
     argv += [*BASE, f"cache_dir={tmp_path / 'cache'}", *VECTORISED, "seed=0,1", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.run(
@@ -225,6 +227,26 @@ def test_a_two_job_sweep_through_the_ray_launcher(cluster: Cluster, reference: p
     pd.testing.assert_frame_equal(metrics(jobs[0]), reference, check_exact=True)  # a job equals its run here
     seed1 = run_in(tmp_path, "seed1", spec_of(tmp_path, (*VECTORISED, "seed=1")))
     pd.testing.assert_frame_equal(metrics(jobs[1]), seed1, check_exact=True)
+    workers = {node.node_id for node in cluster.worker_nodes}
+    nodes = job_nodes(cluster)
+    assert len(nodes) == 2 and nodes <= workers  # Ray's own record of where each job ran
+
+
+def job_nodes(cluster: Cluster) -> set[str]:
+    """The nodes the sweep's jobs (the launcher's ``_run_job`` tasks) ran on, from Ray's state API (the dashboard
+    that ``ray[default]``, a dependency of the launcher, starts); task events reach it within seconds."""
+    from ray.util.state import list_tasks
+
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        for _ in range(30):
+            tasks = list_tasks(filters=[("func_or_class_name", "=", "_run_job")], detail=True)
+            if len(tasks) == 2 and all(t.node_id for t in tasks):
+                return {t.node_id for t in tasks}
+            time.sleep(1)
+        return {t.node_id for t in tasks}
+    finally:
+        ray.shutdown()
 
 
 COHORT = torch.tensor([7, 2, 11, 0, 5, 9])
