@@ -18,6 +18,10 @@ so every chunk is computed by the same code on the same inputs as in one process
 steps, samples and the mean local loss equal, bit for bit on the CPU, those of
 ``VectorisedEngine(chunk=width)``. With ``hardware.chunk`` unset the width is the vectorised engine's
 memory-based choice capped at ceil(cohort / actors), so that every actor gets work.
+
+Failures and placement (:mod:`fedrun.engines.ray_dispatch`): the number of shards is fixed when the actors
+start; a shard whose actor dies (its process, its node) is re-run on a surviving actor with the same seed, so
+the round's result is unchanged; ``hardware.placement`` spreads or packs the actors over the nodes.
 """
 
 from __future__ import annotations

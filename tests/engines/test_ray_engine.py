@@ -103,7 +103,12 @@ def test_shards_are_whole_size_sorted_chunks_balanced_by_samples() -> None:
 
 
 @pytest.mark.parametrize(
-    ("override", "field"), [("hardware.actors=-1", "hardware.actors"), ("hardware.address=' '", "hardware.address")]
+    ("override", "field"),
+    [
+        ("hardware.actors=-1", "hardware.actors"),
+        ("hardware.address=' '", "hardware.address"),
+        ("hardware.placement=diagonal", "hardware.placement"),
+    ],
 )
 def test_bad_ray_settings_name_the_field(override: str, field: str, make_spec: Callable[..., RunSpec]) -> None:
     with pytest.raises(ConfigError) as err:
@@ -245,6 +250,27 @@ def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
     with pytest.raises(ConfigError, match="3 actors x 1 CPU exceed the Ray cluster's 2 CPUs"):
         too_many.train_cohort(0, params, {}, clients, states, 0.1)  # not a silent wait for a third CPU
     too_many.close()
+
+
+def test_a_placement_the_cluster_cannot_hold_is_refused_in_one_line(
+    make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, local_cluster: None
+) -> None:
+    # one node: two actors on two different nodes cannot be placed; refused (not a silent wait), no actor started
+    monkeypatch.setattr("fedrun.engines.ray_dispatch.PLACEMENT_WAIT_S", 2.0)
+    spec = make_spec(*RUN, *RAY, "hardware.placement=strict_spread")
+    exp = build_experiment(spec)
+    params = exp.model.init_params()
+    engine = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=spec.hardware)
+    try:
+        with pytest.raises(ConfigError) as err:
+            engine.train_cohort(0, params, {}, torch.tensor([0, 1]), {}, 0.1)
+    finally:
+        engine.close()
+    assert err.value.field == "hardware.placement" and "\n" not in str(err.value)
+    assert "2 actors" in str(err.value) and "strict_spread" in str(err.value) and not engine.actors
+    assert ray.util.placement_group_table() == {} or all(
+        pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values()
+    )
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
