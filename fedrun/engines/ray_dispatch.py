@@ -75,9 +75,10 @@ def placement_options(ray: Any, strategy: str, bundle: dict[str, float], n: int)
     if not pg.wait(timeout_seconds=PLACEMENT_WAIT_S):
         remove_placement_group(pg)
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        have = ray.cluster_resources()
         raise ValueError(
-            f"{n} actors of {bundle} with placement {strategy} cannot be placed on this cluster "
-            f"({nodes} node(s), {ray.cluster_resources()}) within {PLACEMENT_WAIT_S:g} s"
+            f"{n} actors of {bundle} with placement {strategy} cannot be placed on this cluster ({nodes} node(s), "
+            f"{have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs) within {PLACEMENT_WAIT_S:g} s"
         )
     opts = [
         {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)}

@@ -87,9 +87,11 @@ def engines_at_close(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     close = RayEngine.close
 
     def spy(self: RayEngine) -> None:
-        if not self._closed:
-            seen.append({"nodes": self.actor_nodes(), "reruns": self.reruns, "shards": self.shards})
-        close(self)
+        try:
+            if not self._closed:
+                seen.append({"nodes": self.actor_nodes(), "reruns": self.reruns, "shards": self.shards})
+        finally:  # the engine ends (its placement group too) even where reading its actors failed
+            close(self)
 
     monkeypatch.setattr(RayEngine, "close", spy)
     return seen
