@@ -49,7 +49,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench_async import ASYNC_DESC, measure_async, print_async  # noqa: E402
-from bench_ray import RAY_DESC, RAY_WORKLOAD, measure_ray, print_ray  # noqa: E402
+from bench_ray import (  # noqa: E402
+    RAY_DESC,
+    RAY_STATE_DESC,
+    RAY_STATE_WORKLOAD,
+    RAY_WORKLOAD,
+    measure_ray,
+    measure_ray_state,
+    print_ray,
+    print_ray_state,
+)
 
 from fedrun.host.allocator import tune_glibc_malloc  # noqa: E402
 from fedrun.storage.rundir import RunDir  # noqa: E402
@@ -717,6 +726,15 @@ def child(args: argparse.Namespace) -> None:
         elif args.what == "ray":
             spec = make_spec([*COMMON, *RAY_WORKLOAD, f"hardware.threads={args.threads or 0}"], args.device, run_dir)
             result = measure_ray(spec, [int(n) for n in args.ray_actors.split(",")], args.reps or 2)
+        elif args.what == "ray_state":
+            common = [
+                *(o for o in COMMON if not o.startswith("algorithm=")),
+                *RAY_STATE_WORKLOAD,
+                f"hardware.threads={args.threads or 1}",
+            ]
+            result = measure_ray_state(
+                lambda m: make_spec([*common, f"algorithm={m}"], "cpu", run_dir), 2, args.rounds or 2
+            )
         else:
             w = WORKLOADS[args.workload]
             spec = make_spec((COMMON if w.get("common", True) else []) + w["overrides"], args.device, run_dir)
@@ -884,6 +902,9 @@ def main() -> None:
         reps = str(args.reps or (1 if args.quick else 2))
         report["ray_scaling"] = spawn([*base, "--what", "ray", "--ray-actors", actors, "--reps", reps], args.timeout)
         print_ray(report["ray_scaling"])
+        print(f"ray engine: many stateful clients ({RAY_STATE_DESC}), 2 actors ...", flush=True)
+        report["ray_state"] = spawn([*base, "--what", "ray_state", "--rounds", "2"], args.timeout)
+        print_ray_state(report["ray_state"])
     if not args.quick and "a" in args.workloads.split(","):
         report["end_to_end_a_8_rounds"] = end_to_end(device, args.threads, args.timeout)
         e2e = report["end_to_end_a_8_rounds"]

@@ -89,3 +89,117 @@ def print_ray(res: dict[str, Any]) -> None:
             f"    ray, {n} actor(s)           {v['samples_per_s']:>9,.0f}  ({v['samples_per_s'] / base:.2f}x)"
             f"  first round incl. actor start {v['first_round_s']:.1f} s"
         )
+
+
+# ---- many stateful clients over actors (issue 37, point 3) ---------------------------------------------------------
+RAY_STATE_WORKLOAD = [
+    "data=fmnist",
+    "model=mlp",
+    "model.hidden=[24]",
+    "partition=iid",
+    "fl.clients=1000",
+    "fl.participation=0.1",
+    "fl.local_steps=2",
+    "fl.batch_size=10",
+    "data.max_train_samples=20000",
+]
+RAY_STATE_DESC = "1,000 clients x 20 FMNIST samples, MLP 784-24-10, cohort of 100, 2 local steps of 10"
+RAY_STATE_METHODS = ("scaffold", "ditto")
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident set size now, from /proc (Linux)."""
+    for line in open(f"/proc/{pid}/status").read().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rows_of(tree: Any, ids: Any) -> Any:
+    """The cohort's rows of the all-clients state tree."""
+    from fedrun.core.tree import tree_map
+
+    return tree_map(lambda t: t.index_select(0, ids), tree)
+
+
+def with_rows(tree: Any, ids: Any, rows: Any) -> Any:
+    """The all-clients state tree with the cohort's rows replaced (what the runner's client store does)."""
+    from fedrun.core.tree import tree_map
+
+    return tree_map(lambda t, new: t.index_copy(0, ids, new), tree, rows)
+
+
+def measure_ray_state(make: Any, actors: int, rounds: int) -> dict[str, Any]:
+    """Per method: the driver's store of every client's state, what each round moves (pickled bytes: w^t and the
+    extras once, each shard's client states to its actor only, the shards' results back) and each actor's RSS.
+
+    ``make(method)`` -> a RunSpec. The cohort of each round is sampled as the runner samples it; client states
+    live on the driver (one stacked tree of all 1,000 clients), as the runner keeps them, and the rows of the
+    cohort are gathered for the round and scattered back after it.
+    """
+    import pickle
+
+    import ray
+    import torch
+
+    from fedrun.engines.auto import stacked_states
+    from fedrun.engines.ray_engine import RayEngine
+    from fedrun.engines.sampling import sample_clients
+    from fedrun.run import experiment as runner
+
+    out: dict[str, Any] = {"desc": RAY_STATE_DESC, "actors": actors, "rounds": rounds, "methods": {}}
+    os.environ.setdefault("RAY_worker_niceness", "0")  # actors at the driver's priority (Ray's default: 15)
+    ray.init(address="local", num_cpus=actors, include_dashboard=False, log_to_driver=False)
+    try:
+        for method in RAY_STATE_METHODS:
+            spec = make(method)
+            exp = runner.build_experiment(
+                dataclasses.replace(spec, hardware=dataclasses.replace(spec.hardware, engine="sequential"))
+            )
+            algo, fl = exp.algorithm, spec.fl
+            params = exp.model.init_params()
+            server = algo.server_init(params)
+            every = stacked_states(algo, fl, params, fl.clients)  # all clients' states, on the driver
+            rhw = dataclasses.replace(spec.hardware, engine="ray", actors=actors, chunk=None)
+            engine = RayEngine(algo, exp.fed, fl, spec.seed, hw=rhw)
+            engine.traffic = {}
+            per_round = []
+            try:
+                for rnd in range(rounds):
+                    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
+                    states = rows_of(every, clients)
+                    t0 = time.perf_counter()
+                    res = engine.train_cohort(rnd, params, algo.broadcast(params, server), clients, states, fl.lr)
+                    seconds = time.perf_counter() - t0
+                    every = with_rows(every, clients, res.states)
+                    per_round.append({**engine.traffic, "seconds": seconds, "cohort": len(clients)})
+                rss = [rss_mib(pid) for pid in engine.worker_pids()]
+            finally:
+                engine.close()
+            all_bytes = len(pickle.dumps(every, protocol=pickle.HIGHEST_PROTOCOL))
+            out["methods"][method] = {
+                "all_states_bytes": all_bytes,
+                "rounds": per_round,
+                "actor_rss_mib": rss,
+                "driver_rss_mib": rss_mib(os.getpid()),
+            }
+    finally:
+        ray.shutdown()
+    return out
+
+
+def print_ray_state(res: dict[str, Any]) -> None:
+    if "error" in res:
+        print(f"    ray client-state error: {res['error']}")
+        return
+    mib = 1024 * 1024
+    for method, r in res["methods"].items():
+        last = r["rounds"][-1]
+        moved = last["broadcast"] + last["states_out"] + last["returned"]
+        print(
+            f"    {method}: every client's state {r['all_states_bytes'] / mib:.1f} MiB on the driver (to every actor "
+            f"each round: {res['actors'] * r['all_states_bytes'] / mib:.1f}); a round of "
+            f"{last['cohort']} clients moves {moved / mib:.2f} MiB (w^t+extras {last['broadcast'] / mib:.2f}, "
+            f"cohort states out {last['states_out'] / mib:.2f}, results back {last['returned'] / mib:.2f}); "
+            f"actor RSS {', '.join(f'{x:.0f}' for x in r['actor_rss_mib'])} MiB; {last['seconds']:.2f} s"
+        )

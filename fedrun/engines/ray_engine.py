@@ -18,6 +18,10 @@ so every chunk is computed by the same code on the same inputs as in one process
 steps, samples and the mean local loss equal, bit for bit on the CPU, those of
 ``VectorisedEngine(chunk=width)``. With ``hardware.chunk`` unset the width is the vectorised engine's
 memory-based choice capped at ceil(cohort / actors), so that every actor gets work.
+
+Failures and placement (:mod:`fedrun.engines.ray_dispatch`): the number of shards is fixed when the actors
+start; a shard whose actor dies (its process, its node) is re-run on a surviving actor with the same seed, so
+the round's result is unchanged; ``hardware.placement`` spreads or packs the actors over the nodes.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from fedrun.core.rng import derive
 from fedrun.core.tree import Tensors, Tree, tree_map
 from fedrun.data.federated import FederatedData
 from fedrun.engines.base import CohortResult, Engine
+from fedrun.engines.ray_dispatch import PLACEMENTS, placement_options, remove_placement, run_shards
 from fedrun.engines.vectorised import VectorisedEngine, VectorisedParams, cohort_order_key, vmap_blocker
 
 
@@ -47,10 +52,13 @@ class RayParams(VectorisedParams):
 
     actors: int = 0  # actors sharing the cohort (0: one per GPU with cuda, else one per cluster CPU)
     address: str | None = None  # an existing cluster's address (ray.init(address=...)); null: start one
+    placement: str = "default"  # default (Ray's scheduler) | pack | spread | strict_spread (a placement group)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         positive("actors", self.actors, allow_zero=True)
+        if self.placement not in PLACEMENTS:
+            raise ConfigError("placement", f"invalid value {self.placement!r}; valid: {', '.join(PLACEMENTS)}")
         if self.address is not None and not self.address.strip():
             raise ConfigError("address", "must be a Ray address (auto, ray://host:port, host:port) or null")
 
@@ -104,6 +112,12 @@ class ShardWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        """The id of the Ray node this actor runs on (Ray's own placement record)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def train(
         self,
         rnd: int,
@@ -129,6 +143,21 @@ class ShardWorker:
 
 def _rows(tree: Tree, pos: torch.Tensor) -> Tree:
     return tree_map(lambda t: t.index_select(0, pos.to(t.device)), tree) if tree else {}
+
+
+def round_traffic(broadcast: Any, states: Tree, positions: list[torch.Tensor], results: list[Any]) -> dict[str, int]:
+    """The pickled bytes a round moves: ``broadcast`` (w^t, extras, buffers: put once, read by every actor),
+    ``states_out`` (each shard's client states, to its actor only) and ``returned`` (the shards' results)."""
+    import pickle
+
+    def size(x: Any) -> int:
+        return len(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))
+
+    return {
+        "broadcast": size(broadcast),
+        "states_out": sum(size(_rows(states, pos)) for pos in positions),
+        "returned": sum(size(r) for r in results),
+    }
 
 
 def _place(parts: list[Tree], positions: list[torch.Tensor], m: int) -> Tree:
@@ -163,8 +192,12 @@ class RayEngine(Engine):
         self.inner = "sequential" if vmap_blocker(algorithm) else "vectorised"
         vec = self.inner == "vectorised"
         self._probe = VectorisedEngine(algorithm, data, fl, seed, chunk=self.options.chunk) if vec else None
-        self.actors: list[Any] = []
+        self.actors: list[Any] = []  # the live actors (one that died leaves the list)
+        self.shards = 0  # shards per round: the actor count at start, kept when actors die (each keeps its seed)
+        self.reruns = 0  # shards re-run on another actor after theirs died, over the run
         self.width: int | None = None
+        self.traffic: dict[str, int] | None = None  # {}: record the pickled bytes each round moves (the bench)
+        self._pg: Any = None
         self._owns_ray = False
         self._closed = False
 
@@ -225,14 +258,26 @@ class RayEngine(Engine):
                 + (" or hardware.threads" if key == "CPU" else ""),
             )
         self.width = self.chunk_width(params, states, m, n)
+        placed: list[dict[str, Any]] = [{}] * n
+        if self.options.placement != "default":
+            bundle = {key: float(per), **({"CPU": 1.0} if key == "GPU" else {})}
+            try:
+                self._pg, placed = placement_options(ray, self.options.placement, bundle, n)
+            except ValueError as e:
+                raise ConfigError("hardware.placement", str(e)) from None
         pieces = ray.put((self.algorithm, self.data, self.fl, self.seed))  # once: every actor reads this copy
         hw = {"threads": self.hw.threads or 1, "precision": self.hw.precision, "compile": self.options.compile}
-        remote = ray.remote(ShardWorker).options(**opts)
-        self.actors = [remote.remote(pieces, self.inner, self.width, hw) for _ in range(n)]
+        remote = ray.remote(ShardWorker)
+        self.actors = [remote.options(**opts, **placed[i]).remote(pieces, self.inner, self.width, hw) for i in range(n)]
+        self.shards = n
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the actors (for checking that none outlive the engine)."""
+        """Process ids of the live actors (for checking that none outlive the engine)."""
         return list(self.ray.get([a.pid.remote() for a in self.actors])) if self.actors else []
+
+    def actor_nodes(self) -> list[str]:
+        """The Ray node id of each live actor, as the actor itself reads it from Ray's runtime context."""
+        return list(self.ray.get([a.node.remote() for a in self.actors])) if self.actors else []
 
     def close(self) -> None:
         """Kill the actors; shut Ray down when this engine started or joined the cluster. Idempotent."""
@@ -246,6 +291,9 @@ class RayEngine(Engine):
             except Exception:  # noqa: BLE001 - an actor that died already
                 pass
         self.actors = []
+        if self._pg is not None:
+            remove_placement(self._pg)
+            self._pg = None
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False
@@ -267,9 +315,9 @@ class RayEngine(Engine):
         each client runs), so its engine forms the same chunks; contiguous parts for sequential actors."""
         if self.inner == "vectorised":
             key = cohort_order_key(self, rnd, clients, budgets)
-            shards = shard_chunks(key.tolist(), self.width or 1, len(self.actors))
+            shards = shard_chunks(key.tolist(), self.width or 1, self.shards)
         else:
-            shards = split_contiguous(len(clients), len(self.actors))
+            shards = split_contiguous(len(clients), self.shards)
         return [torch.tensor(s, dtype=torch.long) for s in shards]
 
     def train_cohort(
@@ -291,27 +339,25 @@ class RayEngine(Engine):
         # the global model's buffers change every round on the driver (the runner or the method sets them);
         # the actors' copies of the model would otherwise keep the ones they were started with
         b_ref = ray.put(self.algorithm.model.buffers) if self.algorithm.model.buffers else None
-        futures = [
-            actor.train.remote(
-                rnd,
-                p_ref,
-                e_ref,
-                clients[pos],
-                _rows(states, pos),
-                lr,
-                self._seed(rnd, k),
-                b_ref,
-                None if budgets is None else budgets.index_select(0, pos),
-            )  # fmt: skip
-            for k, (actor, pos) in enumerate(zip(self.actors, positions, strict=False))
-        ]
+
+        def submit(actor: Any, k: int) -> Any:  # shard k: only its clients' states travel, to its actor only
+            pos = positions[k]
+            budget = None if budgets is None else budgets.index_select(0, pos)
+            return actor.train.remote(
+                rnd, p_ref, e_ref, clients[pos], _rows(states, pos), lr, self._seed(rnd, k), b_ref, budget
+            )
+
         try:
-            results: list[CohortResult] = ray.get(futures)
+            done = run_shards(ray, self.actors, submit, len(positions), rnd)
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             if isinstance(cause, (DivergenceError, ConfigError)):
                 raise cause from None
             raise
+        results: list[CohortResult] = done["results"]
+        self.actors, self.reruns = done["live"], self.reruns + done["reruns"]
+        if self.traffic is not None:
+            self.traffic = round_traffic((params, extras, self.algorithm.model.buffers), states, positions, results)
         steps = _place([{"s": r.steps} for r in results], positions, m)["s"]
         n_steps = int(steps.sum())
         if all(r.client_loss is not None for r in results):
