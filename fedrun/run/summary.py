@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +55,16 @@ def code_provenance(root: Path | None = None) -> dict[str, Any]:
     return {"version": fedrun.__version__}
 
 
+def ray_node() -> str | None:
+    """The id of the Ray node this process runs on when it runs inside Ray (a job of the ``ray_cluster`` launcher,
+    or the driver of ``hardware=ray``): where a sweep's job ran, from Ray itself. None outside Ray (ray is never
+    imported for it)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().get_node_id())
+
+
 def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
     """Write the partition files (counts, heatmap, domains) and return what summary.json says of the run's
     setup: names, seed, engine, device, model size, stand-in data, partition statistics."""
@@ -77,6 +88,9 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
         "partition_stats": partition_stats(counts),
         "code": code_provenance(),  # the commit (and whether the checkout was modified) or package version
     }
+    node = ray_node()
+    if node is not None:
+        info["ray_node"] = node
     if experiment.privacy is not None:
         info["privacy"] = experiment.privacy.describe()
     if experiment.sample_privacy is not None:

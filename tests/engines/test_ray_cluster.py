@@ -17,7 +17,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -230,25 +229,8 @@ def test_a_two_job_sweep_through_the_ray_launcher(cluster: Cluster, reference: p
     seed1 = run_in(tmp_path, "seed1", spec_of(tmp_path, (*VECTORISED, "seed=1")))
     pd.testing.assert_frame_equal(metrics(jobs[1]), seed1, check_exact=True)
     workers = {node.node_id for node in cluster.worker_nodes}
-    nodes = job_nodes(cluster)
-    assert len(nodes) == 2 and nodes <= workers  # Ray's own record of where each job ran
-
-
-def job_nodes(cluster: Cluster) -> set[str]:
-    """The nodes the sweep's jobs (the launcher's ``_run_job`` tasks) ran on, from Ray's state API (the dashboard
-    that ``ray[default]``, a dependency of the launcher, starts); task events reach it within seconds."""
-    from ray.util.state import list_tasks
-
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
-        for _ in range(30):
-            tasks = list_tasks(filters=[("func_or_class_name", "=", "_run_job")], detail=True)
-            if len(tasks) == 2 and all(t.node_id for t in tasks):
-                return {t.node_id for t in tasks}
-            time.sleep(1)
-        return {t.node_id for t in tasks}
-    finally:
-        ray.shutdown()
+    nodes = {json.loads((d / "summary.json").read_text())["ray_node"] for d in jobs.values()}
+    assert len(nodes) == 2 and nodes <= workers  # Ray's own record of where each job ran (summary.json ray_node)
 
 
 COHORT = torch.tensor([7, 2, 11, 0, 5, 9])
