@@ -12,6 +12,11 @@ The rule (docs/extending.md, "Commands in the documentation"):
   recipe expands). ``make test`` is what CI runs; ``make run``'s command is the plain ``fedrun``, run above.
 - ``fedrun-reproduce run ...`` gets ``--dry-run`` (it prints the sweep's commands).
 
+Each ``fedrun``, ``fedrun-report`` and ``fedrun-reproduce`` a line starts is a process of its own, forked from the
+page's fork server (tests/forkserver.py: fedrun, torch and Hydra imported once per page, not once per command);
+where the fork could differ from a fresh interpreter (an environment of the line's own, signals inherited as
+ignored) the server declines and the shim starts a fresh one.
+
 Output shown in the docs goes in ```text blocks, which are not run. A page is one test (its lines depend on each
 other, in order); pages are independent, so pytest-xdist may spread them over workers.
 """
