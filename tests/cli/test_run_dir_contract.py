@@ -16,21 +16,38 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import forkserver
 from tests.conftest import REPO, dir_snapshot
 from tests.run.test_resume import SMALL
 
 ONE_ROUND = [*SMALL, "fl.rounds=1", "output.plots=false", "output.quiet=true"]
 
 
+SERVER: dict[str, str | None] = {"sock": None}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each ``python -m fedrun.cli`` below is a process of its own, forked from one that imported fedrun, torch and
+    Hydra once (tests/forkserver.py), not a fresh interpreter that imports them again (seconds each)."""
+    base = tmp_path_factory.mktemp("forkserver")
+    with forkserver.started({**os.environ, "PYTHONPATH": str(REPO)}, base, base / "log") as sock:
+        SERVER["sock"] = sock
+        yield
+        SERVER["sock"] = None
+
+
 def _fedrun(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fedrun.cli", *args],
-        cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    forked = forkserver.forked_run(SERVER["sock"], "fedrun.cli", list(args), cwd, env, timeout=300)
+    return forked or subprocess.run(
+        [sys.executable, "-m", "fedrun.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _one_line_exit_2(res: subprocess.CompletedProcess, start: str) -> None:
@@ -167,13 +184,14 @@ def test_only_fedruns_own_temp_files_are_cleaned_up_at_start(tmp_path: Path) -> 
     assert not any(f.exists() for f in ours)
 
 
-def test_a_sweep_subdir_that_resolves_outside_the_sweep_dir_is_refused(tmp_path: Path) -> None:
+def test_a_sweep_subdir_that_resolves_outside_the_sweep_dir_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env_dir = "FEDRUN_TEST_SUBDIR"
-    res = subprocess.run(
-        [sys.executable, "-m", "fedrun.cli", "-m", *ONE_ROUND, f"hydra.sweep.dir={tmp_path / 'sweep'}",
-         f"hydra.sweep.subdir=${{oc.env:{env_dir}}}", f"cache_dir={tmp_path / 'c'}"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), env_dir: "../escaped"}, capture_output=True,
-        text=True, timeout=300,
+    monkeypatch.setenv(env_dir, "../escaped")  # the fork server, started without it, declines: a fresh interpreter
+    res = _fedrun(
+        tmp_path, "-m", *ONE_ROUND, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"hydra.sweep.subdir=${{oc.env:{env_dir}}}", f"cache_dir={tmp_path / 'c'}",
     )  # fmt: skip
     _one_line_exit_2(res, "hydra.sweep.subdir: '../escaped' is not a folder below its directory")
     assert not (tmp_path / "escaped").exists()

@@ -12,6 +12,11 @@ The rule (docs/extending.md, "Commands in the documentation"):
   recipe expands). ``make test`` is what CI runs; ``make run``'s command is the plain ``fedrun``, run above.
 - ``fedrun-reproduce run ...`` gets ``--dry-run`` (it prints the sweep's commands).
 
+Each ``fedrun``, ``fedrun-report`` and ``fedrun-reproduce`` a line starts is a process of its own, forked from the
+page's fork server (tests/forkserver.py: fedrun, torch and Hydra imported once per page, not once per command);
+where the fork could differ from a fresh interpreter (an environment of the line's own, signals inherited as
+ignored) the server declines and the shim starts a fresh one.
+
 Output shown in the docs goes in ```text blocks, which are not run. A page is one test (its lines depend on each
 other, in order); pages are independent, so pytest-xdist may spread them over workers.
 """
@@ -27,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forkserver
 from tests.conftest import REPO
 
 TIMEOUT = 900  # a hang guard, not a speed check: a page's commands take minutes on a loaded 2-core machine
@@ -55,22 +61,36 @@ def commands(path: Path) -> list[str]:
     ]
 
 
-def shims(bin_dir: Path, cache: Path) -> None:
-    """``fedrun``, ``make`` and ``fedrun-reproduce`` as the rule runs them, first on PATH."""
+def shims(bin_dir: Path, cache: Path, sock: str | None = None) -> None:
+    """``fedrun``, ``make``, ``fedrun-report`` and ``fedrun-reproduce`` as the rule runs them, first on PATH; the
+    Python ones ask the fork server at ``sock`` (tests/forkserver.py) first and run in a fresh interpreter
+    where it declines or is not there."""
     bin_dir.mkdir(parents=True)
     venv = Path(sys.executable).parent
+    ask = "from tests.forkserver import client\n"
+    ask += f"code = client({{entry!r}}, ARGS, {{extra!r}}, {str(sock)!r}, PATH)\n"
+    ask += "if code is not None:\n    sys.exit(code)\n"
+    ask = ask if sock else ""
     scripts = {
         "fedrun": (
-            f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
-            "from tests.docs.shrink import shrunk_argv\n"
+            f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\nARGS, PATH = sys.argv[1:], sys.path\n"
+            + ask.format(entry="fedrun", extra={"cache": str(cache)})
+            + "from tests.docs.shrink import shrunk_argv\n"
             f"argv = shrunk_argv(sys.argv[1:], __import__('pathlib').Path({str(cache)!r}))\n"
             "sys.argv = ['fedrun', *argv]\nfrom fedrun.cli.__main__ import main\nmain()\n"
         ),
         "make": f'#!/bin/bash\nexec /usr/bin/make --no-print-directory -n -C {shlex.quote(str(REPO))} "$@"\n',
-        "fedrun-reproduce": (
-            f'#!/bin/bash\nif [ "$1" = run ]; then set -- "$@" --dry-run; fi\nexec {venv}/fedrun-reproduce "$@"\n'
-        ),
     }
+    for name, dry_run in (("fedrun-report", False), ("fedrun-reproduce", True)):
+        real = str(venv / name)
+        # the console script's sys.path: its own folder first, then PYTHONPATH's checkout
+        scripts[name] = (
+            f"#!{sys.executable}\nimport os, sys\nARGS = sys.argv[1:]\n"
+            + ("if ARGS[:1] == ['run']:\n    ARGS.append('--dry-run')\n" if dry_run else "")
+            + f"PATH = [{str(venv)!r}, *sys.path[1:]]\n"
+            + ask.format(entry=name, extra={"argv0": real})
+            + f"os.execv({real!r}, [{real!r}, *ARGS])\n"
+        )
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -89,7 +109,6 @@ def test_the_docs_show_commands_and_this_test_reads_them() -> None:
 def test_every_command_of_the_page_runs(page: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    shims(tmp_path / "bin", tmp_path / "cache")
     for _, title, body in blocks(page):
         if title:
             (work / title).parent.mkdir(parents=True, exist_ok=True)
@@ -104,8 +123,12 @@ def test_every_command_of_the_page_runs(page: Path, tmp_path: Path) -> None:
         "OMP_NUM_THREADS": "1",
         "MPLBACKEND": "Agg",
     }
-    for line in commands(page):
-        res = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-        assert res.returncode == 0, (
-            f"{page.name}: `{line}` exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
-        )
+    with forkserver.started(env, work, tmp_path / "forkserver.log") as sock:
+        shims(tmp_path / "bin", tmp_path / "cache", sock)
+        for line in commands(page):
+            res = subprocess.run(
+                ["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT
+            )
+            assert res.returncode == 0, (
+                f"{page.name}: `{line}` exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+            )
