@@ -39,7 +39,8 @@ run: install data
 
 ## The test suite on two worker processes (pytest-xdist): about half the wall time of one on a 2-core machine
 test: install data
-	$(BIN)/pytest -n 2
+	# loadgroup: the tests marked xdist_group("ray") share one worker, so two Ray clusters never start at once
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 ## Throughput vs centralized training, per engine, on this machine: JSON in outputs/bench/ (BENCH_ARGS=--quick)
 bench: install data
