@@ -163,6 +163,8 @@ def test_the_live_table_follows_the_jobs_on_a_terminal(tmp_path: Path) -> None:
     )
     running.mkdir()
     log = logging.getLogger("fedrun")
+    level = log.level
+    log.setLevel(logging.INFO)  # as a job's run_log sets it (fedrun/run/recorder.py); not left to an earlier test
     with sweeps.watching(console):
         assert sweeps.reporting() and sweeps.round_echo("job 0") is None
         first = console.job_started(0, "seed=0-1", 3, tmp_path / "new-0")
@@ -173,6 +175,7 @@ def test_the_live_table_follows_the_jobs_on_a_terminal(tmp_path: Path) -> None:
         console.job_ended(first, done)
         assert re.search(r"│ 1 │ seed=0-1 +│ completed +│ +3/3 │ +50\.00% │", _render(console))
         console.finish()
+    log.setLevel(level)
     assert not sweeps.reporting() and sweeps.round_echo("job 0") == "job 0"
     shown = buf.getvalue()
     assert "completed" in shown and shown.rstrip().endswith(
