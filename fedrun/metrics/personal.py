@@ -48,8 +48,8 @@ from fedrun.models.base import FunctionalModel
 CLIENTS_FILE = "clients.csv"
 STATS = ("mean", "wmean", "std", "worst10", "best10")
 # A chunk's fixed cost (one vmap call over the model, the gathers), in padded samples' worth of forward pass: on
-# the MLP of `scripts/bench.py --what personal` one chunk per client costs ~0.4 ms more than one padded sample
-# times 50 (fedrun issue 35, point 6). It only moves the cuts, never a value.
+# the MLP of `scripts/bench.py --what personal` (Ditto, 100 clients) a chunk costs ~0.4 ms and a padded sample
+# ~8 us, so ~50 samples (fedrun issue 35, point 6). It only moves the cuts, never a value.
 CHUNK_OVERHEAD = 64
 INPUTS_BYTES = 1 << 27  # the local test samples' preprocessed inputs are kept (for every round) up to this size
 
