@@ -46,3 +46,12 @@ def test_a_run_without_local_test_columns_names_the_metric(tmp_path: Path) -> No
     run = pfedme_run(tmp_path, "Per-FedAvg", None)
     with pytest.raises(ConfigError, match=r"summary\.local_acc_wmean_best.*metrics\.csv"):
         build_record([run], "pfedme_test", "pfedme-synthetic", "2 cores")
+
+
+def test_the_reproduction_page_leaves_within_blank_without_a_published_value(tmp_path: Path) -> None:
+    from fedrun.papers.reproduction import _cells
+
+    rec = build_record([pfedme_run(tmp_path, "pFedMe", [0.8, 0.9, 0.85])], "pfedme_test", "pfedme-synthetic", "2 cores")
+    cells = {c["column"]: c for c in _cells(rec)}
+    assert cells["Synthetic, MLR (PM)"]["ours"].startswith("90.00")
+    assert {c["paper"] for c in cells.values()} == {"-"} and {c["within"] for c in cells.values()} == {"-"}
