@@ -83,7 +83,8 @@ def _cells(record: dict[str, Any]) -> list[dict[str, str]]:
                 "seeds": seeds,
                 "paper": _num(c["paper"]),
                 "difference": _num(c["difference"], "{:+.2f}"),
-                "within": ("yes" if c["reproduced"] else "no") if c["n"] else "-",
+                # "-" where either side is missing (pFedMe's cells hold no published value)
+                "within": ("yes" if c["reproduced"] else "no") if c["n"] and not math.isnan(c["paper"]) else "-",
             }
         )
     return out
