@@ -9,7 +9,9 @@ Every evaluated round reports two models on every client's local test split (:mo
   steps on the client's training data first when that is set. Clients are evaluated in chunks, one ``vmap``
   over a chunk's stacked models and its padded ``[clients, samples]`` inputs (no Python loop over clients;
   models with BatchNorm statistics, which the vectorised engine refuses too, are evaluated one client at a
-  time).
+  time). The chunks are cut where padding and per-chunk overhead cost least (:func:`chunk_cuts`), and they
+  take their inputs, like the global pass, from the preprocessed local test samples, kept for the run when they
+  fit in ``INPUTS_BYTES``.
 
 Aggregates over the clients that have local test samples: ``_mean`` (unweighted), ``_wmean`` (weighted by local
 test size), ``_std`` (ddof 0), ``_worst10``/``_best10`` (the mean accuracy of the worst/best ceil(K/10)
@@ -45,6 +47,33 @@ from fedrun.models.base import FunctionalModel
 
 CLIENTS_FILE = "clients.csv"
 STATS = ("mean", "wmean", "std", "worst10", "best10")
+# A chunk's fixed cost (one vmap call over the model, the gathers), in padded samples' worth of forward pass: on
+# the MLP of `scripts/bench.py --what personal` (Ditto, 100 clients) a chunk costs ~0.4 ms and a padded sample
+# ~8 us, so ~50 samples (fedrun issue 35, point 6). It only moves the cuts, never a value.
+CHUNK_OVERHEAD = 64
+INPUTS_BYTES = 1 << 27  # the local test samples' preprocessed inputs are kept (for every round) up to this size
+
+
+def chunk_cuts(widths: np.ndarray, cap: int, overhead: int = CHUNK_OVERHEAD) -> list[tuple[int, int]]:
+    """Cut clients sorted by local test size (``widths``, descending) into contiguous chunks [a, b) that minimise
+    the padded samples (each chunk padded to its first, largest, width) plus ``overhead`` per chunk, a chunk of
+    several clients holding at most ``cap`` padded samples: a shortest path over the cut points, O(n x chunk)."""
+    n = len(widths)
+    w = np.asarray(widths, dtype=np.float64)
+    best, prev = np.full(n + 1, np.inf), np.zeros(n + 1, dtype=np.int64)
+    best[0], lo = 0.0, 0
+    for j in range(1, n + 1):
+        while lo < j - 1 and (j - lo) * w[lo] > max(cap, w[lo]):  # chunk [lo, j) too wide; stays so as j grows
+            lo += 1
+        i = np.arange(lo, j)
+        cost = best[lo:j] + (j - i) * w[lo:j] + overhead
+        at = int(np.argmin(cost))
+        best[j], prev[j] = cost[at], lo + at
+    out, j = [], n
+    while j > 0:
+        out.append((int(prev[j]), j))
+        j = int(prev[j])
+    return out[::-1]
 
 
 def spread_stats(acc: np.ndarray, sizes: np.ndarray, prefix: str) -> dict[str, float]:
@@ -75,6 +104,14 @@ def hits_at(
             b = fed.batch(idx[i : i + batch_size], split)
             out.append(model.logits(params, b["x"]).argmax(1) == b["y"])
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool, device=idx.device)
+
+
+def hits_on(model: FunctionalModel, params: Tensors, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """:func:`hits_at` on inputs already gathered and preprocessed (``x`` [S, ...], ``y`` [S]), the same batches."""
+    with torch.inference_mode():
+        out = [model.logits(params, x[i : i + batch_size]).argmax(1) == y[i : i + batch_size]
+               for i in range(0, int(y.numel()), batch_size)]  # fmt: skip
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool, device=y.device)
 
 
 @dataclass
@@ -117,15 +154,17 @@ class LocalEvaluation:
         self.flat_y = self.split.y[self.flat]
         self.chunks = self._chunks()
         self.clients_csv = clients_csv
+        self._inputs: tuple[torch.Tensor | None] | None = None  # local_inputs(), once
 
     def _chunks(self) -> list[ChunkSpec]:
-        """Clients with local test samples, largest first, cut so a chunk holds ~``batch_size`` padded samples."""
+        """Clients with local test samples, largest first, cut (:func:`chunk_cuts`) into chunks of at most
+        ``batch_size`` padded samples (or one client)."""
         order = [int(i) for i in np.argsort(-self.sizes, kind="stable") if self.sizes[i] > 0]
         offsets = np.concatenate([[0], np.cumsum(self.sizes)])
-        out, at = [], 0
-        while at < len(order):
-            width = int(self.sizes[order[at]])
-            ids = order[at : at + max(1, self.batch_size // width)]
+        out = []
+        for a, z in chunk_cuts(self.sizes[order], self.batch_size):
+            ids = order[a:z]
+            width = int(self.sizes[ids[0]])
             idx = torch.zeros(len(ids), width, dtype=torch.long)
             mask = torch.zeros(len(ids), width, dtype=torch.bool)
             pos = torch.zeros(len(ids), width, dtype=torch.long)
@@ -135,8 +174,23 @@ class LocalEvaluation:
                 pos[j, :n] = torch.arange(int(offsets[cid]), int(offsets[cid]) + n)
             dev = self.fed.device
             out.append(ChunkSpec(ids, idx.to(dev), mask.to(dev), pos.to(dev)))
-            at += len(ids)
         return out
+
+    def local_inputs(self) -> torch.Tensor | None:
+        """The preprocessed inputs of the concatenated local test samples [S, ...], built on the first call and kept
+        (the samples never change); None when they would take more than ``INPUTS_BYTES`` (every pass then gathers
+        its own batches)."""
+        if self._inputs is None:
+            one = self.fed.batch(self.flat[:1], self.split)["x"]
+            if one.numel() * one.element_size() * int(self.flat.numel()) > INPUTS_BYTES:
+                self._inputs = (None,)
+            else:
+                bs = self.batch_size
+                xs = [
+                    self.fed.batch(self.flat[i : i + bs], self.split)["x"] for i in range(0, int(self.flat.numel()), bs)
+                ]
+                self._inputs = (torch.cat(xs) if xs else one[:0],)
+        return self._inputs[0]
 
     # ---- fine-tuning ------------------------------------------------------------------------------------------
     def finetune_batches(self, clients: list[int], rnd: int) -> torch.Tensor:
@@ -167,8 +221,11 @@ class LocalEvaluation:
             return vmap(lambda st: algo.personal_model(params, st))(rows)  # type: ignore[no-any-return]
         return tree_map(lambda t: t.unsqueeze(0).expand(c, *t.shape).clone(), params)
 
-    def own_hits(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> np.ndarray:
-        """Correct counts [K] of every client's own model on its local test split."""
+    def own_hits(
+        self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float, inputs: torch.Tensor | None = None
+    ) -> np.ndarray:
+        """Correct counts [K] of every client's own model on its local test split; ``inputs``: the kept local test
+        inputs (:meth:`local_inputs`), which the chunks index instead of gathering and preprocessing their own."""
         hits = np.zeros(len(self.sizes))
         for ch in self.chunks:
             ids = torch.as_tensor(ch.clients, dtype=torch.long)
@@ -178,7 +235,11 @@ class LocalEvaluation:
                 continue
             stacked = self.finetuned(self.own_models(algo, params, rows, len(ch.clients)), ch.clients, rnd, lr)
             with torch.inference_mode():
-                b = self.fed.batch(ch.idx, self.split)
+                if inputs is None:
+                    b = self.fed.batch(ch.idx, self.split)
+                else:
+                    x = inputs.index_select(0, ch.pos.reshape(-1))
+                    b = {"x": x.reshape(*ch.pos.shape, *x.shape[1:]), "y": self.flat_y[ch.pos]}
                 logits = vmap(self.model.logits)(stacked, b["x"])
                 hits[ch.clients] = ((logits.argmax(-1) == b["y"]) & ch.mask).sum(1).cpu().numpy()
         return hits
@@ -248,16 +309,20 @@ class LocalEvaluation:
         layer = linear_head(self.model, algo.personal_keys()) if personal and not self.k else None
         self.model.module.eval()
         try:
+            whole = layer is None and (personal or self.k > 0) and not self.model.buffers  # own models by vmap
+            inputs = self.local_inputs() if whole else None
             if layer is not None:  # the clients differ only in a linear head: one forward pass (head_eval.py)
                 hits, feats = hits_and_features(self.model, params, self.fed, self.split, self.flat, self.batch_size,
                                                 layer)  # fmt: skip
+            elif inputs is not None:
+                hits = hits_on(self.model, params, inputs, self.flat_y, self.batch_size)
             else:
                 hits = hits_at(self.model, params, self.fed, self.split, self.flat, self.batch_size)
             g_hits = np.bincount(self.owner, weights=hits.cpu().numpy().astype(np.float64), minlength=len(self.sizes))
             if layer is not None:
                 own = self.head_own_hits(algo, params, states, feats, layer)
             else:
-                own = self.own_hits(algo, params, states, rnd, lr) if personal or self.k else g_hits
+                own = self.own_hits(algo, params, states, rnd, lr, inputs) if personal or self.k else g_hits
         finally:
             self.model.module.train()
         with np.errstate(invalid="ignore", divide="ignore"):

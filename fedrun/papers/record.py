@@ -128,9 +128,7 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
     out: dict[str, tuple[str, str, str, float | None]] = {}
     for _, c in mine.iterrows():
         metric = c["metric"]
-        if metric not in s:
-            raise _fail(rd, f"summary.{metric}", f"missing from {rd.summary_file.name}")
-        v = s[metric]
+        v = s[metric] if metric in s else best_round(rd, metric)
         value = None if v is None else round(float(v) * PERCENT.get(metric, 100.0), 2)
         out[c["column"]] = (c["table"], metric, c["setting"], value)
     return {
@@ -143,6 +141,17 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
         "cells": out,
         "data": cfg.get("data", {}).get("name"),
     }
+
+
+def best_round(rd: RunDir, metric: str) -> float:
+    """A cell's metric that summary.json does not hold, ``<column>_best``: the best evaluated round's value of
+    metrics.csv's ``<column>`` (pFedMe's PM, each run's best round of ``local_acc_wmean``: plot_utils.py
+    average_data's max over rounds). :class:`ConfigError` naming the metric when neither file has it."""
+    column = metric.removesuffix("_best")
+    values = pd.read_csv(rd.metrics_file).get(column) if metric.endswith("_best") else None
+    if values is None or values.dropna().empty:
+        raise _fail(rd, f"summary.{metric}", f"missing from {rd.summary_file.name} and {rd.metrics_file.name}")
+    return float(values.max())
 
 
 def wall_key(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:

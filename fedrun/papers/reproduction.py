@@ -37,11 +37,14 @@ def record_card(record: dict[str, Any]) -> pd.DataFrame:
 
 
 def counts(records: list[dict[str, Any]] | None = None) -> tuple[int, int, int]:
-    """(records, paper cells measured, cells reproduced: within 1.5 points of the paper or our seed spread)."""
+    """(records, paper cells measured (run, with a published value), cells within 1.5 points of the paper or our
+    seed spread)."""
     records = load_evidence() if records is None else records
     cards = [record_card(r) for r in records]
-    measured = sum(int((c["n"] > 0).sum()) for c in cards if not c.empty)
-    within = sum(int(c.loc[c["n"] > 0, "reproduced"].sum()) for c in cards if not c.empty)
+    # a cell counts when it ran and the paper publishes its value (pFedMe's table is an image: no value shipped)
+    ran = [c.loc[(c["n"] > 0) & c["paper"].notna()] for c in cards if not c.empty]
+    measured = sum(len(c) for c in ran)
+    within = sum(int(c["reproduced"].sum()) for c in ran)
     return len(records), measured, within
 
 
@@ -83,7 +86,8 @@ def _cells(record: dict[str, Any]) -> list[dict[str, str]]:
                 "seeds": seeds,
                 "paper": _num(c["paper"]),
                 "difference": _num(c["difference"], "{:+.2f}"),
-                "within": ("yes" if c["reproduced"] else "no") if c["n"] else "-",
+                # "-" where either side is missing (pFedMe's cells hold no published value)
+                "within": ("yes" if c["reproduced"] else "no") if c["n"] and not math.isnan(c["paper"]) else "-",
             }
         )
     return out

@@ -456,4 +456,48 @@ DP_FEDAVG_FMNIST = Target(
     figures=("test_acc",),
 )
 TARGETS = (*TARGETS, DP_FEDAVG_FMNIST)
+# pFedMe (Dinh et al., NeurIPS 2020) Table 1, Synthetic rows: the fine-tuned hyperparameters of CharlieDinh/pFedMe's
+# README ("Fine-tuned Parameters", Synthetic: MLR lines 119-121, DNN lines 126-128). pFedMe: eta = --learning_rate,
+# --personal_learning_rate, --beta, --lamda, K = main.py's default 5 (main.py:77), mu 0.001 (fedoptimizer.py:50
+# pFedMeOptimizer's default, userpFedMe.py:26 leaves it); every client trains each round and the sampled 10 are
+# aggregated (serverpFedMe.py: "do update for all users not only selected users"): fl.train_all. Per-FedAvg: the
+# code's step is first-order (userperavg.py: step 1 with --learning_rate = alpha, step 2 the gradient there applied
+# with --beta), variant=fo, alpha = --learning_rate, fl.lr = --beta; its two batches of 20 are D and D' of one
+# minibatch of 60. FedAvg: --learning_rate. Seeds: --times 10 (README), ten runs averaged (plot_utils.py:64-77).
+PFEDME_MLR, PFEDME_DNN = "pfedme_table1_synthetic_mlr", "pfedme_table1_synthetic_dnn"
+PFEDME_METHODS = (
+    m("FedAvg", "algorithm=fedavg", per_preset=((PFEDME_MLR, ("fl.lr=0.02",)), (PFEDME_DNN, ("fl.lr=0.03",)))),
+    m(
+        "Per-FedAvg",
+        "algorithm=perfedavg",
+        "algorithm.variant=fo",
+        "fl.batch_size=60",
+        per_preset=(
+            (PFEDME_MLR, ("algorithm.alpha=0.02", "fl.lr=0.002")),
+            (PFEDME_DNN, ("algorithm.alpha=0.01", "fl.lr=0.001")),
+        ),
+    ),
+    m(
+        "pFedMe",
+        "algorithm=pfedme",
+        "algorithm.personal_lr=0.01",
+        "algorithm.beta=2",
+        "algorithm.inner_steps=5",
+        "algorithm.mu=0.001",
+        "fl.lr=0.01",
+        "fl.train_all=true",
+        per_preset=((PFEDME_MLR, ("algorithm.lam=20",)), (PFEDME_DNN, ("algorithm.lam=30",))),
+    ),
+)
+PFEDME_SYNTHETIC = Target(
+    "pfedme-synthetic",
+    "pFedMe",
+    (PFEDME_MLR, PFEDME_DNN),
+    PFEDME_METHODS,
+    seeds=tuple(range(10)),
+    layout="fedlaw",
+    note="Table 1, Synthetic (MLR, DNN): GM = test_acc_best, PM = the best round's local_acc_wmean",
+    figures=("test_acc", "local_acc_wmean"),
+)
+TARGETS = (*TARGETS, PFEDME_SYNTHETIC)
 BY_NAME = {t.name: t for t in TARGETS}

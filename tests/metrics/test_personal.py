@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from fedrun.config.schema import RunSpec
-from fedrun.metrics.personal import resume_clients_csv, spread_stats
+from fedrun.metrics import personal
+from fedrun.metrics.personal import chunk_cuts, resume_clients_csv, spread_stats
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import local_evaluation, run
 from fedrun.run.state import fresh_state
@@ -73,6 +74,54 @@ def test_batched_evaluation_equals_a_loop_over_clients(mode: str, make_spec: Cal
         {**spread_stats(own, sizes, "local_acc"), **spread_stats(glob, sizes, "local_global_acc")}
     )
     assert len(ev.chunks) > 1  # eval.batch_size=64 cuts the clients into several chunks
+
+
+@pytest.mark.parametrize("keep_inputs", [True, False])
+@pytest.mark.parametrize("mode", ["split", "partition"])
+def test_whole_personal_models_by_vmap_equal_a_loop_over_clients(
+    mode: str, keep_inputs: bool, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ditto's v_i are whole models: the vmap path, its chunks indexing the kept inputs or gathering their own
+    if not keep_inputs:
+        monkeypatch.setattr(personal, "INPUTS_BYTES", 0)
+    exp = build_experiment(make_spec(*SMALL, "algorithm=ditto", f"eval.local_test={mode}", "eval.batch_size=64"))
+    state = fresh_state(exp)
+    gen = torch.Generator().manual_seed(1)
+    v = state.clients.rows["v"]
+    for k in v:
+        v[k].add_(0.5 * torch.randn(v[k].shape, generator=gen))
+    ev = local_evaluation(exp, None, 0)
+    row = ev(exp.algorithm, state.params, state.clients, 0, 0.1)
+    assert (ev.local_inputs() is not None) == keep_inputs
+    own = _loop_reference(exp, lambda c: {k: v[k][c] for k in v})
+    glob = _loop_reference(exp, lambda c: state.params)
+    sizes = exp.local_test.sizes
+    assert row == pytest.approx(
+        {**spread_stats(own, sizes, "local_acc"), **spread_stats(glob, sizes, "local_global_acc")}
+    )
+    assert len(ev.chunks) > 1 and np.unique(own).size > 2
+
+
+def _brute_cuts(w: list[int], cap: int, overhead: int) -> float:
+    """The least padded samples + overhead per chunk over every way of cutting ``w`` into contiguous chunks."""
+    best = float("inf")
+    for mask in range(1 << (len(w) - 1)):
+        starts = [0] + [i + 1 for i in range(len(w) - 1) if mask >> i & 1] + [len(w)]
+        groups = list(zip(starts, starts[1:], strict=False))
+        if all(b - a == 1 or (b - a) * w[a] <= cap for a, b in groups):
+            best = min(best, sum((b - a) * w[a] + overhead for a, b in groups))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chunk_cuts_are_the_cheapest_contiguous_cutting(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    w = sorted(rng.integers(1, 60, size=9).tolist(), reverse=True)
+    cap, overhead = int(rng.integers(40, 200)), int(rng.integers(0, 50))
+    cuts = chunk_cuts(np.array(w), cap, overhead)
+    assert [a for a, _ in cuts] == [0] + [b for _, b in cuts[:-1]] and cuts[-1][1] == len(w)  # a cover, in order
+    assert all(b - a == 1 or (b - a) * w[a] <= cap for a, b in cuts)  # a chunk of several fits the cap
+    assert sum((b - a) * w[a] + overhead for a, b in cuts) == _brute_cuts(w, cap, overhead)
 
 
 def test_finetuning_changes_the_clients_models_reproducibly(make_spec: Callable[..., RunSpec]) -> None:

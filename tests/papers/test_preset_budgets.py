@@ -223,8 +223,8 @@ def test_every_paper_preset_but_fedlaws_has_a_budget_row() -> None:
     presets = {p.stem for p in EXPERIMENTS.glob("*.yaml")} - not_papers
     assert len(BY_PRESET) == len(BUDGETS)
     assert set(BY_PRESET) <= presets
-    # FedLAW's rows: test_preset_budgets_fedlaw.py; FedProx's: test_preset_budgets_fedprox.py
-    assert {p for p in presets if not p.startswith(("fedlaw_", "fedprox_"))} <= set(BY_PRESET)
+    # FedLAW's rows: test_preset_budgets_fedlaw.py; FedProx's: test_preset_budgets_fedprox.py; pFedMe's: _pfedme.py
+    assert {p for p in presets if not p.startswith(("fedlaw_", "fedprox_", "pfedme_"))} <= set(BY_PRESET)
 
 
 def test_fedcos_epoch_counter_rule_by_hand() -> None:

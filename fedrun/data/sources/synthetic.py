@@ -18,6 +18,11 @@ Two readings (``data.variant``):
   script's output after ``np.random.seed(seed); random.seed(seed)`` (the script itself sets no seed). The data the
   FedProx experiments ran on (the JSON files committed beside the script) came from an unseeded run: the same
   distribution, not the same draws.
+- ``pfedme``: CharlieDinh/pFedMe data/Synthetic/generate_synthetic_05_05.py (pFedMe, Dinh et al. NeurIPS 2020),
+  the same script as ``code`` but for the device sizes, five times FedProx's: (lognormal(4, 2) + 50) * 5 (its line
+  24); NUM_USER = 100 there (``data.devices=100``). That script seeds numpy itself (``np.random.seed(0)``, line 12),
+  so with ``data.seed=0`` the devices' samples and labels are the authors' draws; its ``random.shuffle`` (line 103)
+  is unseeded, so which 10% of a device is its test part is fedrun's (``random.Random(seed)``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from fedrun.data.base import DataParams, Dataset, Split
 from fedrun.data.standin import signature
 
 # the held-out fraction of each variant: the paper's 80/20 split; the code's train_len = int(0.9 * num_samples)
-TEST_FRACTION = {"paper": 0.2, "code": 0.1}
+TEST_FRACTION = {"paper": 0.2, "code": 0.1, "pfedme": 0.1}
+# the code readings' device sizes: FedProx's lognormal(4, 2) + 50, times 5 in pFedMe's generate_synthetic_05_05.py
+SIZE_FACTOR = {"code": 1, "pfedme": 5}
 SIZE_CAP = 5000  # the paper variant's cap on a device's size (fedrun's, from before the code variant existed)
 
 
@@ -43,8 +50,9 @@ class SyntheticParams(DataParams):
     """``data=synthetic``: FedProx's Synthetic(alpha, beta) (Li et al. 2020, Sec. 5.1)."""
 
     # paper: Sec. 5.1 as written (alpha, beta variances, 80/20 split, sizes capped at 5,000); code: the authors'
-    # generate_synthetic.py (alpha, beta standard deviations, 90/10 split, uncapped sizes, the script's draw order)
-    variant: Literal["paper", "code"] = "paper"
+    # generate_synthetic.py (alpha, beta standard deviations, 90/10 split, uncapped sizes, the script's draw order);
+    # pfedme: pFedMe's generate_synthetic_05_05.py, the code reading with device sizes times 5
+    variant: Literal["paper", "code", "pfedme"] = "paper"
     alpha: float = 1.0  # how much the devices' models differ (FedProx: Synthetic(1, 1))
     beta: float = 1.0  # how much the devices' inputs differ (FedProx: Synthetic(1, 1))
     devices: int = 30  # the natural clients (FedProx: 30)
@@ -108,11 +116,12 @@ def _softmax_argmax(logits: np.ndarray) -> np.ndarray:
 
 
 def code_devices(p: SyntheticParams) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """Per device: inputs, labels and the test mask of the ``code`` reading, drawn in generate_synthetic.py's order:
-    sizes, every u_k (b_k's mean is u_k too), every B_k, every v_k, then per device W_k, b_k and its inputs; then per
-    device a ``random.shuffle`` of its samples, the first int((1 - held_out) n) of which train."""
+    """Per device: inputs, labels and the test mask of the ``code`` (and ``pfedme``) reading, drawn in
+    generate_synthetic.py's order: sizes, every u_k (b_k's mean is u_k too), every B_k, every v_k, then per device
+    W_k, b_k and its inputs; then per device a ``random.shuffle`` of its samples, the first int((1 - held_out) n) of
+    which train. ``pfedme`` multiplies the sizes by 5 (:data:`SIZE_FACTOR`), nothing else."""
     rs = np.random.RandomState(p.seed)
-    sizes = rs.lognormal(p.mean_size, 2, p.devices).astype(int) + 50
+    sizes = (rs.lognormal(p.mean_size, 2, p.devices).astype(int) + 50) * SIZE_FACTOR[p.variant]
     mean_w = rs.normal(0, p.alpha, p.devices)  # a standard deviation: N(0, alpha) of the paper, as the code reads it
     big_b = rs.normal(0, p.beta, p.devices)
     cov = np.diag(_sigma(p.dim))
@@ -140,7 +149,7 @@ def code_devices(p: SyntheticParams) -> tuple[list[np.ndarray], list[np.ndarray]
     "synthetic", SyntheticParams, signature=lambda p: signature("synthetic", p.classes, (p.dim,), p, inputs="features")
 )
 def load_synthetic(p: SyntheticParams) -> Dataset:
-    xs, ys, tests = (code_devices if p.variant == "code" else paper_devices)(p)
+    xs, ys, tests = (paper_devices if p.variant == "paper" else code_devices)(p)
     x = np.concatenate(xs).astype(np.float32)
     y = np.concatenate(ys).astype(np.int64)
     d = np.concatenate([np.full(len(yk), k) for k, yk in enumerate(ys)])
