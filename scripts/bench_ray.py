@@ -115,20 +115,6 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def rows_of(tree: Any, ids: Any) -> Any:
-    """The cohort's rows of the all-clients state tree."""
-    from fedrun.core.tree import tree_map
-
-    return tree_map(lambda t: t.index_select(0, ids), tree)
-
-
-def with_rows(tree: Any, ids: Any, rows: Any) -> Any:
-    """The all-clients state tree with the cohort's rows replaced (what the runner's client store does)."""
-    from fedrun.core.tree import tree_map
-
-    return tree_map(lambda t, new: t.index_copy(0, ids, new), tree, rows)
-
-
 def measure_ray_state(make: Any, actors: int, rounds: int) -> dict[str, Any]:
     """Per method: the driver's store of every client's state, what each round moves (pickled bytes: w^t and the
     extras once, each shard's client states to its actor only, the shards' results back) and each actor's RSS.
@@ -142,10 +128,12 @@ def measure_ray_state(make: Any, actors: int, rounds: int) -> dict[str, Any]:
     import ray
     import torch
 
+    from fedrun.core.tree import tree_map
     from fedrun.engines.auto import stacked_states
     from fedrun.engines.ray_engine import RayEngine
     from fedrun.engines.sampling import sample_clients
     from fedrun.run import experiment as runner
+    from fedrun.run.client_states import ClientStates
 
     out: dict[str, Any] = {"desc": RAY_STATE_DESC, "actors": actors, "rounds": rounds, "methods": {}}
     os.environ.setdefault("RAY_worker_niceness", "0")  # actors at the driver's priority (Ray's default: 15)
@@ -159,7 +147,8 @@ def measure_ray_state(make: Any, actors: int, rounds: int) -> dict[str, Any]:
             algo, fl = exp.algorithm, spec.fl
             params = exp.model.init_params()
             server = algo.server_init(params)
-            every = stacked_states(algo, fl, params, fl.clients)  # all clients' states, on the driver
+            template = tree_map(lambda t: t[0], stacked_states(algo, fl, params, 1))
+            every = ClientStates(template, fl.clients, torch.device("cpu"))  # the runner's store, on the driver
             rhw = dataclasses.replace(spec.hardware, engine="ray", actors=actors, chunk=None)
             engine = RayEngine(algo, exp.fed, fl, spec.seed, hw=rhw)
             engine.traffic = {}
@@ -167,16 +156,16 @@ def measure_ray_state(make: Any, actors: int, rounds: int) -> dict[str, Any]:
             try:
                 for rnd in range(rounds):
                     clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
-                    states = rows_of(every, clients)
+                    states = every.gather(clients)
                     t0 = time.perf_counter()
                     res = engine.train_cohort(rnd, params, algo.broadcast(params, server), clients, states, fl.lr)
                     seconds = time.perf_counter() - t0
-                    every = with_rows(every, clients, res.states)
+                    every.scatter(clients, res.states)
                     per_round.append({**engine.traffic, "seconds": seconds, "cohort": len(clients)})
                 rss = [rss_mib(pid) for pid in engine.worker_pids()]
             finally:
                 engine.close()
-            all_bytes = len(pickle.dumps(every, protocol=pickle.HIGHEST_PROTOCOL))
+            all_bytes = len(pickle.dumps(every.state_dict(), protocol=pickle.HIGHEST_PROTOCOL))
             out["methods"][method] = {
                 "all_states_bytes": all_bytes,
                 "rounds": per_round,

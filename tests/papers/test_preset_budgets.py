@@ -38,8 +38,10 @@ def cos_epochs(epochs: int, train: int, clients: int, batch: int, steps: int) ->
     }
 
 
-def cos_rounds(rounds: int, clients: int, batch: int, steps: int, participation: float) -> dict[str, Any]:
-    """FedCos cross-device (sec. VI-B3: "all the methods run 250 rounds", 10%/20% of clients sampled a round)."""
+def steps_rounds(rounds: int, clients: int, batch: int, steps: int, participation: float) -> dict[str, Any]:
+    """R rounds of S local steps of one minibatch, a share of the clients a round: FedCos cross-device (sec. VI-B3:
+    "all the methods run 250 rounds", 10%/20% of clients sampled a round); pFedMe's ``--local_epochs`` R, which
+    counts minibatch steps (get_next_train_batch), not epochs."""
     return {
         "fl.rounds": rounds,
         "fl.local_steps": steps,
@@ -108,21 +110,21 @@ BUDGETS: tuple[Budget, ...] = (
         "fedcos_table4_cifar10_cnn",
         COS_DEVICE,
         dict(rounds=250, clients=100, batch=64, steps=100, participation=0.1),
-        cos_rounds,
+        steps_rounds,
         COLS,
     ),
     Budget(
         "fedcos_table4_fmnist_mlp",
         COS_DEVICE,
         dict(rounds=250, clients=100, batch=64, steps=100, participation=0.1),
-        cos_rounds,
+        steps_rounds,
         COLS,
     ),
     Budget(
         "fedcos_table5_shakespeare_lstm",
         "FedCos sec. VI-A2: B=10, 50 steps; rounds unknown, FedProx's Shakespeare 40 (plot_final_e20.py)",
         dict(rounds=40, clients=143, batch=10, steps=50, participation=0.1),
-        cos_rounds,
+        steps_rounds,
         COLS,
     ),
     *(

@@ -3,32 +3,18 @@ commands state (Synthetic, "Fine-tuned Parameters"), against the composed preset
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from fedrun.cli.reproduce import preset_cfg
 from fedrun.papers.targets import PFEDME_SYNTHETIC
 from tests.papers import test_preset_budgets as general
-from tests.papers.test_preset_budgets import EXPERIMENTS, Budget, get
-
-
-def steps_rounds(rounds: int, clients: int, selected: int, steps: int, batch: int) -> dict[str, Any]:
-    """pFedMe's code: ``--local_epochs`` R local steps of one minibatch each (get_next_train_batch), not epochs."""
-    return {
-        "fl.rounds": rounds,
-        "fl.local_steps": steps,
-        "fl.batch_size": batch,
-        "fl.clients": clients,
-        "fl.participation": selected / clients,
-    }
-
+from tests.papers.test_preset_budgets import EXPERIMENTS, Budget, get, steps_rounds
 
 README = (
     "CharlieDinh/pFedMe README.md lines 119-128: --num_global_iters 600 --local_epochs 20 --batch_size 20 --numusers"
     " 10; data/Synthetic/generate_synthetic_05_05.py NUM_USER = 100"
 )
-STATED = dict(rounds=600, clients=100, selected=10, steps=20, batch=20)
+STATED = dict(rounds=600, clients=100, participation=10 / 100, steps=20, batch=20)  # --numusers 10 of 100
 BUDGETS = tuple(Budget(p, README, STATED, steps_rounds) for p in PFEDME_SYNTHETIC.presets)
 
 
