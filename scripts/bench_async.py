@@ -52,7 +52,7 @@ def measure_async(make_spec: Any, base: list[str], device: str, run_dir: Path) -
 
 def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
     """CPU seconds of the round loop, of training (``train``: ``engine.train_cohort``; ``deltas``: FedBuff's
-    client deltas), of evaluation, of the update arithmetic (``_gather``: the arrivals' uploads; ``server_step``:
+    client deltas), of evaluation, of the update arithmetic (``server_step``: reading the arrivals' uploads and
     the mixing or the buffer's average), of writing metrics.csv and of the loop's state copies; the share outside
     training and evaluation and, of it, outside the update arithmetic too (the bookkeeping); one checkpoint
     save's wall seconds and size."""
@@ -82,7 +82,6 @@ def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
         (rounds, "evaluate", timed("eval", rounds.evaluate)),
         (async_rounds, "client_uploads", timed("deltas", async_rounds.client_uploads)),
         (async_rounds, "server_step", timed("server", async_rounds.server_step)),
-        (async_rounds, "_gather", timed("server", async_rounds._gather)),
         (recorder, "write_metrics", timed("rows", recorder.write_metrics)),
         (loop, "finished_round", timed("copies", loop.finished_round)),
     ]

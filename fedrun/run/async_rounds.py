@@ -78,19 +78,19 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
         if free > 0 and not queue.due():
             bytes_down += dispatch(experiment, state, queue, free, rnd)
         arrivals.append(queue.pop())
+    train_open_cohort(experiment, state, queue, rnd)  # (the clients dispatched from w_rnd: their arrivals need it)
     lags = [rnd - e[3] for e in arrivals]
     weights = [staleness_weight(cfg.staleness, cfg.staleness_a, cfg.staleness_b, lag) for lag in lags]
-    uploads = _gather(queue, arrivals, "params")
     if state.clients:
         state.clients.scatter(torch.tensor([e[2] for e in arrivals]), _gather(queue, arrivals, "states"))
     t_agg = time.perf_counter()
-    state.params = server_step(experiment, state.params, uploads, arrivals, weights)
+    state.params = server_step(experiment, state.params, queue, arrivals, weights)
     agg_seconds = time.perf_counter() - t_agg
     state.agg_time += agg_seconds
     if not finite(state.params):
         raise DivergenceError(
             rnd,
-            first_nonfinite_client(uploads, torch.tensor([e[2] for e in arrivals])),
+            first_nonfinite_client(_gather(queue, arrivals, "params"), torch.tensor([e[2] for e in arrivals])),
             "non-finite global model after the server update",
         )
     losses = [float(queue.batches[e[4]]["loss"]) for e in arrivals]
@@ -105,37 +105,49 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
         "staleness_max": int(max(lags)),
         "in_flight": len(queue.heap),
     }
-    return RoundResult(rnd, len(arrivals), lr, loss, bytes_down, nbytes(uploads), agg_seconds, started, system=columns)
+    # each arrival uploads one row of its batch's ``params`` (models or deltas: the model's shapes and dtypes)
+    up = len(arrivals) * nbytes(state.params)
+    return RoundResult(rnd, len(arrivals), lr, loss, bytes_down, up, agg_seconds, started, system=columns)
 
 
 def server_step(
-    experiment: Experiment, params: Tensors, uploads: Tensors, arrivals: list[Event], weights: list[float]
+    experiment: Experiment, params: Tensors, queue: EventQueue, arrivals: list[Event], weights: list[float]
 ) -> Tensors:
-    """w_t from w_{t-1} and the arrivals' uploads: FedAsync's mixing of the one arrival's model, or FedBuff's
-    step along the buffer's weighted, staleness-scaled mean delta (module docstring)."""
+    """w_t from w_{t-1} and the arrivals' uploads (their rows of the queue's dispatch batches): FedAsync's mixing of
+    the one arrival's model, or FedBuff's step along the buffer's weighted, staleness-scaled mean delta (module
+    docstring)."""
     cfg = experiment.spec.system
     if cfg.server == "fedasync":
         a = cfg.mixing * weights[0]
-        # (1 - a) w + a x per tensor, as three foreach calls over the model's tensors (each the same elementwise op)
-        ws, xs = leaves(params), [x[0] for x in leaves(uploads)]
-        new = torch._foreach_mul(ws, 1.0 - a)
-        torch._foreach_add_(new, torch._foreach_mul(xs, a))
-        return _unflatten(params, new)
+        # (1 - a) w + a x as torch's lerp, one pass over each tensor: w + a (x - w) for a < 0.5, else
+        # x - (1 - a)(x - w), so that a = 1 gives x exactly (FedAsync with mixing 1 is sequential SGD)
+        ws, xs = leaves(params), [x[0] for x in leaves(_gather(queue, arrivals, "params"))]
+        return _unflatten(params, torch._foreach_lerp(ws, xs, a))
     assert experiment.system is not None
     sizes = experiment.system.sizes[[e[2] for e in arrivals]].tolist()
-    q = torch.tensor(buffer_weights(sizes, experiment.spec.fl.weighting, weights, cfg.server_lr), dtype=torch.float64)
-    q = q.to(experiment.device)
-    rows: dict[torch.dtype, torch.Tensor] = {}  # q as a 1 x K row in each tensor's dtype, cast once
-
-    def step(w: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        # w + eta_g sum_i q_i Delta_i as one (1 x K)(K x numel) product per tensor: tensordot(q, d, dims=1)'s
-        # own matrix product, called directly (the same bits)
-        row = rows.get(d.dtype)
-        if row is None:
-            row = rows[d.dtype] = q.to(d.dtype).reshape(1, -1)
-        return w + torch.mm(row, d.reshape(d.shape[0], -1)).reshape(w.shape)
-
-    return tree_map(step, params, uploads)
+    q = buffer_weights(sizes, experiment.spec.fl.weighting, weights, cfg.server_lr)
+    # w + sum_i q_i Delta_i summed batch by batch, in the order the batches first arrive: per batch one
+    # (1 x r)(r x numel) product over its arriving rows, added to w by addmm (into the previous batches' sum), the
+    # rows read where the cohort left them (a slice when they are consecutive, else one index_select): no stacked
+    # copy of the K deltas
+    parts: dict[int, list[tuple[int, float]]] = {}
+    for e, q_i in zip(arrivals, q, strict=True):
+        parts.setdefault(e[4], []).append((e[5], q_i))
+    out = {k: v.reshape(1, -1) for k, v in params.items()}
+    first = True
+    for b, rows in parts.items():
+        rows.sort()
+        ix = [r for r, _ in rows]
+        row = torch.tensor([q_i for _, q_i in rows], dtype=torch.float64, device=experiment.device).reshape(1, -1)
+        consecutive = ix[-1] - ix[0] == len(ix) - 1
+        index = None if consecutive else torch.tensor(ix, device=experiment.device)
+        for k, d in queue.batches[b]["params"].items():
+            d = d[ix[0] : ix[-1] + 1] if index is None else d.index_select(0, index)
+            m = d.reshape(d.shape[0], -1)
+            qd = row.to(m.dtype)
+            out[k] = torch.addmm(out[k], qd, m) if first else out[k].addmm_(qd, m)
+        first = False
+    return {k: v.reshape(params[k].shape) for k, v in out.items()}
 
 
 def _unflatten(like: Tree, values: Sequence[torch.Tensor]) -> Tree:
@@ -180,34 +192,60 @@ def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
 
 
 def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: int, version: int) -> int:
-    """Fill ``free`` slots at server ``version`` and the queue's clock: the sampled idle clients train as one
-    cohort from w_version (batch plans and torch's global RNG keyed by the dispatch batch), and wait in the
-    queue until their completion times. Returns the bytes they download."""
+    """Fill ``free`` slots at server ``version`` and the queue's clock: the sampled idle clients join the version's
+    open cohort (:func:`train_open_cohort` trains it) and wait in the queue until their completion times, which the
+    clock gives from their planned steps and the bytes they move. Returns the bytes they download."""
     spec, algo, system = experiment.spec, experiment.algorithm, experiment.system
     assert system is not None
     clients = queue.idle_sample(free, spec.fl.clients, spec.seed)
+    if queue.in_open and any(c in queue.in_open for c in clients.tolist()):
+        # a client whose first run from this version is still in the open cohort: that cohort trains now, so that
+        # the second run is another cohort's (its own batch plan), not a copy of the first
+        train_open_cohort(experiment, state, queue, version)
+    fl = algo.round_fl(queue.cohort())
+    extras = algo.broadcast(state.params, state.server_state)
+    if system.flops_per_sample is None:
+        lr = algo.local_lr(version, lr_at(spec, version))
+        system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, extras, lr)
+    down = float(algo.broadcast_bytes(state.params, extras))
+    up = float(nbytes(state.params))  # (the server takes their models or FedBuff's deltas: checked at training)
+    seconds = system.client_seconds(clients, system.planned_steps(clients, fl), fl, down, up)
+    queue.push(None, clients, seconds, version)
+    return int(down) * len(clients)
+
+
+def train_open_cohort(experiment: Experiment, state: RunState, queue: EventQueue, version: int) -> None:
+    """Train the queue's open cohort from w_version as one cohort (batch plans and torch's global RNG keyed by its
+    batch number, the dispatch that opened it) and store its clients' uploads (FedBuff: their deltas), states,
+    steps and loss in the queue. Its steps and upload bytes must be those the clock planned at the dispatches."""
+    cohort = queue.close()
+    if cohort is None:
+        return
+    b, clients = cohort
+    spec, algo, system = experiment.spec, experiment.algorithm, experiment.system
+    assert system is not None
     ids = torch.as_tensor(clients, dtype=torch.long)
-    # torch's global RNG (dropout...) keyed by the dispatch; the CPU generator alone: torch.manual_seed costs ms
-    seed = queue.keyed_draw("torch", spec.seed)  # derive(spec.seed, "torch-global-dispatch", queue.dispatches)
+    # torch's global RNG (dropout...) keyed by the cohort; the CPU generator alone: torch.manual_seed costs ms
+    seed = queue.keyed_draw("torch", spec.seed, b)  # derive(spec.seed, "torch-global-dispatch", b)
     torch.default_generator.manual_seed(seed)
     if experiment.device.type == "cuda":
         torch.cuda.manual_seed(seed)
     lr = algo.local_lr(version, lr_at(spec, version))
     extras = algo.broadcast(state.params, state.server_state)
-    if system.flops_per_sample is None:
-        system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, extras, lr)
     states = state.clients.gather(ids) if state.clients else {}
     t_train = time.perf_counter()
     with precision_context(spec.hardware.precision, experiment.device):
-        res = experiment.engine.train_cohort(queue.dispatches, state.params, extras, ids, states, lr)
+        res = experiment.engine.train_cohort(b, state.params, extras, ids, states, lr)
     state.train_time += time.perf_counter() - t_train
     state.samples += res.samples
     if not math.isfinite(res.loss):
         raise DivergenceError(version, first_nonfinite_client(res.uploads, ids), "non-finite local loss")
+    planned = system.planned_steps(clients, algo.round_fl(b))
+    if res.steps.tolist() != planned.tolist() or nbytes(res.uploads) != len(clients) * nbytes(state.params):
+        raise RuntimeError(
+            f"{type(algo).__name__} under system.server={spec.system.server}: the cohort ran other steps or uploaded"
+            " other bytes than the simulated clock planned at its dispatch (a method that changes either needs the"
+            " clock to know it first)"
+        )
     uploads = client_uploads(spec.system.server, res.uploads["params"], state.params)
-    down = float(algo.broadcast_bytes(state.params, extras))
-    up = float(nbytes(res.uploads)) / len(clients)
-    seconds = system.client_seconds(clients, res.steps.numpy(), algo.round_fl(queue.dispatches), down, up)
-    work = {"params": uploads, "states": res.states, "steps": res.steps, "loss": torch.tensor(res.loss)}
-    queue.push(work, clients, seconds, version)
-    return int(down) * len(clients)
+    queue.fill(b, {"params": uploads, "states": res.states, "steps": res.steps, "loss": torch.tensor(res.loss)})

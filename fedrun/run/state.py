@@ -132,9 +132,12 @@ class FinishedRound:
 
 
 def finished_round(state: RunState, experiment: Experiment, done: int) -> FinishedRound:
-    """Keep the state after ``done`` finished rounds (its client states: :class:`StagedClientStates`' rows)."""
+    """Keep the state after ``done`` finished rounds (its client states: :class:`StagedClientStates`' rows). An
+    async server's model is kept by reference: its update returns new tensors and nothing writes w in place
+    (fedrun/run/async_rounds.py), so the copy made after every update would only cost time."""
+    params = state.params if state.events is not None else clone(state.params)
     return FinishedRound(
-        done, clone(state.params), clone(state.server_state), clone(experiment.model.buffers), len(state.rows),
+        done, params, clone(state.server_state), clone(experiment.model.buffers), len(state.rows),
         len(state.weight_log), (state.samples, state.train_time, state.agg_time), torch.get_rng_state(),
         state.events.copy() if state.events is not None else None,
         experiment.privacy.clip if experiment.privacy else None,

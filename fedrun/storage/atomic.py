@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
+import io
 import json
 import os
 import re
@@ -141,4 +143,59 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 
 
 def write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
-    atomic_write(path, pd.DataFrame(rows).to_csv(index=False))
+    """``rows`` as a CSV table at ``path`` (atomically): pandas' ``to_csv`` of the whole table. When the call before
+    for ``path`` wrote the same rows but the last, and every row has the same columns holding values of the same
+    types (none of them None), the text is that call's plus the new row formatted alone: the same text, since
+    pandas then gives each column one dtype and formats each value on its own (``astype(str)``; NaN as the empty
+    string either way), without reformatting the whole table at every evaluated round."""
+    row_types = _types(rows[-1]) if rows else None
+    last = _METRICS_TEXT.get(path)
+    if (
+        last is not None
+        and row_types is not None
+        and last[0] == len(rows) - 1
+        and len(rows) > 1
+        and rows[-2] is last[1]
+        and last[2] == row_types
+    ):
+        text = last[3] + _csv_row(rows[-1])
+    else:
+        text = pd.DataFrame(rows).to_csv(index=False)
+        if row_types is None or any(_types(r) != row_types for r in rows):
+            row_types = None
+    atomic_write(path, text)
+    if row_types is None:
+        _METRICS_TEXT.pop(path, None)
+    else:
+        if len(_METRICS_TEXT) > 64 and path not in _METRICS_TEXT:  # (a sweep's many runs: keep a few)
+            _METRICS_TEXT.clear()
+        _METRICS_TEXT[path] = (len(rows), rows[-1], row_types, text)
+
+
+# each path's last write_metrics: (rows, the last row, the rows' column types, the text); a cache, never the truth
+_METRICS_TEXT: dict[Path, tuple[int, dict[str, Any], tuple[tuple[str, type], ...], str]] = {}
+
+
+def _csv_row(row: dict[str, Any]) -> str:
+    """One row as pandas' ``to_csv`` writes it in a column of its value's type: a float by its shortest repr (numpy's
+    ``astype(str)``) and NaN as the empty string, an int or a bool by ``str``, a string as it is, through the csv
+    writer pandas uses (minimal quoting, ``\\n``); a value of another type through pandas itself."""
+    cells: list[str] = []
+    for v in row.values():
+        t = type(v)
+        if t is float:
+            cells.append("" if v != v else repr(v))
+        elif t is int or t is bool or t is str:
+            cells.append(str(v))
+        else:
+            return str(pd.DataFrame([row]).to_csv(index=False, header=False))
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(cells)
+    return out.getvalue()
+
+
+def _types(row: dict[str, Any]) -> tuple[tuple[str, type], ...] | None:
+    """A row's columns and the types of its values (None when a value is None: its column's dtype would depend on
+    the other rows)."""
+    out = tuple((k, type(v)) for k, v in row.items())
+    return None if any(t is type(None) for _, t in out) else out

@@ -4,12 +4,17 @@ An async server keeps C clients in flight (``system.concurrency``). Each dispatc
 version current at its dispatch, and its update reaches the server at its completion time on the simulated clock
 (fedrun/system/clock.py: download, compute, upload). Events are ordered by (completion time, dispatch sequence
 number): the sequence number is the fixed tie-break, and clients dispatched together are numbered in the order of
-their ids. Every arrival at one instant is applied before the server refills its free slots, so the clients
-dispatched at one time all start from one version and train as one cohort (one ``engine.train_cohort`` call).
+their ids. Every arrival at one instant is applied before the server refills its free slots.
 
-A client's work is trained at its dispatch (its update is a pure function of the version it starts from, its
-batch plan and its state) and its finished update waits in the queue until its completion time: the queue is
-then all a checkpoint needs to resume mid-stream bit-exactly (:meth:`EventQueue.to_tree`).
+The clients dispatched while one server version is current all start from it, so they train as one cohort (one
+``engine.train_cohort`` call): a dispatch only places its clients in the version's open cohort, at their
+completion times (which depend on the devices, the bytes and the planned steps, never on the model), and the
+cohort trains when the version ends, before the server update that needs its arrivals (or earlier, when a client
+that arrived is dispatched again while its first run is still in the open cohort). A client's update is a pure
+function of the version it starts from, its batch plan and its state, so when it is computed does not change it.
+Its finished update waits in the queue until its completion time: the queue is then all a checkpoint needs to
+resume mid-stream bit-exactly (:meth:`EventQueue.to_tree`; a checkpoint is taken between updates, when no cohort
+is open).
 
 Staleness functions are Xie et al. 2019 (FedAsync, sec. 3) with lag t - tau (the server versions since the
 client's dispatch): constant s = 1; polynomial s = (t - tau + 1)^-a; hinge s = 1 if t - tau <= b, else
@@ -97,6 +102,11 @@ class EventQueue:
     done: list[int] = field(default_factory=list, repr=False, compare=False)
     views: dict[tuple[int, str], Tree] = field(default_factory=dict, repr=False, compare=False)
     keyed: dict[tuple[str, int, int], Any] = field(default_factory=dict, repr=False, compare=False)
+    # the open cohort: its batch number (the dispatch that opened it) and its clients in row order; not saved
+    # (None between updates)
+    open: int | None = field(default=None, repr=False, compare=False)
+    pending: list[np.ndarray] = field(default_factory=list, repr=False, compare=False)
+    in_open: set[int] = field(default_factory=set, repr=False, compare=False)
 
     def idle_sample(self, n: int, clients: int, seed: int) -> np.ndarray:
         """The next dispatch batch: ``n`` of the clients not in flight, uniformly without replacement, keyed by
@@ -112,13 +122,14 @@ class EventQueue:
         rng = self.keyed_draw("sample", seed)
         return idle[np.sort(rng.choice(len(idle), n, replace=False))]
 
-    def keyed_draw(self, purpose: str, seed: int) -> Any:
-        """This dispatch batch's ``np_rng(seed, "sample", batch)`` (``purpose`` "sample") or
-        ``derive(seed, "torch-global-dispatch", batch)`` ("torch"): the same values as made one at a time, made
-        for :data:`PREFETCH` batches at once."""
-        got = self.keyed.pop((purpose, seed, self.dispatches), None)
+    def keyed_draw(self, purpose: str, seed: int, batch: int | None = None) -> Any:
+        """Dispatch batch ``batch``'s (default: this dispatch's) ``np_rng(seed, "sample", batch)`` (``purpose``
+        "sample") or ``derive(seed, "torch-global-dispatch", batch)`` ("torch"): the same values as made one at a
+        time, made for :data:`PREFETCH` batches at once (batches are asked for in increasing order)."""
+        b = self.dispatches if batch is None else batch
+        got = self.keyed.pop((purpose, seed, b), None)
         if got is None:
-            batches = range(self.dispatches, self.dispatches + PREFETCH)
+            batches = range(b, b + PREFETCH)
             make = (
                 (lambda b: np_rng(seed, "sample", b))
                 if purpose == "sample"
@@ -126,22 +137,49 @@ class EventQueue:
             )
             self.keyed = {k: v for k, v in self.keyed.items() if k[0] != purpose}
             self.keyed.update({(purpose, seed, b): make(b) for b in batches})
-            got = self.keyed.pop((purpose, seed, self.dispatches))
+            got = self.keyed.pop((purpose, seed, b))
         return got
 
-    def push(self, work: Tree, clients: np.ndarray, seconds: np.ndarray, version: int) -> None:
-        """Dispatch batch ``work`` of ``clients`` (their simulated times ``seconds``, from now) at ``version``."""
-        b, seq, heap = self.dispatches, self.seq, self.heap
-        self.batches[b] = work
+    def push(self, work: Tree | None, clients: np.ndarray, seconds: np.ndarray, version: int) -> None:
+        """Dispatch ``clients`` (their simulated times ``seconds``, from now) at ``version``: their finished
+        ``work`` as a batch of their own, or with ``work`` None into the open cohort (:meth:`cohort`), whose work
+        :meth:`fill` stores once it has trained."""
+        seq, heap = self.seq, self.heap
+        if work is None:
+            b = self.cohort()
+            first = sum(len(c) for c in self.pending)
+            self.pending.append(clients)
+            self.in_open.update(clients.tolist())
+        else:
+            b, first = self.dispatches, 0
+            self.batches[b] = work
         ids, now = clients.tolist(), self.clock
-        for row, (c, s) in enumerate(zip(ids, seconds.tolist(), strict=True)):
-            heapq.heappush(heap, (now + s, seq + row, c, version, b, row))
+        for row, (c, s) in enumerate(zip(ids, seconds.tolist(), strict=True), start=first):
+            heapq.heappush(heap, (now + s, seq + row - first, c, version, b, row))
         self.seq += len(ids)
         self.dispatches += 1
         if self.idle is not None:
             self.idle[clients] = False
         if self.live is not None and ids:
-            self.live[b] = len(ids)
+            self.live[b] = self.live.get(b, 0) + len(ids)
+
+    def cohort(self) -> int:
+        """The open cohort's batch number (the next dispatch's, opening it, when none is open)."""
+        if self.open is None:
+            self.open = self.dispatches
+        return self.open
+
+    def close(self) -> tuple[int, np.ndarray] | None:
+        """The open cohort (batch number, its clients in row order), now closed; None when none is open."""
+        if self.open is None:
+            return None
+        b, clients = self.open, np.concatenate(self.pending)
+        self.open, self.pending, self.in_open = None, [], set()
+        return b, clients
+
+    def fill(self, batch: int, work: Tree) -> None:
+        """Store closed cohort ``batch``'s finished work."""
+        self.batches[batch] = work
 
     def due(self) -> bool:
         """Whether the next event happens now (a tie with the clock): free slots wait until it has arrived."""
@@ -184,12 +222,15 @@ class EventQueue:
         self.done = []
 
     def copy(self) -> EventQueue:
-        """A copy to rewind to (the batches' tensors are never written in place, so they are shared)."""
+        """A copy to rewind to (the batches' tensors are never written in place, so they are shared); taken between
+        updates, when no cohort is open."""
+        assert self.open is None, "a queue with an open cohort is copied"
         return EventQueue(self.clock, self.last_update, self.dispatches, self.seq, list(self.heap), dict(self.batches))
 
     def to_tree(self) -> Tree:
         """The queue as a tree of tensors (a checkpoint's ``events``): float64 times, int64 columns, and of each
         batch only the rows still in flight (renumbered), so a checkpoint holds at most C clients' work."""
+        assert self.open is None, "a queue with an open cohort is saved"
         heap = sorted(self.heap)
         live: dict[int, list[int]] = {}
         for e in heap:

@@ -145,6 +145,10 @@ class SystemModel:
             budgets = torch.as_tensor(np.where(straggles, cut, full)[works], dtype=torch.long)
         return RoundPlan(rnd, clients, works, dropped, straggles, budgets)
 
+    def planned_steps(self, clients: np.ndarray, fl: FLConfig) -> np.ndarray:
+        """The local steps each of ``clients`` runs with its full plan (``fl``: the round's settings)."""
+        return local_steps_array(self.sizes[clients], fl)
+
     def client_seconds(
         self, workers: np.ndarray, steps: np.ndarray, fl: FLConfig, down: float, up: float
     ) -> np.ndarray:

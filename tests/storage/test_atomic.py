@@ -63,3 +63,40 @@ def test_stale_temp_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
     assert sorted(remove_stale_temps(tmp_path)) == sorted(stale)
     assert sorted(tmp_path.iterdir()) == sorted(keep)
     assert remove_stale_temps(tmp_path, any_pid=True) == [mine]  # the caller holds the folder's lock
+
+
+def test_write_metrics_appends_the_text_pandas_would_write(tmp_path: Path) -> None:
+    """An evaluated round's write formats only the new row when the earlier rows are the last write's and every
+    row has the same columns and value types: the file is byte for byte pandas' table of all rows, also when the
+    rows' types change (a full rewrite) or the rows are cut back (a rewind)."""
+    import numpy as np
+    import pandas as pd
+
+    from fedrun.storage import atomic
+
+    rng = np.random.default_rng(5)
+    path = tmp_path / "metrics.csv"
+    rows: list[dict[str, object]] = []
+
+    def row(r: int) -> dict[str, object]:
+        x = float(rng.choice([rng.normal() * 10.0 ** rng.integers(-12, 17), float("nan"), 0.1, 1e16, -0.0]))
+        y = float(rng.normal() * 10.0 ** rng.integers(-30, 30))
+        note = str(rng.choice(["a,b", 'say "x"', "two\nlines", "", "plain"]))
+        flag, clients = bool(r % 2), int(rng.integers(9))
+        return {"round": r, "test_acc": x, "loss": y, "note": note, "flag": flag, "clients": clients}
+
+    appended = 0
+    for r in range(400):
+        new = row(r)
+        if r == 325:
+            new["clients"] = None  # a None: its column turns float in pandas, so the whole table is rewritten
+        if r == 300:
+            del rows[290:]  # a rewind writes fewer rows
+            atomic.write_metrics(path, rows)
+            assert path.read_text() == pd.DataFrame(rows).to_csv(index=False)
+        rows.append(new)
+        before = atomic._METRICS_TEXT.get(path)
+        atomic.write_metrics(path, rows)
+        appended += before is not None and before[0] == len(rows) - 1 and atomic._types(new) is not None
+        assert path.read_text() == pd.DataFrame(rows).to_csv(index=False), r
+    assert appended > 250  # the appending path was taken (a check that the test is not vacuous)

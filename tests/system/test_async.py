@@ -129,6 +129,34 @@ def test_fedasync_with_mixing_1_and_concurrency_1_is_sequential_sgd(make_spec: C
     assert state.events is not None and state.events.dispatches == spec.fl.rounds  # refills wait for the next update
 
 
+def test_the_clients_dispatched_at_one_version_train_as_one_cohort(make_spec: Callable[..., RunSpec]) -> None:
+    """FedBuff refills a slot at each arrival and steps every K: the refills of one version join one cohort (one
+    train_cohort call, never a client twice), which trains from that version before the update."""
+    fedbuff = ("system.server=fedbuff", "system.buffer=2", "system.concurrency=5", "system.devices=tiers")
+    spec = make_spec(*SMALL, "fl.rounds=8", *fedbuff)
+    experiment = build_experiment(spec)
+    state = fresh_state(experiment)
+    calls: list[tuple[int, list[int], dict[str, torch.Tensor]]] = []
+    train = experiment.engine.train_cohort
+
+    def spy(key: int, params: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> Any:
+        calls.append((key, args[1].tolist(), params))
+        return train(key, params, *args, **kwargs)
+
+    experiment.engine.train_cohort = spy  # type: ignore[method-assign]
+    versions: dict[int, set[int]] = {}
+    for t in range(spec.fl.rounds):
+        before = len(calls)
+        train_update(experiment, state, t)
+        assert state.events is not None and state.events.open is None  # nothing left untrained between updates
+        for e in state.events.heap:
+            versions.setdefault(e[4], set()).add(e[3])
+        assert all(params is calls[before][2] for _, _, params in calls[before:])  # all from w_t
+    assert all(len(v) == 1 for v in versions.values())  # a cohort's clients all started from one version
+    assert all(len(set(ids)) == len(ids) for _, ids, _ in calls)
+    assert state.events.dispatches > len(calls) + 2  # refills were merged (the property is not vacuous)
+
+
 def test_same_stream_on_every_engine(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
     setting = (*SMALL, "system.server=fedasync", "system.devices=tiers", "system.staleness=polynomial")
     seq = run_in(tmp_path, "seq", make_spec(*setting))
