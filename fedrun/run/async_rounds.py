@@ -93,7 +93,8 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
             first_nonfinite_client(_gather(queue, arrivals, "params"), torch.tensor([e[2] for e in arrivals])),
             "non-finite global model after the server update",
         )
-    losses = [float(queue.batches[e[4]]["loss"]) for e in arrivals]
+    cohort_loss = {b: float(queue.batches[b]["loss"]) for b in {e[4] for e in arrivals}}
+    losses = [cohort_loss[e[4]] for e in arrivals]
     loss = losses[0] if len(losses) == 1 else float(np.mean(losses))  # (the mean of one float is itself)
     queue.last_update, state.clock = last_update, queue.clock
     queue.release()
@@ -126,28 +127,54 @@ def server_step(
     assert experiment.system is not None
     sizes = experiment.system.sizes[[e[2] for e in arrivals]].tolist()
     q = buffer_weights(sizes, experiment.spec.fl.weighting, weights, cfg.server_lr)
-    # w + sum_i q_i Delta_i summed batch by batch, in the order the batches first arrive: per batch one
-    # (1 x r)(r x numel) product over its arriving rows, added to w by addmm (into the previous batches' sum), the
-    # rows read where the cohort left them (a slice when they are consecutive, else one index_select): no stacked
-    # copy of the K deltas
+    # w + sum_i q_i Delta_i summed cohort by cohort, in the order the cohorts first arrive: per cohort one
+    # (1 x r)(r x parameters) product over its arriving rows of its uploads matrix, added to w by addmm (into the
+    # previous cohorts' sum). A cohort's rows are stored in completion order, so an update's arrivals from it are
+    # consecutive rows, read where the cohort left them (else one index_select)
     parts: dict[int, list[tuple[int, float]]] = {}
     for e, q_i in zip(arrivals, q, strict=True):
-        parts.setdefault(e[4], []).append((e[5], q_i))
-    out = {k: v.reshape(1, -1) for k, v in params.items()}
-    first = True
+        parts.setdefault(e[4], []).append((queue.row(e), q_i))
+    out: torch.Tensor | None = None
     for b, rows in parts.items():
         rows.sort()
         ix = [r for r, _ in rows]
-        row = torch.tensor([q_i for _, q_i in rows], dtype=torch.float64, device=experiment.device).reshape(1, -1)
-        consecutive = ix[-1] - ix[0] == len(ix) - 1
-        index = None if consecutive else torch.tensor(ix, device=experiment.device)
-        for k, d in queue.batches[b]["params"].items():
-            d = d[ix[0] : ix[-1] + 1] if index is None else d.index_select(0, index)
-            m = d.reshape(d.shape[0], -1)
-            qd = row.to(m.dtype)
-            out[k] = torch.addmm(out[k], qd, m) if first else out[k].addmm_(qd, m)
-        first = False
-    return {k: v.reshape(params[k].shape) for k, v in out.items()}
+        m = queue.uploads_matrix(b)
+        if ix[-1] - ix[0] == len(ix) - 1:
+            m = m[ix[0] : ix[-1] + 1]
+        else:
+            m = m.index_select(0, torch.tensor(ix, device=m.device))
+        row = torch.tensor([q_i for _, q_i in rows], dtype=torch.float64, device=m.device).to(m.dtype).reshape(1, -1)
+        if out is None:
+            w = flat_base(params)
+            w = torch.cat([t.reshape(1, -1) for t in params.values()], dim=1) if w is None else w
+            out = torch.addmm(w, row, m)
+        else:
+            out.addmm_(row, m)
+    assert out is not None
+    return _split(params, out[0])
+
+
+def flat_base(params: Tensors) -> torch.Tensor | None:
+    """The (1 x parameters) matrix ``params`` are consecutive views of, in order (what FedBuff's step returns,
+    :func:`_split`), else None: the next step then reads w as it is, with no copy into one row."""
+    base = next(iter(params.values()))._base
+    if base is None or base.dim() != 2 or base.shape[0] != 1 or not base.is_contiguous():
+        return None
+    ptr, size = base.data_ptr(), base.element_size()
+    for t in params.values():
+        if t._base is not base or t.data_ptr() != ptr or not t.is_contiguous() or t.dtype != base.dtype:
+            return None
+        ptr += t.numel() * size
+    return base if ptr == base.data_ptr() + base.numel() * size else None
+
+
+def _split(like: Tensors, flat: torch.Tensor) -> Tensors:
+    """``flat`` (the tensors of ``like`` side by side, in its order) as tensors shaped like ``like``'s (views)."""
+    new, off = {}, 0
+    for k, t in like.items():
+        new[k] = flat[off : off + t.numel()].view(t.shape)
+        off += t.numel()
+    return new
 
 
 def _unflatten(like: Tree, values: Sequence[torch.Tensor]) -> Tree:
@@ -167,14 +194,29 @@ def buffer_weights(sizes: list[int], weighting: str, staleness: list[float], ser
 
 def finite(params: Tensors) -> bool:
     """Whether the model holds no NaN or inf, from one sum per tensor (NaN and inf propagate into a sum; a sum can
-    overflow only for a model already diverged), a tenth of ``all_finite``'s cost, paid at every update."""
+    overflow only for a model already diverged), a tenth of ``all_finite``'s cost, paid at every update; one sum
+    when the tensors are views of one row (:func:`flat_base`)."""
+    base = flat_base(params) if params else None
+    if base is not None and base.is_floating_point():
+        return math.isfinite(float(base.sum()))
     return all(math.isfinite(float(t.sum())) for t in leaves(params) if t.is_floating_point())
 
 
-def client_uploads(server: str, ends: Tensors, start: Tensors) -> Tensors:
-    """What the dispatched clients send: FedAsync their models y_i, FedBuff their deltas Delta_i = y_i - w_tau
-    (so the server needs no old version)."""
-    return tree_map(lambda y, w: y - w, ends, start) if server == "fedbuff" else ends
+def client_uploads(server: str, ends: Tensors, start: Tensors) -> tuple[Tensors, torch.Tensor | None]:
+    """What the dispatched clients send: FedAsync their models y_i; FedBuff their deltas Delta_i = y_i - w_tau (so
+    the server needs no old version), written as one (clients x parameters) matrix, the tensors side by side in
+    the order of ``start``'s names, and returned also as views of it (the matrix second; None for FedAsync)."""
+    if server != "fedbuff":
+        return ends, None
+    rows = next(iter(ends.values())).shape[0]
+    first = next(iter(start.values()))
+    flat = torch.empty(rows, sum(t.numel() for t in start.values()), dtype=first.dtype, device=first.device)
+    deltas, off = {}, 0
+    for k, w in start.items():
+        block = flat[:, off : off + w.numel()].view(rows, *w.shape)
+        torch.sub(ends[k], w, out=block)
+        deltas[k], off = block, off + w.numel()
+    return deltas, flat
 
 
 def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
@@ -182,12 +224,12 @@ def _gather(queue: EventQueue, arrivals: list[Event], key: str) -> Tree:
     views (FedAsync: no copy), K from one batch by one index_select, else the rows' views (made once per batch,
     :meth:`EventQueue.row_views`) copied once by one stack per tensor."""
     if len(arrivals) == 1:
-        r = arrivals[0][5]
+        r = queue.row(arrivals[0])
         return tree_map(lambda t: t[r : r + 1], queue.batches[arrivals[0][4]][key])
     if len({e[4] for e in arrivals}) == 1:  # (K from one cohort)
-        return take_rows(queue.batches[arrivals[0][4]][key], torch.tensor([e[5] for e in arrivals]))
+        return take_rows(queue.batches[arrivals[0][4]][key], torch.tensor([queue.row(e) for e in arrivals]))
     views = [queue.row_views(e[4], key) for e in arrivals]
-    rows = [e[5] for e in arrivals]
+    rows = [queue.row(e) for e in arrivals]
     return tree_map(lambda *vs: torch.stack([v[r] for v, r in zip(vs, rows, strict=True)]), *views)
 
 
@@ -247,5 +289,5 @@ def train_open_cohort(experiment: Experiment, state: RunState, queue: EventQueue
             " other bytes than the simulated clock planned at its dispatch (a method that changes either needs the"
             " clock to know it first)"
         )
-    uploads = client_uploads(spec.system.server, res.uploads["params"], state.params)
-    queue.fill(b, {"params": uploads, "states": res.states, "steps": res.steps, "loss": torch.tensor(res.loss)})
+    uploads, flat = client_uploads(spec.system.server, res.uploads["params"], state.params)
+    queue.fill(b, {"params": uploads, "states": res.states, "steps": res.steps, "loss": torch.tensor(res.loss)}, flat)

@@ -106,7 +106,12 @@ class EventQueue:
     # (None between updates)
     open: int | None = field(default=None, repr=False, compare=False)
     pending: list[np.ndarray] = field(default_factory=list, repr=False, compare=False)
+    pending_times: list[np.ndarray] = field(default_factory=list, repr=False, compare=False)
     in_open: set[int] = field(default_factory=set, repr=False, compare=False)
+    # a trained cohort's rows are stored in completion order (an update's arrivals from one cohort are then
+    # consecutive rows): each cohort's dispatch row -> stored row (absent: the same), and its uploads as one matrix
+    rowmap: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    flat: dict[int, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def idle_sample(self, n: int, clients: int, seed: int) -> np.ndarray:
         """The next dispatch batch: ``n`` of the clients not in flight, uniformly without replacement, keyed by
@@ -126,6 +131,8 @@ class EventQueue:
         """Dispatch batch ``batch``'s (default: this dispatch's) ``np_rng(seed, "sample", batch)`` (``purpose``
         "sample") or ``derive(seed, "torch-global-dispatch", batch)`` ("torch"): the same values as made one at a
         time, made for :data:`PREFETCH` batches at once (batches are asked for in increasing order)."""
+        if batch is not None and purpose == "torch":  # (a cohort's seed: one a cohort, no run of them to prefetch)
+            return derive(seed, "torch-global-dispatch", batch)
         b = self.dispatches if batch is None else batch
         got = self.keyed.pop((purpose, seed, b), None)
         if got is None:
@@ -149,6 +156,7 @@ class EventQueue:
             b = self.cohort()
             first = sum(len(c) for c in self.pending)
             self.pending.append(clients)
+            self.pending_times.append(self.clock + seconds)
             self.in_open.update(clients.tolist())
         else:
             b, first = self.dispatches, 0
@@ -170,16 +178,38 @@ class EventQueue:
         return self.open
 
     def close(self) -> tuple[int, np.ndarray] | None:
-        """The open cohort (batch number, its clients in row order), now closed; None when none is open."""
+        """The open cohort, now closed: its batch number and its clients in the order their work is to be stored,
+        that of their completion (time, then dispatch order; :meth:`row`); None when none is open."""
         if self.open is None:
             return None
         b, clients = self.open, np.concatenate(self.pending)
-        self.open, self.pending, self.in_open = None, [], set()
-        return b, clients
+        order = np.argsort(np.concatenate(self.pending_times), kind="stable")
+        if bool((order != np.arange(len(order))).any()):
+            self.rowmap[b] = np.argsort(order)
+        self.open, self.pending, self.pending_times, self.in_open = None, [], [], set()
+        return b, clients[order]
 
-    def fill(self, batch: int, work: Tree) -> None:
-        """Store closed cohort ``batch``'s finished work."""
+    def fill(self, batch: int, work: Tree, flat: torch.Tensor | None = None) -> None:
+        """Store closed cohort ``batch``'s finished work (rows in :meth:`close`'s order); ``flat``: its uploads as
+        one (rows x parameters) matrix whose column blocks ``work["params"]`` views (:meth:`uploads_matrix`)."""
         self.batches[batch] = work
+        if flat is not None:
+            self.flat[batch] = flat
+
+    def row(self, event: Event) -> int:
+        """Where the event's client's work is stored in its batch."""
+        m = self.rowmap.get(event[4])
+        return event[5] if m is None else int(m[event[5]])
+
+    def uploads_matrix(self, batch: int) -> torch.Tensor:
+        """Batch ``batch``'s uploads as one (rows x parameters) matrix, the tensors' columns side by side in the
+        order of their names in ``params`` (made once from the tensors for a queue a checkpoint restored)."""
+        got = self.flat.get(batch)
+        if got is None:
+            up = self.batches[batch]["params"]
+            rows = next(iter(up.values())).shape[0]
+            got = self.flat[batch] = torch.cat([t.reshape(rows, -1) for t in up.values()], dim=1)
+        return got
 
     def due(self) -> bool:
         """Whether the next event happens now (a tie with the clock): free slots wait until it has arrived."""
@@ -219,13 +249,18 @@ class EventQueue:
             self.batches.pop(b, None)
             self.views.pop((b, "params"), None)
             self.views.pop((b, "states"), None)
+            self.rowmap.pop(b, None)
+            self.flat.pop(b, None)
         self.done = []
 
     def copy(self) -> EventQueue:
         """A copy to rewind to (the batches' tensors are never written in place, so they are shared); taken between
         updates, when no cohort is open."""
         assert self.open is None, "a queue with an open cohort is copied"
-        return EventQueue(self.clock, self.last_update, self.dispatches, self.seq, list(self.heap), dict(self.batches))
+        return EventQueue(
+            self.clock, self.last_update, self.dispatches, self.seq, list(self.heap), dict(self.batches),
+            rowmap=dict(self.rowmap), flat=dict(self.flat),
+        )  # fmt: skip
 
     def to_tree(self) -> Tree:
         """The queue as a tree of tensors (a checkpoint's ``events``): float64 times, int64 columns, and of each
@@ -234,13 +269,13 @@ class EventQueue:
         heap = sorted(self.heap)
         live: dict[int, list[int]] = {}
         for e in heap:
-            live.setdefault(e[4], []).append(e[5])
+            live.setdefault(e[4], []).append(self.row(e))
         keep = {b: sorted(rows) for b, rows in live.items()}
         new_row = {(b, r): i for b, rows in keep.items() for i, r in enumerate(rows)}
         batches = {str(b): take_rows(self.batches[b], torch.tensor(rows)) for b, rows in keep.items()}
         return {
             "times": torch.tensor([e[0] for e in heap], dtype=torch.float64),
-            "rows": torch.tensor([(*e[1:5], new_row[(e[4], e[5])]) for e in heap], dtype=torch.int64).reshape(
+            "rows": torch.tensor([(*e[1:5], new_row[(e[4], self.row(e))]) for e in heap], dtype=torch.int64).reshape(
                 len(heap), 5
             ),
             "clock": torch.tensor([self.clock, self.last_update], dtype=torch.float64),

@@ -20,6 +20,7 @@ from fedrun.core.errors import ConfigError
 from fedrun.core.rng import derive, np_rng
 from fedrun.core.tree import unstack
 from fedrun.report import curves
+from fedrun.run import async_rounds
 from fedrun.run.async_rounds import buffer_weights, train_update
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
@@ -155,6 +156,39 @@ def test_the_clients_dispatched_at_one_version_train_as_one_cohort(make_spec: Ca
     assert all(len(v) == 1 for v in versions.values())  # a cohort's clients all started from one version
     assert all(len(set(ids)) == len(ids) for _, ids, _ in calls)
     assert state.events.dispatches > len(calls) + 2  # refills were merged (the property is not vacuous)
+
+
+def test_fedbuffs_step_is_the_buffers_weighted_delta_sum(make_spec: Callable[..., RunSpec]) -> None:
+    """The step read cohort by cohort from the uploads matrices (rows in completion order, slices or index_select)
+    equals w + eta_g sum_i p_i s_i Delta_i computed in float64 from each arrival's own delta, through a kill and a
+    restore of the queue from its checkpoint tree."""
+    fedbuff = ("system.server=fedbuff", "system.buffer=3", "system.concurrency=6", "system.devices=tiers")
+    spec = make_spec(*SMALL, "fl.rounds=10", *fedbuff, "system.staleness=polynomial", "system.server_lr=0.8")
+    experiment = build_experiment(spec)
+    state = fresh_state(experiment)
+    step, worst, reordered = async_rounds.server_step, [0.0], [0]
+
+    def checked(experiment: Any, params: Any, queue: EventQueue, arrivals: list[Any], weights: list[float]) -> Any:
+        new = step(experiment, params, queue, arrivals, weights)
+        deltas = async_rounds._gather(queue, arrivals, "params")
+        sizes = experiment.system.sizes[[e[2] for e in arrivals]].tolist()
+        q = torch.tensor(buffer_weights(sizes, spec.fl.weighting, weights, spec.system.server_lr), dtype=torch.float64)
+        for k, w in params.items():
+            want = w.double() + torch.tensordot(q, deltas[k].double(), dims=1)
+            worst[0] = max(worst[0], float((new[k].double() - want).abs().max()))
+        reordered[0] += len(queue.rowmap)
+        return new
+
+    async_rounds.server_step = checked
+    try:
+        for t in range(spec.fl.rounds):
+            train_update(experiment, state, t)
+            if t == 4:  # a queue restored from its checkpoint tree: rows renumbered, matrices rebuilt
+                assert state.events is not None
+                state.events = EventQueue.from_tree(state.events.to_tree(), "test")
+    finally:
+        async_rounds.server_step = step
+    assert worst[0] < 1e-6 and reordered[0] > 0  # (some cohort's rows were stored out of dispatch order)
 
 
 def test_same_stream_on_every_engine(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
