@@ -107,7 +107,7 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
         "in_flight": len(queue.heap),
     }
     # each arrival uploads one row of its batch's ``params`` (models or deltas: the model's shapes and dtypes)
-    up = len(arrivals) * nbytes(state.params)
+    up = len(arrivals) * int(client_bytes(experiment, state)[1])
     return RoundResult(rnd, len(arrivals), lr, loss, bytes_down, up, agg_seconds, started, system=columns)
 
 
@@ -245,15 +245,26 @@ def dispatch(experiment: Experiment, state: RunState, queue: EventQueue, free: i
         # the second run is another cohort's (its own batch plan), not a copy of the first
         train_open_cohort(experiment, state, queue, version)
     fl = algo.round_fl(queue.cohort())
-    extras = algo.broadcast(state.params, state.server_state)
     if system.flops_per_sample is None:
+        extras = algo.broadcast(state.params, state.server_state)
         lr = algo.local_lr(version, lr_at(spec, version))
         system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, extras, lr)
-    down = float(algo.broadcast_bytes(state.params, extras))
-    up = float(nbytes(state.params))  # (the server takes their models or FedBuff's deltas: checked at training)
+    down, up = client_bytes(experiment, state)
     seconds = system.client_seconds(clients, system.planned_steps(clients, fl), fl, down, up)
     queue.push(None, clients, seconds, version)
     return int(down) * len(clients)
+
+
+def client_bytes(experiment: Experiment, state: RunState) -> tuple[float, float]:
+    """The bytes an async client downloads (w and the extras) and uploads (its model, or FedBuff's delta: checked
+    when its cohort trains), counted once per run: the model's shapes never change."""
+    system = experiment.system
+    assert system is not None
+    if system.async_bytes is None:
+        extras = experiment.algorithm.broadcast(state.params, state.server_state)
+        down = float(experiment.algorithm.broadcast_bytes(state.params, extras))
+        system.async_bytes = (down, float(nbytes(state.params)))
+    return system.async_bytes
 
 
 def train_open_cohort(experiment: Experiment, state: RunState, queue: EventQueue, version: int) -> None:
@@ -283,7 +294,8 @@ def train_open_cohort(experiment: Experiment, state: RunState, queue: EventQueue
     if not math.isfinite(res.loss):
         raise DivergenceError(version, first_nonfinite_client(res.uploads, ids), "non-finite local loss")
     planned = system.planned_steps(clients, algo.round_fl(b))
-    if res.steps.tolist() != planned.tolist() or nbytes(res.uploads) != len(clients) * nbytes(state.params):
+    up = client_bytes(experiment, state)[1]
+    if not np.array_equal(res.steps.numpy(), planned) or nbytes(res.uploads) != len(clients) * up:
         raise RuntimeError(
             f"{type(algo).__name__} under system.server={spec.system.server}: the cohort ran other steps or uploaded"
             " other bytes than the simulated clock planned at its dispatch (a method that changes either needs the"

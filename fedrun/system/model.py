@@ -119,6 +119,8 @@ class SystemModel:
         )
         self.rates = np.where(np.isnan(self.devices.dropout), config.dropout, self.devices.dropout)
         self.flops_per_sample: float | None = None  # counted once, at the first round (fedrun/system/clock.py)
+        self.async_bytes: tuple[float, float] | None = None  # an async client's bytes down and up (async_rounds)
+        self._steps: tuple[tuple[int | None, int, int], np.ndarray] | None = None  # (setting, every client's steps)
         # each client's download and upload seconds, seconds per sample, full steps and time for them, by setting
         self._terms: (
             tuple[tuple[float | int | None, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None
@@ -146,8 +148,12 @@ class SystemModel:
         return RoundPlan(rnd, clients, works, dropped, straggles, budgets)
 
     def planned_steps(self, clients: np.ndarray, fl: FLConfig) -> np.ndarray:
-        """The local steps each of ``clients`` runs with its full plan (``fl``: the round's settings)."""
-        return local_steps_array(self.sizes[clients], fl)
+        """The local steps each of ``clients`` runs with its full plan (``fl``: the round's settings; every
+        client's counted once per setting)."""
+        key = (fl.local_steps, fl.local_epochs, fl.batch_size)
+        if self._steps is None or self._steps[0] != key:
+            self._steps = (key, local_steps_array(self.sizes, fl))
+        return self._steps[1][clients]
 
     def client_seconds(
         self, workers: np.ndarray, steps: np.ndarray, fl: FLConfig, down: float, up: float
