@@ -6,8 +6,9 @@ FedAsync (C = 100, polynomial staleness), 200 server updates each, on the vector
 (``time.process_time``, one torch thread) is counted over the round loop (``fedrun.run.loop._run``), inside
 ``engine.train_cohort`` and FedBuff's client deltas (``client_uploads``: Delta_i = y_i - w_tau, computed by the
 client in Nguyen et al. 2022, Alg. 1, so counted with its training), inside the evaluation
-(``fedrun.run.rounds.evaluate``) and in the server's update arithmetic (gathering the arrivals, the server step);
-the rest is the bookkeeping: the event queue, the clock, sampling, metrics rows, the loop. Of the bookkeeping,
+(``fedrun.run.rounds.evaluate``) and in the server's update arithmetic (``server_step``: reading the arrivals'
+uploads and the mixing or the buffer's sum); the rest is the bookkeeping: the event queue, the clock, sampling,
+dispatching, metrics rows, the loop. Of the bookkeeping,
 two parts that are not the async server's own are shown apart: writing metrics.csv at the evaluated updates
 (``write_metrics``) and the loop's copy of the state after each update (``finished_round``, what an interrupted
 run saves). Checkpoints are off in the timed runs (an async checkpoint holds C clients' finished updates: I/O,

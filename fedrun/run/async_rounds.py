@@ -2,8 +2,9 @@
 
 The run loop's "round" t is the t-th server update (metrics.csv's ``round`` is the server version after it,
 ``fl.rounds`` the number of updates). :func:`train_update` advances the event stream of fedrun/system/events.py
-until the next update: free slots are filled (the clients dispatched at one version and instant train as one
-cohort, one ``engine.train_cohort`` call), arrivals are taken in (completion time, dispatch order), and
+until the next update: free slots are filled (the clients dispatched while one version is current train as one
+cohort, one ``engine.train_cohort`` call, before the update), arrivals are taken in (completion time, dispatch
+order), and
 
 - FedAsync (Xie et al. 2019, Alg. 1 and eq. of sec. 3): each arrival x_new, dispatched at version tau, is one
   update ``w_t = (1 - a_t) w_{t-1} + a_t x_new``, ``a_t = alpha s(t - tau)``;
@@ -114,7 +115,7 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
 def server_step(
     experiment: Experiment, params: Tensors, queue: EventQueue, arrivals: list[Event], weights: list[float]
 ) -> Tensors:
-    """w_t from w_{t-1} and the arrivals' uploads (their rows of the queue's dispatch batches): FedAsync's mixing of
+    """w_t from w_{t-1} and the arrivals' uploads (their rows of the queue's cohorts): FedAsync's mixing of
     the one arrival's model, or FedBuff's step along the buffer's weighted, staleness-scaled mean delta (module
     docstring)."""
     cfg = experiment.spec.system

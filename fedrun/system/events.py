@@ -37,7 +37,8 @@ from fedrun.core.rng import derive, np_rng
 from fedrun.core.tree import Tree, tree_map
 from fedrun.models.base import FunctionalModel
 
-# (completion time, dispatch sequence number, client, version dispatched at, dispatch batch, row in the batch)
+# (completion time, dispatch sequence number, client, version dispatched at, its cohort's batch number, its row in
+# the cohort in dispatch order: :meth:`EventQueue.row` gives where its work is stored)
 Event = tuple[float, int, int, int, int, int]
 
 
@@ -82,14 +83,18 @@ PREFETCH = 64
 class EventQueue:
     """The in-flight clients of an async run and its counters. ``clock``: the simulated time of the last event;
     ``last_update``: the clock at the previous server update; ``dispatches``: dispatch batches so far (each keys
-    its cohort's sampling and batch plans); ``seq``: clients dispatched so far; ``batches``: each dispatch batch's
+    its sampling; the one that opens a cohort keys the cohort's batch plans and is its batch number); ``seq``:
+    clients dispatched so far; ``batches``: each trained cohort's
     finished work (stacked trees: ``params`` the uploads, FedBuff's deltas; ``states`` the new client states;
     ``steps``; ``loss``), kept until its last client has arrived.
 
     The other fields are derived, never saved nor copied, and rebuilt from ``heap`` when missing: ``idle`` (which
     clients are not in flight), ``live`` (in-flight clients per batch) and ``done`` (batches whose last client has
     arrived, dropped at :meth:`release`), ``views`` (:meth:`row_views`) and ``keyed`` (:meth:`keyed`), so that a
-    dispatch and an update cost a few numpy and torch calls, not one per client or per in-flight event."""
+    dispatch and an update cost a few numpy and torch calls, not one per client or per in-flight event. ``rowmap``
+    and ``flat`` (each cohort's row order and uploads matrix, :meth:`row`, :meth:`uploads_matrix`) are copied but
+    not saved: a checkpoint stores the rows in their stored order, renumbered, and the matrix is rebuilt from them.
+    ``open``, ``pending``, ``pending_times``, ``in_open``: the open cohort (:meth:`cohort`), empty between updates."""
 
     clock: float = 0.0
     last_update: float = 0.0
@@ -239,7 +244,7 @@ class EventQueue:
         return got
 
     def release(self) -> None:
-        """Drop the dispatch batches none of whose clients is still in flight."""
+        """Drop the cohorts none of whose clients is still in flight."""
         if self.live is None:  # (a fresh copy or a restored queue: count from the heap)
             self.live = {}
             for e in self.heap:
@@ -308,5 +313,5 @@ def _rows(v: Any) -> Any:
 
 
 def take_rows(work: Tree, ix: torch.Tensor) -> Tree:
-    """Rows ``ix`` of a dispatch batch's stacked tensors (its 0-d entries, the cohort's loss, as they are)."""
+    """Rows ``ix`` of a cohort's stacked tensors (its 0-d entries, the cohort's loss, as they are)."""
     return tree_map(lambda t: t.index_select(0, ix.to(t.device)) if t.dim() else t, work)
