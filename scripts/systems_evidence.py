@@ -1,4 +1,4 @@
-"""The evidence records of the system section (docs/systems.md, docs/fedprox.md; ``make systems-evidence``).
+"""The evidence records of the system section (docs/systems.md, docs/fedprox.md).
 
 Two records, each written as JSON into ``docs/evidence/`` from finished run directories (nothing is run here):
 
