@@ -294,9 +294,11 @@ def train_open_cohort(experiment: Experiment, state: RunState, queue: EventQueue
     state.samples += res.samples
     if not math.isfinite(res.loss):
         raise DivergenceError(version, first_nonfinite_client(res.uploads, ids), "non-finite local loss")
-    planned = system.planned_steps(clients, algo.round_fl(b))
-    up = client_bytes(experiment, state)[1]
-    if not np.array_equal(res.steps.numpy(), planned) or nbytes(res.uploads) != len(clients) * up:
+    planned = torch.from_numpy(system.planned_steps(clients, algo.round_fl(b)))
+    # (the uploads' structure is the method's: their bytes are checked at the run's first cohort)
+    bytes_ok = system.async_checked or nbytes(res.uploads) == len(clients) * client_bytes(experiment, state)[1]
+    system.async_checked = True
+    if not torch.equal(res.steps, planned.to(res.steps.dtype)) or not bytes_ok:
         raise RuntimeError(
             f"{type(algo).__name__} under system.server={spec.system.server}: the cohort ran other steps or uploaded"
             " other bytes than the simulated clock planned at its dispatch (a method that changes either needs the"

@@ -120,6 +120,7 @@ class SystemModel:
         self.rates = np.where(np.isnan(self.devices.dropout), config.dropout, self.devices.dropout)
         self.flops_per_sample: float | None = None  # counted once, at the first round (fedrun/system/clock.py)
         self.async_bytes: tuple[float, float] | None = None  # an async client's bytes down and up (async_rounds)
+        self.async_checked = False  # whether a cohort's upload bytes were checked against async_bytes
         self._steps: tuple[tuple[int | None, int, int], np.ndarray] | None = None  # (setting, every client's steps)
         # each client's download and upload seconds, seconds per sample, full steps and time for them, by setting
         self._terms: (
