@@ -128,6 +128,9 @@ def server_step(
     assert experiment.system is not None
     sizes = experiment.system.sizes[[e[2] for e in arrivals]].tolist()
     q = buffer_weights(sizes, experiment.spec.fl.weighting, weights, cfg.server_lr)
+    if len({t.dtype for t in params.values()}) > 1:  # (a model of mixed dtypes: its tensors one by one)
+        deltas, q64 = _gather(queue, arrivals, "params"), torch.tensor(q, dtype=torch.float64)
+        return {k: w + torch.tensordot(q64.to(w.device, w.dtype), deltas[k], dims=1) for k, w in params.items()}
     # w + sum_i q_i Delta_i summed cohort by cohort, in the order the cohorts first arrive: per cohort one
     # (1 x r)(r x parameters) product over its arriving rows of its uploads matrix, added to w by addmm (into the
     # previous cohorts' sum). A cohort's rows are stored in completion order, so an update's arrivals from it are
@@ -209,6 +212,8 @@ def client_uploads(server: str, ends: Tensors, start: Tensors) -> tuple[Tensors,
     the order of ``start``'s names, and returned also as views of it (the matrix second; None for FedAsync)."""
     if server != "fedbuff":
         return ends, None
+    if len({t.dtype for t in start.values()}) > 1:  # (mixed dtypes: no one matrix; server_step reads them one by one)
+        return {k: ends[k] - w for k, w in start.items()}, None
     rows = next(iter(ends.values())).shape[0]
     first = next(iter(start.values()))
     flat = torch.empty(rows, sum(t.numel() for t in start.values()), dtype=first.dtype, device=first.device)

@@ -191,6 +191,26 @@ def test_fedbuffs_step_is_the_buffers_weighted_delta_sum(make_spec: Callable[...
     assert worst[0] < 1e-6 and reordered[0] > 0  # (some cohort's rows were stored out of dispatch order)
 
 
+def test_fedbuffs_step_on_a_model_of_mixed_dtypes_takes_its_tensors_one_by_one() -> None:
+    """No one uploads matrix for tensors of two dtypes: the deltas stay per tensor and the step sums each."""
+    start = {"w": torch.zeros(2, 3), "b": torch.zeros(3, dtype=torch.float64)}
+    ends = {"w": torch.arange(12.0).reshape(2, 2, 3), "b": torch.ones(2, 3, dtype=torch.float64)}
+    deltas, flat = async_rounds.client_uploads("fedbuff", ends, start)
+    assert flat is None and deltas["b"].dtype == torch.float64
+    queue = EventQueue(batches={0: {"params": deltas}})
+    arrivals = [(1.0, 0, 4, 0, 0, 0), (2.0, 1, 7, 0, 0, 1)]
+    system = SimpleNamespace(server="fedbuff", server_lr=0.5)
+    experiment = SimpleNamespace(
+        spec=SimpleNamespace(system=system, fl=SimpleNamespace(weighting="size")),
+        system=SimpleNamespace(sizes=np.array([0, 0, 0, 0, 10, 0, 0, 30])),
+        device=torch.device("cpu"),
+    )
+    new = async_rounds.server_step(experiment, start, queue, arrivals, [1.0, 1.0])  # type: ignore[arg-type]
+    want_w = 0.5 * (0.25 * ends["w"][0] + 0.75 * ends["w"][1])
+    assert torch.allclose(new["w"], want_w) and new["b"].dtype == torch.float64
+    assert torch.allclose(new["b"], torch.full((3,), 0.5, dtype=torch.float64))
+
+
 def test_same_stream_on_every_engine(tmp_path: Path, make_spec: Callable[..., RunSpec]) -> None:
     setting = (*SMALL, "system.server=fedasync", "system.devices=tiers", "system.staleness=polynomial")
     seq = run_in(tmp_path, "seq", make_spec(*setting))
