@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fedrun.core.errors import DivergenceError
+from fedrun.core.rng import derive
 from fedrun.core.tree import Tensors, Tree, leaves, nbytes, tree_map
 from fedrun.engines.auto import precision_context
 from fedrun.run.rounds import (
@@ -147,7 +148,7 @@ def server_step(
             m = m[ix[0] : ix[-1] + 1]
         else:
             m = m.index_select(0, torch.tensor(ix, device=m.device))
-        row = torch.tensor([q_i for _, q_i in rows], dtype=torch.float64, device=m.device).to(m.dtype).reshape(1, -1)
+        row = torch.tensor([[q_i for _, q_i in rows]], dtype=m.dtype, device=m.device)
         if out is None:
             w = flat_base(params)
             w = torch.cat([t.reshape(1, -1) for t in params.values()], dim=1) if w is None else w
@@ -285,7 +286,7 @@ def train_open_cohort(experiment: Experiment, state: RunState, queue: EventQueue
     assert system is not None
     ids = torch.as_tensor(clients, dtype=torch.long)
     # torch's global RNG (dropout...) keyed by the cohort; the CPU generator alone: torch.manual_seed costs ms
-    seed = queue.keyed_draw("torch", spec.seed, b)  # derive(spec.seed, "torch-global-dispatch", b)
+    seed = derive(spec.seed, "torch-global-dispatch", b)  # (one a cohort: none to prefetch)
     torch.default_generator.manual_seed(seed)
     if experiment.device.type == "cuda":
         torch.cuda.manual_seed(seed)

@@ -132,16 +132,13 @@ class EventQueue:
         rng = self.keyed_draw("sample", seed)
         return idle[np.sort(rng.choice(len(idle), n, replace=False))]
 
-    def keyed_draw(self, purpose: str, seed: int, batch: int | None = None) -> Any:
-        """Dispatch batch ``batch``'s (default: this dispatch's) ``np_rng(seed, "sample", batch)`` (``purpose``
-        "sample") or ``derive(seed, "torch-global-dispatch", batch)`` ("torch"): the same values as made one at a
-        time, made for :data:`PREFETCH` batches at once (batches are asked for in increasing order)."""
-        if batch is not None and purpose == "torch":  # (a cohort's seed: one a cohort, no run of them to prefetch)
-            return derive(seed, "torch-global-dispatch", batch)
-        b = self.dispatches if batch is None else batch
-        got = self.keyed.pop((purpose, seed, b), None)
+    def keyed_draw(self, purpose: str, seed: int) -> Any:
+        """This dispatch batch's ``np_rng(seed, "sample", batch)`` (``purpose`` "sample") or
+        ``derive(seed, "torch-global-dispatch", batch)`` ("torch"): the same values as made one at a time, made
+        for :data:`PREFETCH` batches at once."""
+        got = self.keyed.pop((purpose, seed, self.dispatches), None)
         if got is None:
-            batches = range(b, b + PREFETCH)
+            batches = range(self.dispatches, self.dispatches + PREFETCH)
             make = (
                 (lambda b: np_rng(seed, "sample", b))
                 if purpose == "sample"
@@ -149,7 +146,7 @@ class EventQueue:
             )
             self.keyed = {k: v for k, v in self.keyed.items() if k[0] != purpose}
             self.keyed.update({(purpose, seed, b): make(b) for b in batches})
-            got = self.keyed.pop((purpose, seed, b))
+            got = self.keyed.pop((purpose, seed, self.dispatches))
         return got
 
     def push(self, work: Tree | None, clients: np.ndarray, seconds: np.ndarray, version: int) -> None:

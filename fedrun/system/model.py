@@ -148,13 +148,16 @@ class SystemModel:
             budgets = torch.as_tensor(np.where(straggles, cut, full)[works], dtype=torch.long)
         return RoundPlan(rnd, clients, works, dropped, straggles, budgets)
 
-    def planned_steps(self, clients: np.ndarray, fl: FLConfig) -> np.ndarray:
-        """The local steps each of ``clients`` runs with its full plan (``fl``: the round's settings; every
-        client's counted once per setting)."""
+    def full_steps(self, fl: FLConfig) -> np.ndarray:
+        """The local steps of every client's full plan (``fl``: the round's settings), counted once per setting."""
         key = (fl.local_steps, fl.local_epochs, fl.batch_size)
         if self._steps is None or self._steps[0] != key:
             self._steps = (key, local_steps_array(self.sizes, fl))
-        return self._steps[1][clients]
+        return self._steps[1]
+
+    def planned_steps(self, clients: np.ndarray, fl: FLConfig) -> np.ndarray:
+        """The local steps each of ``clients`` runs with its full plan."""
+        return self.full_steps(fl)[clients]
 
     def client_seconds(
         self, workers: np.ndarray, steps: np.ndarray, fl: FLConfig, down: float, up: float
@@ -164,7 +167,7 @@ class SystemModel:
         if self._terms is None or self._terms[0] != key:  # once per run (per setting): every client's terms
             dev = self.devices
             per_sample = dev.seconds_per_sample(self.flops_per_sample or 0.0)
-            down_s, up_s, full_steps = down / dev.download, up / dev.upload, local_steps_array(self.sizes, fl)
+            down_s, up_s, full_steps = down / dev.download, up / dev.upload, self.full_steps(fl)
             full = down_s + samples_for_steps_array(self.sizes, fl, full_steps) * per_sample + up_s
             self._terms = (key, down_s, per_sample, up_s, full_steps, full)
         _, down_s, per_sample, up_s, full_steps, full = self._terms
