@@ -97,7 +97,8 @@ def train_async_update(experiment: Experiment, state: RunState, rnd: int, system
         )
     cohort_loss = {b: float(queue.batches[b]["loss"]) for b in {e[4] for e in arrivals}}
     losses = [cohort_loss[e[4]] for e in arrivals]
-    loss = losses[0] if len(losses) == 1 else float(np.mean(losses))  # (the mean of one float is itself)
+    # np.mean's value without its wrapper (the same reduction of the same array, one division); one float is itself
+    loss = losses[0] if len(losses) == 1 else float(np.add.reduce(np.array(losses)) / len(losses))
     queue.last_update, state.clock = last_update, queue.clock
     queue.release()
     lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))

@@ -130,7 +130,9 @@ class EventQueue:
         if n >= len(idle):
             return idle
         rng = self.keyed_draw("sample", seed)
-        return idle[np.sort(rng.choice(len(idle), n, replace=False))]
+        # up to 10,000 numpy draws the set by Floyd's algorithm whatever ``shuffle`` says, and the set is sorted
+        # here, so its shuffle (an RNG pass whose order nothing reads) is skipped; above, ``shuffle`` picks the method
+        return idle[np.sort(rng.choice(len(idle), n, replace=False, shuffle=len(idle) > 10_000))]
 
     def keyed_draw(self, purpose: str, seed: int) -> Any:
         """This dispatch batch's ``np_rng(seed, "sample", batch)`` (``purpose`` "sample") or
