@@ -84,6 +84,17 @@ def test_the_queues_sampling_seeds_and_counts_are_those_made_one_at_a_time() -> 
         assert set(q.batches) == {e[4] for e in q.heap}
 
 
+def test_the_dispatch_draw_is_numpys_sorted_choice_on_either_side_of_its_floyd_bound() -> None:
+    """idle_sample skips numpy's shuffle of the drawn set up to 10,000 idle clients; numpy's method choice above
+    that depends on ``shuffle`` (tail shuffle from pop // 50 with it, pop // 20 without), so there it is kept:
+    the same sorted ids as ``np.sort(choice(...))`` with numpy's defaults, sizes around both cut-offs."""
+    for clients in (9_999, 10_000, 10_001, 25_000):
+        for n in (1, 3, clients // 50, clients // 50 + 1, clients // 30, clients // 20 + 1):
+            q = EventQueue()
+            want = np.sort(np_rng(3, "sample", 0).choice(clients, n, replace=False))
+            assert q.idle_sample(n, clients, 3).tolist() == want.tolist(), (clients, n)
+
+
 def test_fedbuff_weights_are_aggregation_weights_bit_for_bit() -> None:
     rng = np.random.default_rng(0)
     for trial in range(300):
