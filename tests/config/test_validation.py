@@ -291,14 +291,56 @@ class _ItemModel(torch.nn.Module):
         return self.fc(x) if x.abs().sum().item() >= 0 else -self.fc(x)
 
 
-def test_a_new_model_is_checked_by_running_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A model the meta device cannot run is run for real; a head of the wrong size is refused by its output."""
+@pytest.mark.parametrize("on_cpu", [True, False], ids=["small-on-cpu", "large-on-meta"])
+def test_a_new_model_is_checked_by_running_it(monkeypatch: pytest.MonkeyPatch, on_cpu: bool) -> None:
+    """A model the meta device cannot run is run for real; a head of the wrong size is refused by its output
+    (the small-model path on CPU, and the meta path a model above PROBE_ON_CPU takes)."""
+    from fedrun.config import schema
     from fedrun.config.registry import Entry
     from fedrun.config.schema import fit_error
 
+    monkeypatch.setattr(schema, "_FIT_CACHE", {})
+    if not on_cpu:
+        monkeypatch.setattr(schema, "PROBE_ON_CPU", 0)
     monkeypatch.setitem(MODELS._entries, "item7", Entry("item7", lambda p, shape, c: _ItemModel(shape[0]), None))
     assert fit_error("item7", None, DataSignature((60,), 7, "features")) is None
     assert fit_error("item7", None, DataSignature((60,), 10, "features")) == (
         "it gives [7] per input, not the 10 class scores"
     )
     assert "dtype" in (fit_error("item7", None, DataSignature((60,), 7, "tokens")) or "")
+
+
+def test_the_fit_check_gives_the_meta_devices_verdicts_without_importing_dynamo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Registered models run on CPU with zero weights give the meta device's verdict on every (dataset, model)
+    pair of three datasets, and the check imports no torch._dynamo (about a second of every sequential run's
+    start-up; checked in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    from fedrun.config import schema
+
+    sigs = [
+        DATASETS.get(d).signature(build_params(DATASETS.get(d).params, {}, "data"))
+        for d in ("fmnist", "shakespeare", "cifar10")
+    ]
+    verdicts = {}
+    for limit in (schema.PROBE_ON_CPU, 0):
+        monkeypatch.setattr(schema, "_FIT_CACHE", {})
+        monkeypatch.setattr(schema, "PROBE_ON_CPU", limit)
+        verdicts[limit] = [
+            schema.fit_error(m, build_params(MODELS.get(m).params, {}, "model"), sig) is None
+            for sig in sigs
+            for m in MODELS.names()
+        ]
+    assert verdicts[schema.PROBE_ON_CPU] == verdicts[0] and any(verdicts[0]) and not all(verdicts[0])
+    code = (
+        "import sys; import fedrun.run.experiment; from fedrun.config.registry import DATASETS, MODELS, build_params;"
+        " from fedrun.config.schema import fit_error; d = DATASETS.get('fmnist');"
+        " sig = d.signature(build_params(d.params, {}, 'data'));"
+        " assert fit_error('mlp', build_params(MODELS.get('mlp').params, {}, 'model'), sig) is None;"
+        " print('torch._dynamo' in sys.modules)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "False", res.stderr[-2000:]
