@@ -42,6 +42,11 @@ def headline(card: pd.DataFrame, claim: pd.DataFrame, target: Target) -> list[st
         f"Table {t}: {int((ran['table'] == t).sum())} of {n}"
         for t, n in pub.groupby("table", sort=False).size().items()
     )
+    if pub.empty:  # (pFedMe: the cells are named, their published values are not shipped)
+        return [
+            f"cells run: {len(ran)}; not compared: fedrun ships none of the published values of {target.paper}'s"
+            f" cells (fedrun/papers/cells/: their value column is empty; {target.note})"
+        ]
     text = f"cells run: {len(ran)} of {len(pub)} published ({per_table})"
     if target.budget_unknown:
         return [f"{text}; {UNKNOWN}: not judged ({target.budget_unknown})"]
@@ -87,7 +92,7 @@ def cells_table(card: pd.DataFrame, keys: dict[str, int], unknown: bool) -> str:
                 "ours": ours if c["n"] else c["note"],
                 "paper": _num(c["paper"]),
                 "difference": _num(c["difference"], "{:+.2f}") if c["n"] else "-",
-                "within": _yes(c["reproduced"], unknown) if c["n"] else "-",
+                "within": _yes(c["reproduced"], unknown) if c["n"] and not pd.isna(c["paper"]) else "-",
                 "seeds": ", ".join(map(str, sorted(c["values"]))) or "-",
                 "rec": ", ".join(str(keys[r]) for r in c["records"] if r in keys) or "-",
             }

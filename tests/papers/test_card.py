@@ -76,6 +76,19 @@ def test_a_target_of_unknown_budget_is_not_judged_and_shows_both_readings() -> N
     assert "round 40 (the preset's budget): not in the record" in avg
 
 
+def test_a_target_whose_published_values_are_not_shipped_says_so_and_judges_nothing() -> None:
+    """pFedMe's Table 1 cells are named with empty values (the table is an image): its records' cells are counted
+    as run, not as "2 of 0 published", and no cell or claim is judged."""
+    target = BY_NAME["pfedme-synthetic"]
+    assert load_cells("pFedMe")["value"].isna().all()
+    text = text_of(evidence_runs(), target, load_evidence())
+    head = text.splitlines()[2]
+    assert head.startswith("cells run: 2; not compared: fedrun ships none of the published values of pFedMe's")
+    assert "of 0 published" not in text and "claims reproduced" not in text
+    cell = next(ln for ln in text.splitlines() if ln.startswith("| 1 ") and "Per-FedAvg" in ln)
+    assert [x.strip() for x in cell.split("|")[5:8]] == ["-", "-", "-"]  # paper, difference, within
+
+
 def test_runs_that_are_no_cell_of_the_target_are_one_line_and_exit_2(tmp_path: Path, capsys: Any) -> None:
     # issue 32 point 7: runs of another layout (FedCos runs, scored as FedLAW Table 3) crashed with KeyError 'table'
     cfg = {"algorithm.name": "fedavg", "tags.preset": "fedcos_table2_fmnist_mlp", "tags.method": "FedAvg"}
