@@ -795,10 +795,8 @@ def _probe(build: Any, params: Any, data: DataSignature) -> str | None:
                         raise
                     real = True
         if real:
-            module = module.to_empty(device="cpu")
+            module = module._apply(_zeros_on_cpu)
             with torch.no_grad():
-                for t in (*module.parameters(), *module.buffers()):
-                    t.zero_()
                 out = module(torch.zeros((2, *data.input_shape), dtype=dtype))
     except ConfigError as e:
         return e.message
@@ -808,6 +806,14 @@ def _probe(build: Any, params: Any, data: DataSignature) -> str | None:
         got = list(out.shape[1:]) if isinstance(out, torch.Tensor) else type(out).__name__
         return f"it gives {got} per input, not the {data.num_classes} class scores"
     return None
+
+
+def _zeros_on_cpu(t: Any) -> Any:  # t: a tensor on the meta device
+    """A CPU tensor of zeros of ``t``'s shape and dtype: ``Module.to_empty``'s ``empty_like`` of a meta tensor runs
+    PyTorch's Python reference, which imports sympy (about half a second of every run's start-up)."""
+    import torch
+
+    return torch.zeros(t.shape, dtype=t.dtype)
 
 
 def models_for(data: DataSignature) -> list[str]:
