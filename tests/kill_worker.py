@@ -1,9 +1,10 @@
 """The kill table's worker (tests/run/test_kill_table.py): SIGKILL a run at one write point, then re-run it.
 
-Run as ``python -m tests.kill_worker CASES.json OUT.json``. It imports fedrun once and forks a child per run,
-so each case costs a run, not a Python start-up. Per case: a child runs the job and SIGKILLs itself at the
-write point; the files it left are checked to be whole; a second child re-runs the same job (what re-running
-the command does). The results go to OUT.json for the test to assert on.
+Run as ``python -m tests.kill_worker CASES.json OUT.json``. It imports fedrun (and what a run imports lazily: the
+run loop, matplotlib) once and forks a child per run, so each case costs a run, not a Python start-up. Per case: a
+child runs the job and SIGKILLs itself at the write point; the files it left are checked to be whole; a second
+child re-runs the same job (what re-running the command does). The results go to OUT.json for the test to assert
+on.
 
 A write point is (file, occurrence, phase): the occurrence-th atomic write of the file whose name matches,
 killed ``partial`` (half its bytes in the temp file), ``tmp`` (the temp file whole, not yet renamed) or
@@ -118,10 +119,20 @@ def same_rows(a: Path, b: Path) -> bool:
     return drop(a).equals(drop(b))
 
 
+def preload() -> None:
+    """Import here, once, what a run imports only when it starts (the run loop and what it reaches) or first
+    plots (matplotlib, headless): each forked child would otherwise import it again, about half a second a run."""
+    import fedrun.run.loop  # noqa: F401 - imported for the children
+    from fedrun.storage.figures import _plt
+
+    _plt()
+
+
 def main(cases_file: str, out_file: str) -> None:
     spec = json.loads(Path(cases_file).read_text())
     root = Path(spec["root"])
     cfg = compose_cfg(spec["overrides"])
+    preload()
 
     def job(run_dir: Path, cache: Path) -> Any:
         run_cfg = cfg.copy()
