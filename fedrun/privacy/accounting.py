@@ -85,10 +85,13 @@ def epsilon(q: float, z: float, steps: int, delta: float, accountant: str = "rdp
         return float(acc.get_epsilon(delta))  # type: ignore[attr-defined]
 
 
+@functools.lru_cache(maxsize=256)
 def noise_for_epsilon(q: float, steps: int, delta: float, target: float, accountant: str = "rdp") -> float:
     """The smallest noise multiplier z in [MIN_NOISE, MAX_NOISE] whose budget after ``steps`` reaches ``target``
     epsilon at ``delta`` (dp-accounting's ``calibrate_dp_mechanism``, a bracketed root search on the accountant
-    itself, to its default tolerance); MIN_NOISE when that already does.
+    itself, to its default tolerance); MIN_NOISE when that already does. Kept for the process, as :func:`epsilon`
+    is: the search takes seconds (PLD: tens of seconds), which the jobs of a sweep run in one process that vary no
+    privacy setting would each repeat for the same z.
 
     Raises a ConfigError naming ``privacy.target_epsilon`` when even z = MAX_NOISE does not reach it (an RDP
     accountant's epsilon has a floor of log(1/delta)/(alpha_max - 1) for any noise).
