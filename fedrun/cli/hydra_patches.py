@@ -1,6 +1,6 @@
 """Every use fedrun makes of Hydra's private API (``hydra._internal``), in one module.
 
-Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises four private names:
+Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises five private names:
 
 - ``hydra._internal.utils.run_and_report``: the reporter ``@hydra.main`` runs a command under; fedrun's prints
   a composition error as one line with exit code 2 and ends a failed sweep with exit code 1 (fedrun/cli/main.py);
@@ -9,7 +9,9 @@ Hydra offers no public hook for what fedrun needs, so it replaces, calls or reco
 - ``BasicSweeper.split_arguments``: the jobs of a sweep, in the order ``fedrun -m`` numbers them
   (fedrun/cli/reproduce_sweep.py);
 - ``hydra.core.utils._save_config(cfg, filename, output_dir)``: the frame that writes the job's ``.hydra/*.yaml``
-  record, so a failed write of it names its file (:func:`hydra_record_in`).
+  record, so a failed write of it names its file (:func:`hydra_record_in`);
+- ``Hydra.get_help``: ``--help`` and ``--hydra-help`` list the config groups only where the help template names
+  them (:func:`lazy_help_groups`; fedrun's own template lists its groups itself).
 
 It also reads, for fedrun's checks, what Hydra and OmegaConf keep private: the config repository of Hydra's
 loader (:func:`group_options`, :func:`group_exists`, :func:`config_exists`: compose_checks.py), a config node's
@@ -19,7 +21,7 @@ the sweep console and the failed-job count of fedrun/cli/sweeps.py, and the targ
 
 These may change in any hydra-core or omegaconf release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE`
 and tests/cli/test_hydra_patches.py fails on an installed version outside it, on a changed signature of any of the
-four, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
+five, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
 scans imports, attributes and strings). An accessor whose private name is gone raises
 :class:`HydraInternalsChanged` instead of answering "no": a sweep's console and its failed-job count never switch
 off silently after an upgrade. Only the patching lives here; what the patches do stays with their callers.
@@ -28,6 +30,7 @@ off silently after an upgrade. Only the patching lives here; what the patches do
 from __future__ import annotations
 
 import importlib
+import string
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +41,7 @@ import hydra._internal.utils as hydra_utils
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.hydra import Hydra
 from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
@@ -56,6 +60,7 @@ __all__ = [
     "is_basic_launcher",
     "is_basic_sweeper",
     "is_boolean_field",
+    "lazy_help_groups",
     "raw_value",
     "hydra_record_in",
     "report_with",
@@ -65,6 +70,9 @@ __all__ = [
 
 HYDRA_CORE = ">=1.3.2,<1.4"  # the versions these patches were checked on; pyproject.toml's dependency says the same
 HYDRA_OWN_TARGETS = ("hydra._internal.core_plugins.",)  # where Hydra's own launchers and sweepers live
+
+# the placeholders of a help template (string.Template) that Hydra fills with its config groups
+HELP_GROUP_PLACEHOLDERS = ("APP_CONFIG_GROUPS", "HYDRA_CONFIG_GROUPS")
 
 # around(loader, overrides, run_mode, compose) -> the composed config; compose() runs Hydra's own composition
 Around = Callable[[ConfigLoaderImpl, list[str], RunMode, Callable[[], DictConfig]], DictConfig]
@@ -98,6 +106,36 @@ def around_composition(around: Around) -> None:
     ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
 
 
+def lazy_help_groups() -> None:
+    """Have Hydra's help list its config groups only when the help template names them (idempotent).
+
+    ``Hydra.get_help`` formats ``$APP_CONFIG_GROUPS`` and ``$HYDRA_CONFIG_GROUPS`` before it fills the template, and
+    each group's options cost it a deep copy of the whole config repository: seconds of every ``fedrun --help``,
+    whose template (conf/hydra/help/fedrun.yaml) names neither. A template that names one gets Hydra's own help;
+    one that names none gets the same text without them being formatted."""
+    current = Hydra.get_help
+    if getattr(current, "fedrun_lazy", False):
+        return
+
+    def get_help(self: Hydra, help_cfg: DictConfig, cfg: DictConfig, args_parser: Any, resolve: bool) -> str:
+        if any(name in _placeholders(str(help_cfg.template)) for name in HELP_GROUP_PLACEHOLDERS):
+            return current(self, help_cfg, cfg, args_parser, resolve)
+        self.format_config_groups = lambda predicate, compact=True: ""  # type: ignore[method-assign]  # unread
+        try:
+            return current(self, help_cfg, cfg, args_parser, resolve)
+        finally:
+            del self.format_config_groups
+
+    get_help.fedrun_lazy = True  # type: ignore[attr-defined]
+    Hydra.get_help = get_help  # type: ignore[method-assign]
+
+
+def _placeholders(template: str) -> set[str]:
+    """The names ``string.Template(template).substitute`` reads (``Template.get_identifiers``, Python >= 3.11)."""
+    found = (m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(template))
+    return {name for name in found if name}
+
+
 def sweep_jobs(parsed: list[Override]) -> list[list[str]]:
     """Each job's overrides, in the order Hydra's BasicSweeper launches them (its job numbers): one batch."""
     return BasicSweeper.split_arguments(parsed, None)[0]
@@ -105,11 +143,12 @@ def sweep_jobs(parsed: list[Override]) -> list[list[str]]:
 
 def saved() -> Callable[[], None]:
     """A function that puts back every name this module replaces as it is now (tests isolate themselves)."""
-    reporter, loader = hydra_utils.run_and_report, ConfigLoaderImpl.load_configuration
+    reporter, loader, get_help = hydra_utils.run_and_report, ConfigLoaderImpl.load_configuration, Hydra.get_help
 
     def restore() -> None:
         hydra_utils.run_and_report = reporter
         ConfigLoaderImpl.load_configuration = loader  # type: ignore[method-assign]
+        Hydra.get_help = get_help  # type: ignore[method-assign]
 
     return restore
 

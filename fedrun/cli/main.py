@@ -362,6 +362,7 @@ def main() -> None:
     tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
     check_plugins(sys.argv[1:])
     hydra_patches.report_with(_run_and_report)
+    hydra_patches.lazy_help_groups()  # fedrun --help: Hydra's config-group listing, unused by fedrun's template
     compose_checks.install()
     # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling
     sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]

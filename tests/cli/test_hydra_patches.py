@@ -67,10 +67,59 @@ def test_the_sweeper_split_fedrun_calls_has_its_signature_and_order() -> None:
     assert hydra_patches.sweep_jobs(parsed) == [["a=1", "b=x"], ["a=1", "b=y"], ["a=2", "b=x"], ["a=2", "b=y"]]
 
 
-def test_patches_install_once_and_are_put_back() -> None:
-    original_loader, original_reporter = ConfigLoaderImpl.load_configuration, hydra_utils.run_and_report
+def test_the_help_fedrun_wraps_has_its_signature_and_lists_groups_through_the_instance() -> None:
+    empty = inspect.Parameter.empty
+    assert _params(hydra_core_hydra.Hydra.get_help) == [
+        ("self", empty),
+        ("help_cfg", empty),
+        ("cfg", empty),
+        ("args_parser", empty),
+        ("resolve", empty),
+    ]
+    source = inspect.getsource(hydra_core_hydra.Hydra.get_help)
+    assert "string.Template(help_cfg.template)" in source and "self.format_config_groups(" in source
+    for name in hydra_patches.HELP_GROUP_PLACEHOLDERS:
+        assert f"{name}=self.format_config_groups(" in source
+
+
+@pytest.mark.parametrize(
+    "template", ["$FLAGS_HELP\n$CONFIG", "\\${APP_CONFIG_GROUPS}\n$CONFIG", "$HYDRA_CONFIG_GROUPS $$APP_CONFIG_GROUPS"]
+)
+def test_the_lazy_help_gives_hydras_text_and_lists_groups_only_for_a_template_naming_them(
+    monkeypatch: pytest.MonkeyPatch, template: str
+) -> None:
+    from hydra._internal.utils import get_args_parser
+
+    listed: list[object] = []
+
+    def format_config_groups(self: object, predicate: Any, compact: bool = True) -> str:
+        listed.append(predicate)
+        return f"groups {len(listed)}"
+
+    monkeypatch.setattr(hydra_core_hydra.Hydra, "format_config_groups", format_config_groups)
+    hydra = object.__new__(hydra_core_hydra.Hydra)
+    args = (OmegaConf.create({"template": template}), OmegaConf.create({"a": 1}), get_args_parser(), False)
     restore = hydra_patches.saved()
     try:
+        hydra_text = hydra_core_hydra.Hydra.get_help(hydra, *args)
+        listed.clear()
+        hydra_patches.lazy_help_groups()
+        hydra_patches.lazy_help_groups()  # idempotent
+        assert hydra_core_hydra.Hydra.get_help(hydra, *args) == hydra_text
+    finally:
+        restore()
+    named = "{APP" in template or template.startswith("$HYDRA")  # OmegaConf reads \${...} as ${...}
+    assert len(listed) == (2 if named else 0)
+    assert "format_config_groups" not in vars(hydra)  # the instance's stand-in is gone
+
+
+def test_patches_install_once_and_are_put_back() -> None:
+    original_loader, original_reporter = ConfigLoaderImpl.load_configuration, hydra_utils.run_and_report
+    original_help = hydra_core_hydra.Hydra.get_help
+    restore = hydra_patches.saved()
+    try:
+        hydra_patches.lazy_help_groups()
+        assert hydra_core_hydra.Hydra.get_help is not original_help
         compose_checks.install()
         wrapped = ConfigLoaderImpl.load_configuration
         assert wrapped is not original_loader
@@ -86,6 +135,7 @@ def test_patches_install_once_and_are_put_back() -> None:
         restore()
     assert ConfigLoaderImpl.load_configuration is original_loader
     assert hydra_utils.run_and_report is original_reporter
+    assert hydra_core_hydra.Hydra.get_help is original_help
 
 
 # OmegaConf's and Hydra's private names fedrun has used or might reach for, read as attributes
