@@ -10,6 +10,9 @@ the run's config matches (``--column``: only these columns). The load on the mac
 directory, so it is an argument. Runs of before fedrun recorded its code (``summary.json`` ``code``) need
 ``--commit``; the record then says so.
 
+The record's ``setup`` says how its runs differ from what their commands run now (:mod:`fedrun.papers.drift`):
+each ``--setup FACT=TEXT`` given, then every drifted setting no fact names, as ``RAN (the preset now: NOW)``.
+
 A record holds full-length runs on real data only: a run that did not complete, stopped early or ran on
 stand-in data is refused (exit 2, one line, nothing written).
 """
@@ -27,6 +30,7 @@ import pandas as pd
 import yaml
 
 from fedrun.core.errors import ConfigError
+from fedrun.papers.drift import setup_drift
 from fedrun.papers.scorecard import PERCENT, load_cells, same, setting_pairs
 from fedrun.papers.targets import BY_NAME, Target
 from fedrun.storage.atomic import atomic_write
@@ -140,6 +144,7 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
         "wall_time_s": round(summary.wall_time_s or 0.0),
         "cells": out,
         "data": cfg.get("data", {}).get("name"),
+        "drift": setup_drift(rd, cfg),
     }
 
 
@@ -207,6 +212,17 @@ def _cells(runs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], dict[str, 
     return cells, wall
 
 
+def _setup(runs: list[dict[str, Any]], facts: dict[str, str]) -> dict[str, str]:
+    """The record's setup: the facts given, then each drifted setting that no fact names (in its name or text)."""
+    drift: dict[str, list[str]] = {}
+    for r in runs:
+        for key, text in r["drift"].items():
+            if text not in drift.setdefault(key, []):
+                drift[key].append(text)
+    stated = " ".join([*facts, *facts.values()])
+    return {**facts, **{k: "; ".join(v) for k, v in drift.items() if k not in stated}}
+
+
 def build_record(
     run_dirs: list[Path],
     record_id: str,
@@ -215,9 +231,11 @@ def build_record(
     columns: list[str] | None = None,
     commit: str | None = None,
     note: str | None = None,
+    setup: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The evidence record of ``run_dirs`` (one preset, one table; ``note``: what the runs do not say, e.g. a
-    setting since changed); :class:`ConfigError` on a bad input."""
+    """The evidence record of ``run_dirs`` (one preset, one table; ``note``: what the runs do not say; ``setup``:
+    facts on how they differ from the preset now, beyond the drifted settings found); :class:`ConfigError` on a
+    bad input."""
     if target_name not in BY_NAME:
         raise ConfigError("--target", f"unknown target {target_name!r}; valid: {', '.join(BY_NAME)}")
     target = BY_NAME[target_name]
@@ -237,6 +255,7 @@ def build_record(
         raise ConfigError("--column", f"the cells span tables {', '.join(sorted(tables))}; valid: one table per record")
     commit, commit_note = _commit(runs, commit)
     cells, wall = _cells(runs)
+    differs = _setup(runs, setup or {})
     commands = [r["command"] for r in runs]
     record: dict[str, Any] = {
         "id": record_id,
@@ -253,6 +272,7 @@ def build_record(
         "wall_time_s": wall,
         "load": load,
         "full_length": True,
+        **({"setup": differs} if differs else {}),
         "cells": list(cells.values()),
     }
     return record
@@ -269,15 +289,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--column", action="append", help="only this column of the table (repeatable)")
     ap.add_argument("--commit", help="the code's commit, for runs that did not record it")
     ap.add_argument("--note", help="what the runs do not say (e.g. a setting changed since they ran)")
+    ap.add_argument(
+        "--setup",
+        action="append",
+        metavar="FACT=TEXT",
+        help="how the runs differ from the preset now, in words (repeatable); a drifted setting it names is not "
+        "listed again",
+    )
     ap.add_argument("--out", type=Path, help="write the record here (default: print it)")
     return ap.parse_args(argv)
+
+
+def _fact(text: str) -> tuple[str, str]:
+    fact, sep, value = text.partition("=")
+    if not sep or not fact.strip() or not value.strip():
+        raise ConfigError("--setup", f"{text!r}; valid: FACT=TEXT, e.g. 'inputs=mean/std (the preset now: none)'")
+    return fact.strip(), value.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print (or ``--out``: write atomically) the evidence record of the given runs; 2 on a bad input."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        record = build_record(args.dirs, args.id, args.target, args.load, args.column, args.commit, args.note)
+        facts = dict(_fact(f) for f in args.setup or [])
+        record = build_record(args.dirs, args.id, args.target, args.load, args.column, args.commit, args.note, facts)
     except ConfigError as e:
         print(f"fedrun.papers.record: {e}", file=sys.stderr)
         return 2
