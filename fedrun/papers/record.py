@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -220,7 +221,8 @@ def _setup(runs: list[dict[str, Any]], facts: dict[str, str]) -> dict[str, str]:
             if text not in drift.setdefault(key, []):
                 drift[key].append(text)
     stated = " ".join([*facts, *facts.values()])
-    return {**facts, **{k: "; ".join(v) for k, v in drift.items() if k not in stated}}
+    named = {k for k in drift if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", stated)}  # fl.lr: not fl.lr_decay
+    return {**facts, **{k: "; ".join(v) for k, v in drift.items() if k not in named}}
 
 
 def build_record(

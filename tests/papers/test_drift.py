@@ -71,6 +71,8 @@ def test_a_record_lists_the_drift_unless_a_stated_fact_names_it(tmp_path: Path) 
     }
     stated = build_record([d], "r", "fedlaw-table3", "2 cores", setup={"proxy": "proxy.per_class=10: 100 images"})
     assert stated["setup"] == {"proxy": "proxy.per_class=10: 100 images", "fl.lr": f"0.05 (the preset now: {LR_NOW})"}
+    decay = build_record([d], "r", "fedlaw-table3", "2 cores", setup={"decay": "fl.lr_decay=0.99, as now"})
+    assert "fl.lr" in decay["setup"]  # a fact naming fl.lr_decay does not state fl.lr
     assert "setup" not in build_record([ran(tmp_path, "now")], "r", "fedlaw-table3", "2 cores")
 
 
