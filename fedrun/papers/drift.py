@@ -1,12 +1,12 @@
 """How a finished run's config differs from what the same command runs now: the ``setup`` facts of its evidence
 record (:mod:`fedrun.papers.setups`), found rather than remembered.
 
-The run's Hydra overrides are composed against today's ``conf/`` and every setting both configs hold is compared.
-A difference means the preset (or a default) moved since the run: e.g. FedLAW's ``proxy.per_class`` went from 10
-to 20 (issue 38 point 7), so a record of the older runs must say it, or the scorecard pools them with runs of the
-new setup. Settings that do not change what is trained or scored (hardware, output, tracking, checkpoints, paths)
-are skipped; a setting the run's config lacks (added since) is not a difference, because a new setting's default
-keeps old runs bit-identical.
+The run's Hydra overrides are composed against today's ``conf/`` and every setting that decides a run's results
+(:func:`fedrun.config.identity.comparable`: not output, tracking, checkpoints, paths) is compared. A difference
+means the preset (or a default) moved since the run: e.g. FedLAW's ``proxy.per_class`` went from 10 to 20 (issue 38
+point 7), so a record of the older runs must say it, or the scorecard pools them with runs of the new setup. A
+setting the run's config lacks (added since) is not a difference, because a new setting's default keeps old runs
+bit-identical; nor are the run's labels and hardware (``tags``, ``hardware``).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.config import location
+from fedrun.config.identity import comparable
 from fedrun.config.schema import store_schemas
 from fedrun.core.errors import ConfigError
 from fedrun.storage.rundir import RunDir
 
-# settings that change how a run is executed or reported, not what it trains or scores
-SKIPPED = ("hardware.", "output.", "checkpoint.", "tracking.", "tags.", "imports", "cache_dir", "data.root",
-           "data.download", "data.verify", "hydra.")  # fmt: skip
+# how the run was labelled and executed (threads, engine, device), not the setup a paper's cell describes
+EXECUTION = ("tags.", "hardware.")
 
 
 def _leaves(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -65,14 +65,16 @@ def setup_drift(rd: RunDir, cfg: dict[str, Any]) -> dict[str, str]:
     """``{setting: "RAN (the preset now: NOW)"}`` for each setting the run's ``cfg`` holds with another value than
     its command composes today; :class:`ConfigError` naming the run when its overrides no longer compose."""
     try:
-        now = dict(_leaves(composed_now(run_overrides(rd, cfg))))
+        composed = composed_now(run_overrides(rd, cfg))
     except (HydraException, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         why = f"its overrides no longer compose ({first}); valid: runs whose command composes with today's conf/"
         raise ConfigError(f"{rd.path}: setup", why) from None
+    now = dict(_leaves(composed))
+    # comparable() also drops a later-added key while it is at its old default, so both sides decide what counts
+    decisive = {k for c in (cfg, composed) for k, _ in _leaves(comparable(c))}
     out = {}
     for key, ran in _leaves(cfg):
-        if key.startswith(SKIPPED) or key not in now or now[key] == ran:
-            continue
-        out[key] = f"{ran} (the preset now: {now[key]})"
+        if key in decisive and key in now and now[key] != ran and not key.startswith(EXECUTION):
+            out[key] = f"{ran} (the preset now: {now[key]})"
     return out

@@ -58,8 +58,12 @@ def test_a_run_of_the_preset_as_it_is_now_has_no_drift(tmp_path: Path) -> None:
 
 def test_a_changed_setting_is_found_and_hardware_output_and_new_settings_are_not(tmp_path: Path) -> None:
     old = 10 if PER_CLASS_NOW != 10 else 20
-    d = ran(tmp_path, **{"proxy.per_class": old, "hardware.threads": 4, "output.plots": False, "eval.local_test": None})
-    assert drift(d) == {"proxy.per_class": f"{old} (the preset now: {PER_CLASS_NOW})"}
+    changes = {"proxy.per_class": old, "hardware.threads": 4, "output.plots": False, "eval.local_test": None}
+    assert drift(ran(tmp_path, **changes)) == {"proxy.per_class": f"{old} (the preset now: {PER_CLASS_NOW})"}
+    # the inputs' scaling, a key the run identity leaves out at its old default ("dataset"), still counts
+    assert YAML["data"]["normalize"] != "dataset"
+    inputs = drift(ran(tmp_path, "inputs", **{"data.normalize": "dataset"}))
+    assert inputs == {"data.normalize": f"dataset (the preset now: {YAML['data']['normalize']})"}
 
 
 def test_a_record_lists_the_drift_unless_a_stated_fact_names_it(tmp_path: Path) -> None:
