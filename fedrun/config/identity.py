@@ -147,7 +147,7 @@ def saved_config_key(cfg: dict[str, Any]) -> str:
     try:
         return config_key(cfg)
     except (TypeError, ValueError):
-        return hashlib.sha256(repr(sorted(_flat(cfg).items(), key=str)).encode()).hexdigest()
+        return hashlib.sha256(repr(sorted(flat(cfg).items(), key=str)).encode()).hexdigest()
 
 
 def fingerprint(raw: dict[str, Any]) -> str:
@@ -184,18 +184,19 @@ def fingerprints(raw: dict[str, Any], done: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested config -> ``{dotted key: leaf value}`` (an empty section has no key)."""
     if not isinstance(d, dict):
         return {prefix.rstrip("."): d}
     out: dict[str, Any] = {}
     for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}."))
+        out.update(flat(v, f"{prefix}{k}."))
     return out
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key: old -> new`` for every result-relevant key that differs (sorted)."""
-    a, b = _flat(resumable(old)), _flat(resumable(new))
+    a, b = flat(resumable(old)), flat(resumable(new))
     return [
         f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
         for k in sorted(set(a) | set(b))

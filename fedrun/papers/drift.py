@@ -11,7 +11,6 @@ bit-identical; nor are the run's labels and hardware (``tags``, ``hardware``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -22,22 +21,13 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.config import location
-from fedrun.config.identity import comparable
+from fedrun.config.identity import comparable, flat
 from fedrun.config.schema import store_schemas
 from fedrun.core.errors import ConfigError
 from fedrun.storage.rundir import RunDir
 
 # how the run was labelled and executed (threads, engine, device), not the setup a paper's cell describes
 EXECUTION = ("tags.", "hardware.")
-
-
-def _leaves(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in node.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            yield from _leaves(value, dotted + ".")
-        else:
-            yield dotted, value
 
 
 def composed_now(overrides: list[str]) -> dict[str, Any]:
@@ -53,10 +43,10 @@ def composed_now(overrides: list[str]) -> dict[str, Any]:
 
 
 def run_overrides(rd: RunDir, cfg: dict[str, Any]) -> list[str]:
-    """The run's command-line overrides (Hydra's record; its preset alone when there is none), less ``hydra.*``."""
+    """The run's command-line overrides (Hydra's record), or its preset alone when there is none."""
     f = rd.hydra_overrides_file
     if f.is_file():
-        return [str(o) for o in yaml.safe_load(f.read_text()) or [] if not str(o).lstrip("+~").startswith("hydra.")]
+        return [str(o) for o in yaml.safe_load(f.read_text()) or []]
     preset = (cfg.get("tags") or {}).get("preset")
     return [f"experiment={preset}"] if preset else []
 
@@ -65,16 +55,17 @@ def setup_drift(rd: RunDir, cfg: dict[str, Any]) -> dict[str, str]:
     """``{setting: "RAN (the preset now: NOW)"}`` for each setting the run's ``cfg`` holds with another value than
     its command composes today; :class:`ConfigError` naming the run when its overrides no longer compose."""
     try:
-        composed = composed_now(run_overrides(rd, cfg))
+        overrides = [o for o in run_overrides(rd, cfg) if not o.lstrip("+~").startswith("hydra.")]
+        composed = composed_now(overrides)
     except (HydraException, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         why = f"its overrides no longer compose ({first}); valid: runs whose command composes with today's conf/"
         raise ConfigError(f"{rd.path}: setup", why) from None
-    now = dict(_leaves(composed))
+    now = flat(composed)
     # comparable() also drops a later-added key while it is at its old default, so both sides decide what counts
-    decisive = {k for c in (cfg, composed) for k, _ in _leaves(comparable(c))}
+    decisive = {k for c in (cfg, composed) for k in flat(comparable(c))}
     out = {}
-    for key, ran in _leaves(cfg):
+    for key, ran in flat(cfg).items():
         if key in decisive and key in now and now[key] != ran and not key.startswith(EXECUTION):
             out[key] = f"{ran} (the preset now: {now[key]})"
     return out

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from fedrun.core.errors import ConfigError
-from fedrun.papers.drift import setup_drift
+from fedrun.papers.drift import run_overrides, setup_drift
 from fedrun.papers.scorecard import PERCENT, load_cells, same, setting_pairs
 from fedrun.papers.targets import BY_NAME, Target
 from fedrun.storage.atomic import atomic_write
@@ -62,15 +61,9 @@ def _matches(cfg: dict[str, Any], setting: str) -> bool:
     return True
 
 
-def run_command(rd: RunDir) -> str:
+def run_command(rd: RunDir, cfg: dict[str, Any]) -> str:
     """``fedrun`` with the run's command-line overrides (Hydra's record), or its preset when there is none."""
-    f = rd.hydra_overrides_file
-    if f.is_file():
-        overrides = yaml.safe_load(f.read_text()) or []
-        return " ".join(["fedrun", *(shlex.quote(str(o)) for o in overrides)])
-    cfg = rd.read_config() or {}
-    preset = (cfg.get("tags") or {}).get("preset")
-    return f"fedrun experiment={preset}" if preset else "fedrun"
+    return " ".join(["fedrun", *(shlex.quote(o) for o in run_overrides(rd, cfg))])
 
 
 def _fail(rd: RunDir, field: str, message: str) -> ConfigError:
@@ -140,7 +133,7 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
         "preset": preset,
         "row": row,
         "seed": int(cfg["seed"]),
-        "command": run_command(rd),
+        "command": run_command(rd, cfg),
         "code": dict(summary.code) if summary.code is not None else None,
         "wall_time_s": round(summary.wall_time_s or 0.0),
         "cells": out,
