@@ -55,8 +55,7 @@ def setup_drift(rd: RunDir, cfg: dict[str, Any]) -> dict[str, str]:
     """``{setting: "RAN (the preset now: NOW)"}`` for each setting the run's ``cfg`` holds with another value than
     its command composes today; :class:`ConfigError` naming the run when its overrides no longer compose."""
     try:
-        overrides = [o for o in run_overrides(rd, cfg) if not o.lstrip("+~").startswith("hydra.")]
-        composed = composed_now(overrides)
+        composed = composed_now(run_overrides(rd, cfg))  # Hydra keeps hydra.* out of this record
     except (HydraException, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         why = f"its overrides no longer compose ({first}); valid: runs whose command composes with today's conf/"
