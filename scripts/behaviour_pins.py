@@ -47,7 +47,10 @@ PINS: dict[str, list[str]] = {
     ],
     "client_dp": ["privacy=client", "fl.participation=0.5", "privacy.noise_multiplier=0.8", "privacy.clip=0.5"],
     "client_dp_target": ["privacy=client", "fl.participation=0.5", "privacy.target_epsilon=8"],
-    "adaptive_clip": ["privacy=client", "fl.participation=0.5", "privacy.adaptive_clip=true", "privacy.clip=0.1"],
+    "adaptive_clip": [
+        "privacy=client", "fl.participation=0.5", "privacy.adaptive_clip=true", "privacy.clip=0.1",
+        "privacy.clip_count_stddev=1.0",
+    ],
     "dp_sgd": ["privacy=sample", "privacy.noise_multiplier=1.0", "privacy.clip=1.0"],
     "topk_ef": ["compression=topk", "compression.ratio=0.05", "compression.error_feedback=true"],
     "qsgd": ["compression=qsgd", "compression.levels=4"],

@@ -139,7 +139,7 @@ def make_spec(overrides: list[str], device: str, run_dir: Path) -> Any:
     from hydra.core.global_hydra import GlobalHydra
 
     from fedrun.cli.main import CONF_DIR
-    from fedrun.config.schema import validate
+    from fedrun.config.validate import validate
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):

@@ -14,7 +14,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 from fedrun.cli import hydra_patches
 from fedrun.cli.main import CONF_DIR
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -49,7 +49,7 @@ def install(where: str) -> None:
         RunDir.start = start_then_pause  # type: ignore[method-assign]
         return
     n = int(where.removeprefix("round:"))
-    train_round = loop.train_round
+    train_round = loop.train_step
 
     def train_then_pause(experiment: Any, state: Any, rnd: int) -> Any:
         result = train_round(experiment, state, rnd)
@@ -58,7 +58,7 @@ def install(where: str) -> None:
             pause()
         return result
 
-    loop.train_round = train_then_pause
+    loop.train_step = train_then_pause
 
 
 if __name__ == "__main__":

@@ -119,15 +119,25 @@ class Algorithm:
     # (k, lr): the k SGD steps of size lr on a client's own data that make its personalised model at evaluation
     # (Per-FedAvg: one step of alpha); eval.finetune_steps, when set, overrides it. (0, None): none
     adaptation: tuple[int, float | None] = (0, None)
-    # sample-level DP (privacy.mode=sample): the per-sample clipped, noised gradient that replaces autograd's in
-    # :meth:`local_grad` (fedrun/privacy/sample.py sets it on a method that does not override local_grad)
-    dp_sgd: Callable[..., tuple[Tensors, torch.Tensor]] | None = None
+    # entries added to every training batch, (rnd, clients, step) -> {name: tensor}, drawn by the engines' batch
+    # builder so that every engine's batch carries the same draws: a method whose step needs per-step random inputs
+    # declares it (DP-SGD's form of a method carries its noise: fedrun/privacy/mechanisms/sample.py); None: none
+    batch_extras: Callable[[int, torch.Tensor, int], dict[str, torch.Tensor]] | None = None
+    # the method uploads its model alone and steps the server from the mean update, which client-level DP-FedAvg's
+    # clipped noisy sum replaces (McMahan et al. 2018; FedOpt: Reddi et al. 2021 sec. 5). Declared by each such method
+    # in its own class body, not inherited (:meth:`declares`): a subclass that changes either must not pass unseen
+    client_level_dp: bool = False
 
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         self.hp = hp
         self.fl = fl
         self.model = model
         self.env: SetupEnv | None = None
+
+    @classmethod
+    def declares(cls, flag: str) -> bool:
+        """Whether this method's own class body sets the class flag ``flag`` true (inherited values do not count)."""
+        return bool(cls.__dict__.get(flag, False))
 
     # ---- set-up ----------------------------------------------------------------------------------------
     def setup(self, env: SetupEnv) -> None:
@@ -183,8 +193,6 @@ class Algorithm:
 
     def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:
         """(gradient of the local objective, loss): overridden by SAM-style and control-variate methods."""
-        if self.dp_sgd is not None:
-            return self.dp_sgd(self.local_loss, params, batch, ctx)
         return autodiff.grad_and_value(self.local_loss)(params, batch, ctx)
 
     def client_step(

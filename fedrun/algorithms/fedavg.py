@@ -9,3 +9,5 @@ from fedrun.config.registry import ALGORITHMS
 @ALGORITHMS.register("fedavg", AlgoParams)
 class FedAvg(Algorithm):
     """Local SGD on cross-entropy; the server takes the weighted mean of the client models."""
+
+    client_level_dp = True

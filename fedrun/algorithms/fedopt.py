@@ -107,6 +107,8 @@ class ServerOpt(FedAvg):
 class ServerSGD(ServerOpt):
     """w^{t+1} = w^t + server_lr * Delta (FedCos, "FedOpt(1.5)")."""
 
+    client_level_dp = True
+
     hp: ServerSGDParams
 
     def server_update(
@@ -119,6 +121,8 @@ class ServerSGD(ServerOpt):
 @ALGORITHMS.register("fedavgm", FedAvgMParams)
 class FedAvgM(ServerOpt):
     """Server momentum (Hsu et al. 2019): v <- beta v + Delta, w <- w + server_lr v; or FedCos's EMA form."""
+
+    client_level_dp = True
 
     hp: FedAvgMParams
 
@@ -169,6 +173,8 @@ class Adaptive(ServerOpt):
 class FedAdagrad(Adaptive):
     """v <- v + Delta^2 (Reddi et al. Alg. 2)."""
 
+    client_level_dp = True
+
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v + d2
 
@@ -180,6 +186,8 @@ class FedAdagrad(Adaptive):
 class FedAdam(Adaptive):
     """v <- beta2 v + (1 - beta2) Delta^2 (Reddi et al. Alg. 2)."""
 
+    client_level_dp = True
+
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return self.hp.beta2 * v + (1 - self.hp.beta2) * d2
 
@@ -187,6 +195,8 @@ class FedAdam(Adaptive):
 @ALGORITHMS.register("fedyogi", AdaptiveParams)
 class FedYogi(Adaptive):
     """v <- v - (1 - beta2) Delta^2 sign(v - Delta^2) (Reddi et al. Alg. 2)."""
+
+    client_level_dp = True
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v - (1 - self.hp.beta2) * d2 * torch.sign(v - d2)

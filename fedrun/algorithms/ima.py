@@ -99,6 +99,10 @@ class IMA(Algorithm):
         return self.inner.personal
 
     @property
+    def batch_extras(self) -> Any:  # type: ignore[override]
+        return self.inner.batch_extras
+
+    @property
     def adaptation(self) -> tuple[int, float | None]:  # type: ignore[override]
         return self.inner.adaptation
 

@@ -3,7 +3,7 @@ the run the same command line would start, answered without training and without
 "Choosing z from a target epsilon").
 
 The answer is the run's own: z is solved as the run solves it (client level: :class:`ClientDP`'s q over
-``fl.rounds`` rounds; sample level: :class:`SampleDP`'s worst client, whose size needs the data and its partition,
+``fl.rounds`` rounds; sample level: the DP-SGD mechanism's worst client, whose size needs the data and its partition,
 so those are loaded, as a run loads them), and the epsilon printed is dp-accounting's at that z. One line on stdout,
 exit 0; bad input (no privacy, no target, an unreachable target, a bad override) one line on stderr, exit 2.
 """
@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from fedrun.cli import compose_checks
 from fedrun.cli.main import CONF_DIR, EXIT_BAD_INPUT, error_line
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.core.errors import ConfigError, DataError
-from fedrun.privacy.accounting import epsilon
+from fedrun.privacy.accounting import epsilon, noise_for_epsilon
 from fedrun.privacy.client import ClientDP
+from fedrun.privacy.settings import PrivacySettings
 
 FLAG = "--privacy-noise"
 
@@ -56,26 +58,29 @@ def compose_spec(args: list[str]) -> RunSpec:
 
 def solve(spec: RunSpec) -> tuple[float, float, int, str]:
     """(z, q, steps, what a step is) as the run solves them for ``privacy.target_epsilon``."""
-    pv, fl = spec.privacy, spec.fl
-    if pv.mode == "none":
+    pv, fl = PrivacySettings.of(spec), spec.fl
+    if not pv.on:
         raise ConfigError("privacy.mode", "none adds no noise to solve for; valid: client or sample (privacy=client)")
     if pv.target_epsilon is None:
         raise ConfigError("privacy.target_epsilon", "is not set, and z is solved for it; valid: a number > 0")
     if pv.mode == "client":
-        dp = ClientDP.build(pv, fl, spec.seed)
-        return dp.z, dp.q, fl.rounds, f"client level, {pv.sampling} sampling"
+        q = ClientDP.rate(pv, fl)
+        z = noise_for_epsilon(q, fl.rounds, pv.delta, pv.target_epsilon, pv.accountant)
+        return z, q, fl.rounds, f"client level, {pv.sampling} sampling"
     from fedrun.run.experiment import build_experiment  # sample level: the clients' sizes, from data and partition
 
     sequential = dataclasses.replace(spec, hardware=dataclasses.replace(spec.hardware, engine="sequential"))
-    sample = build_experiment(sequential).sample_privacy
-    assert sample is not None
-    q, steps = sample.worst_case(fl, sample.sizes)
-    return sample.z, q, steps, f"sample level: {steps} local steps of the smallest client, n={int(sample.sizes.min())}"
+    cap = build_experiment(sequential).capability("privacy")
+    assert cap is not None
+    mechanism: Any = cap.mechanism  # type: ignore[attr-defined]
+    q, steps = mechanism.budget()
+    what = f"sample level: {steps} local steps of the smallest client, n={int(mechanism.sizes.min())}"
+    return mechanism.z, q, steps, what
 
 
 def noise_line(spec: RunSpec) -> str:
     """ "noise multiplier z=... reaches epsilon=... at delta=... over R rounds (..., q=..., accountant=...)"."""
-    pv = spec.privacy
+    pv = PrivacySettings.of(spec)
     z, q, steps, what = solve(spec)
     eps = epsilon(q, z, steps, pv.delta, pv.accountant)
     return (

@@ -28,7 +28,8 @@ from omegaconf import OmegaConf
 
 from fedrun.config import location
 from fedrun.config import registry as reg
-from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig
+from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig, run_sections
+from fedrun.config.sections import section_choices
 
 # (group, registry, page, title, what one option is)
 GROUPS = (
@@ -145,8 +146,8 @@ def field_notes(params: type) -> dict[str, str]:
     (a subclass that changes a default and says nothing keeps its base's note): the one home of what a key is
     and where its default comes from, read by the reference pages."""
     notes: dict[str, str] = {}
-    for cls in reversed(params.__mro__):
-        if dataclasses.is_dataclass(cls):
+    for cls in (*reversed(params.__mro__), *getattr(params, "__fedrun_parts__", ())):  # (a section built of parts)
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
             notes.update({k: v for k, v in _class_notes(cls).items() if v or k not in notes})
     # a field made by code (a registry's on/off switch) has no source line: its note is in its metadata
     return {f.name: notes.get(f.name) or f.metadata.get("note", "") for f in dataclasses.fields(params) if f.init}
@@ -323,11 +324,13 @@ def settings_page() -> str:
         "place a default is stated. Override any of them on the command line: `fedrun fl.rounds=50 eval.every=5`.",
         "",
     ]
-    for f in dataclasses.fields(FedrunConfig):
-        section = _default_of(f)
-        if dataclasses.is_dataclass(section):
-            rows = tuple(section_fields(type(section), f"{f.name}."))
-            out += [f"## `{f.name}`", "", paragraphs(inspect.getdoc(type(section)) or ""), "", fields_table(rows), ""]
+    choices = section_choices()
+    for name, cls in run_sections():
+        rows = tuple(
+            dataclasses.replace(r, type=" | ".join(repr(c) for c in choices[r.key])) if r.key in choices else r
+            for r in section_fields(cls, f"{name}.")
+        )
+        out += [f"## `{name}`", "", paragraphs(inspect.getdoc(cls) or ""), "", fields_table(rows), ""]
     every = section_fields(FedrunConfig, "")
     top = tuple(r for r in every if "." not in r.key and r.key not in COMPONENT_GROUPS)
     out += ["## Top-level keys", "", fields_table(top), ""]

@@ -13,7 +13,8 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from fedrun.config.schema import ASYNC_KEYS, COMPONENT_GROUPS, CompressionConfig, FedrunConfig, SystemConfig
+from fedrun.config.schema import COMPONENT_GROUPS, FedrunConfig
+from fedrun.config.sections import capabilities, owned_sections
 
 # Config keys that do not change a run's results, so they may differ between a run and its resume.
 _VOLATILE_TOP = ("output", "checkpoint", "cache_dir", "tracking", "imports")
@@ -33,19 +34,12 @@ _VOLATILE_HARDWARE = ("device",)
 _VOLATILE_EVAL = ("target", "last_k", "batch_size", "train_acc", "client_acc", "diagnostics")
 
 
-# keys added later, per section: left out while at their old behaviour, so older runs keep their identity
+# keys added later, per section: left out while at their old behaviour, so older runs keep their identity (each
+# capability says its own: :meth:`~fedrun.capabilities.base.Capability.identity`)
 _OFF: dict[str, dict[str, Any]] = {
     "data": {"image_size": None, "client_valid_ratio": 0.0, "normalize": "dataset", "augment": "none"},
     "fl": {"train_all": False},
-    "eval": {
-        "client_weights": False,
-        "local_test": "none",
-        "local_test_fraction": 0.25,
-        "local_test_seed": None,
-        "finetune_steps": 0,
-        "finetune_lr": None,
-        "unseen_clients": 0,
-    },
+    "eval": {"client_weights": False},
 }
 
 
@@ -53,9 +47,9 @@ def _schedule_declarers(raw: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """(section, its params class) for every part of ``raw`` whose class may declare ``derived_rounds``:
     the sections of the schema and each group's chosen component (an unknown name declares nothing)."""
     hints = typing.get_type_hints(FedrunConfig)
-    for section in sorted(hints):
-        if dataclasses.is_dataclass(hints[section]):
-            yield section, hints[section]
+    sections = {**{k: v for k, v in hints.items() if dataclasses.is_dataclass(v)}, **dict(owned_sections())}
+    for section in sorted(sections):
+        yield section, sections[section]
     for group, registry in COMPONENT_GROUPS.items():
         name = (raw.get(group) or {}).get("name")
         if isinstance(name, str) and name in registry.names():
@@ -100,16 +94,13 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")
-    if isinstance(out.get("system"), dict) and out["system"].get("server", "sync") == "sync":
-        for k in ASYNC_KEYS:  # (added with the async servers) a system run of before them keeps its identity
-            out["system"].pop(k, None)
-    # the ideal system (fedrun/system/) and no compression (fedrun/upload/): the runs of before they existed keep
-    # their identity
-    for section, cls in (("system", SystemConfig), ("compression", CompressionConfig)):
-        if isinstance(out.get(section), dict) and all(
-            out[section].get(f.name, f.default) == f.default for f in dataclasses.fields(cls)
-        ):
-            out.pop(section)
+    for cap in capabilities():  # each capability's part (the ideal system and no compression drop out whole)
+        if isinstance(out.get(cap.section), dict):
+            part = cap.identity(out[cap.section])
+            if part is None:
+                out.pop(cap.section)
+            else:
+                out[cap.section] = part
     return out
 
 

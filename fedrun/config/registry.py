@@ -1,4 +1,4 @@
-"""Name -> implementation registries for algorithms, models, datasets and partitions.
+"""Name -> implementation registries for algorithms, models, datasets, partitions, engines and capabilities.
 
 Every component registers itself with a decorator next to its definition, together with the dataclass
 of its hyperparameters. That dataclass is the one statement of the component's keys, types and defaults:
@@ -161,3 +161,5 @@ MODELS: Registry[Any] = Registry("model", "fedrun.models")
 DATASETS: Registry[Any] = Registry("data", "fedrun.data.sources")
 PARTITIONS: Registry[Any] = Registry("partition", "fedrun.data.partitions")
 ENGINES: Registry[Any] = Registry("engine", "fedrun.engines")
+# everything beyond the method that acts inside a round (fedrun/capabilities/base.py): system, privacy, compression...
+CAPABILITIES: Registry[Any] = Registry("capability", "fedrun.capabilities")

@@ -36,9 +36,6 @@ class FederatedData:
         self.pre = Preprocess(data.mean, data.std, dtype).to(device)
         self.augment_key: int | None = None  # set by set_augment: client training batches are augmented
         self.augment = "none"
-        # entries added to every training batch, keyed by (rnd, clients, step): sample-level DP's noise
-        # (fedrun/privacy/sample.py), drawn here so that every engine's batch carries the same draws
-        self.batch_extras: Callable[[int, torch.Tensor, int], dict[str, torch.Tensor]] | None = None
 
     def set_augment(self, mode: str, seed: int) -> None:
         """Augment client training batches (``data.augment``): none | crop_flip | flip_crop_half (images)."""
@@ -62,17 +59,23 @@ class FederatedData:
         return {"x": self.pre(x), "y": y}
 
     def train_batch(
-        self, idx: torch.Tensor, rnd: int, clients: int | torch.Tensor, step: int
+        self,
+        idx: torch.Tensor,
+        rnd: int,
+        clients: int | torch.Tensor,
+        step: int,
+        extras: Callable[[int, torch.Tensor, int], dict[str, torch.Tensor]] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """A client training minibatch: :meth:`batch`, augmented when ``data.augment`` is set.
+        """A client training minibatch: :meth:`batch`, augmented when ``data.augment`` is set, with the method's
+        ``extras`` (:attr:`Algorithm.batch_extras`: DP-SGD's noise) for (``rnd``, the clients, ``step``).
 
         ``idx`` is [B] for one client or [k, B] for k clients (``clients`` their ids, in row order); the
         augmentation draws are keyed by (seed, ``rnd``, client, ``step``, position in the batch), so every
         engine sees the same images.
         """
-        if self.batch_extras is not None:
+        if extras is not None:
             cl = torch.as_tensor(clients, dtype=torch.long).reshape(idx.shape[:-1])
-            return {**self._train_batch(idx, rnd, clients, step), **self.batch_extras(rnd, cl, step)}
+            return {**self._train_batch(idx, rnd, clients, step), **extras(rnd, cl, step)}
         return self._train_batch(idx, rnd, clients, step)
 
     def _train_batch(

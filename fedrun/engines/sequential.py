@@ -46,7 +46,7 @@ class SequentialEngine(Engine):
                 plan = plan[: int(budgets[j])]
             buffers = clone(algo.model.buffers)  # this client's copy of the global BatchNorm statistics
             for t, idx in enumerate(plan):
-                batch = self.data.train_batch(idx, rnd, cid, t)
+                batch = self.data.train_batch(idx, rnd, cid, t, algo.batch_extras)
                 batch = {**batch, "buffers": buffers} if buffers else batch  # type: ignore[dict-item]
                 w, opt, new_state, loss = algo.client_step(w, opt, batch, ctx)
                 ctx = ctx._replace(state=new_state)

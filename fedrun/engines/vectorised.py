@@ -274,6 +274,7 @@ class VectorisedEngine(Engine):
         opt = opt if opt is not None else {}
         state = states
         step = self._step_fn(has_opt)
+        extras_of = self.algorithm.batch_extras  # (the method's per-step inputs: DP-SGD's noise)
         # compiled: lr as a tensor, or every new lr value (a decay schedule) would trigger a recompile
         step_lr = torch.tensor(lr, dtype=dtype, device=data.device) if self.compile else lr
         loss_sum = torch.zeros(c, dtype=torch.float64, device=data.device)
@@ -284,7 +285,7 @@ class VectorisedEngine(Engine):
                 finished.append((_rows(w, k, live), _rows(opt, k, live), _rows(state, k, live)))
                 w, opt, state = _rows(w, 0, k), _rows(opt, 0, k), _rows(state, 0, k)
                 size, live = size[:k], k
-            batch = data.train_batch(plan.idx[t, :k], rnd, rows[:k], t)
+            batch = data.train_batch(plan.idx[t, :k], rnd, rows[:k], t, extras_of)
             if plan.padded[t]:
                 batch["w"] = plan.w[t, :k]
             w, opt, state, loss = step(w, opt, batch, state, size, params, extras, step_lr)

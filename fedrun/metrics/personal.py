@@ -45,7 +45,6 @@ from fedrun.data.local_test import LocalTest
 from fedrun.metrics.head_eval import head_hits, hits_and_features, linear_head
 from fedrun.models.base import FunctionalModel
 
-CLIENTS_FILE = "clients.csv"
 STATS = ("mean", "wmean", "std", "worst10", "best10")
 # A chunk's fixed cost (one vmap call over the model, the gathers), in padded samples' worth of forward pass: on
 # the MLP of `scripts/bench.py --what personal` (Ditto, 100 clients) a chunk costs ~0.4 ms and a padded sample

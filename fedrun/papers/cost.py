@@ -161,7 +161,7 @@ def step_rate(preset: str, model: str, seconds: float = 3.0) -> float:
     """CPU seconds per sample of SGD steps of ``model`` at ``preset``'s batch size on random inputs (one thread)."""
     import torch
 
-    from fedrun.config.schema import validate
+    from fedrun.config.validate import validate
 
     torch.set_num_threads(1)
     cfg = OmegaConf.create(preset_cfg(preset, f"model={model}"))

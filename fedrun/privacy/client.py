@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedrun.config.schema import FLConfig, PrivacyConfig
+from fedrun.config.schema import FLConfig
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import torch_gen
 from fedrun.core.tree import Tensors
-from fedrun.privacy.accounting import epsilon, noise_for_epsilon
+from fedrun.privacy.accounting import epsilon
+from fedrun.privacy.settings import PrivacySettings
 
 
 def flat(stacked: Tensors) -> torch.Tensor:
@@ -80,32 +81,21 @@ def geometric_clip(clip: float, unclipped_mean: float, quantile: float, lr: floa
 
 @dataclass
 class ClientDP:
-    """DP-FedAvg's server side for one run: the sampling rate, the noise multiplier (configured or solved for
-    ``target_epsilon`` over ``fl.rounds``), the expected cohort and the current clip S (adaptive: state, saved in
-    the checkpoint)."""
+    """DP-FedAvg's server side for one run: the sampling rate, the noise multiplier z (the run's: fedrun/privacy/
+    mechanisms/base.py), the expected cohort and the current clip S (adaptive: state, saved in the checkpoint)."""
 
-    config: PrivacyConfig
+    config: PrivacySettings
     fl: FLConfig
     seed: int
     z: float
     clip: float
     _unclipped: float = field(default=0.0, init=False, repr=False)  # this round's unclipped count (clip_cohort)
 
-    @classmethod
-    def build(cls, config: PrivacyConfig, fl: FLConfig, seed: int) -> ClientDP:
-        """The run's DP-FedAvg: z solved with dp-accounting when ``target_epsilon`` is set (a ConfigError when no
-        z reaches it)."""
-        z = config.noise_multiplier
-        if config.target_epsilon is not None:
-            z = noise_for_epsilon(
-                cls.rate(config, fl), fl.rounds, config.delta, config.target_epsilon, config.accountant
-            )
-        dp = cls(config, fl, seed, z, config.clip)
-        dp.update_z  # noqa: B018 - refuse a count noise that leaves nothing for the update now, not in round 1
-        return dp
+    def __post_init__(self) -> None:
+        self.update_z  # noqa: B018 - refuse a count noise that leaves nothing for the update now, not in round 1
 
     @staticmethod
-    def rate(config: PrivacyConfig, fl: FLConfig) -> float:
+    def rate(config: PrivacySettings, fl: FLConfig) -> float:
         """q: fl.participation under Poisson sampling; m/N for fixed-size sampling (accounted as if Poisson)."""
         return fl.participation if config.sampling == "poisson" else fl.cohort_size / fl.clients
 
@@ -168,7 +158,7 @@ class ClientDP:
     def aggregate(self, params: Tensors, stacked: Tensors | None, rnd: int) -> tuple[Tensors, dict[str, float]]:
         """Round ``rnd``'s DP-FedAvg step from w^t = ``params`` and the cohort's stacked models (None: an empty
         Poisson cohort, whose release is the noise alone): (w^{t+1}, the round's clip columns); adapts S.
-        (A run with a cohort takes the same two steps in the upload pipeline: fedrun/upload/dp_fedavg.py.)"""
+        (A run with a cohort takes the same two steps in the upload pipeline: fedrun/privacy/mechanisms/client.py.)"""
         like = {k: v[None] for k, v in params.items()}
         w = flat(like)[0]
         columns = {"clip": self.clip, "clipped_fraction": 0.0}

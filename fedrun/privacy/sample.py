@@ -8,7 +8,7 @@ for a model that is a chain of Linear/Conv2d layers trained on the plain cross-e
 gradients g_j of ``torch.func`` (``vmap(grad)``); either way the step runs inside the vectorised engine's ``vmap``
 over the cohort as it does in the sequential loop. The noise of client i's step t of round r is drawn
 on CPU (float32) from the generator keyed by (seed, "dp-sgd", r, i, t) and travels in the batch
-(:class:`NoiseForBatches`, ``FederatedData.batch_extras``): every engine, and a resumed run, adds the same noise.
+(:class:`NoiseForBatches`, the method's ``batch_extras``): every engine, and a resumed run, adds the same noise.
 
 The budget is per client, over the samples of its own data: each step is accounted as a Poisson-subsampled
 Gaussian at q_i = B / n_i (fedrun's batches are a shuffled epoch's slices: fixed-size, accounted as Poisson, as
@@ -25,13 +25,14 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from fedrun.algorithms.base import Algorithm
-from fedrun.config.schema import FLConfig, PrivacyConfig
+from fedrun.config.schema import FLConfig
 from fedrun.core.rng import torch_gen
 from fedrun.core.tree import Tensors
 from fedrun.data.federated import num_local_steps
 from fedrun.models.base import FunctionalModel
-from fedrun.privacy.accounting import epsilon, noise_for_epsilon
+from fedrun.privacy.accounting import epsilon
 from fedrun.privacy.ghost import LayerChain, layer_chain
+from fedrun.privacy.settings import PrivacySettings
 
 NOISE_KEY = "dp_noise"  # the batch entry holding the step's noise, [d] (one client) or [k, d] (k clients)
 Loss = Callable[..., torch.Tensor]
@@ -74,7 +75,7 @@ def add_noise(total: Tensors, noise: torch.Tensor, batch_size: torch.Tensor | fl
 
 @dataclass
 class DPSGD:
-    """The DP-SGD gradient for :meth:`Algorithm.local_grad` (its ``dp_sgd`` hook, fedrun/algorithms/base.py).
+    """The DP-SGD gradient that replaces a method's :meth:`Algorithm.local_grad` (fedrun/privacy/mechanisms/sample.py).
 
     ``chain`` (:func:`dp_sgd_for`): the book-keeping path of fedrun/privacy/ghost.py, which forms the clipped sum
     without one gradient per sample; without it (or for an input shape it does not support), ``vmap(grad)``. The
@@ -113,10 +114,11 @@ def dp_sgd_for(algorithm: Algorithm, clip: float) -> DPSGD:
 
 @dataclass
 class NoiseForBatches:
-    """The ``batch_extras`` of FederatedData: N(0, (z C)^2 I_d) of client ``cid``'s step ``t`` of round ``rnd``."""
+    """A DP-SGD method's batch extras (:attr:`Algorithm.batch_extras`): N(0, (z C)^2 I_d) of client ``cid``'s step
+    ``t`` of round ``rnd``; ``std`` reads z C when drawn (z is the run's state, restored by a resume)."""
 
     dim: int
-    std: float
+    std: float | Callable[[], float]
     seed: int
     dtype: torch.dtype
     device: torch.device
@@ -124,7 +126,8 @@ class NoiseForBatches:
     def draw(self, rnd: int, cid: int, step: int) -> torch.Tensor:
         # float32 on CPU (a step's noise is as large as the model, drawn every step): the same bits on every device
         g = torch_gen(self.seed, "dp-sgd", rnd, cid, step)
-        return torch.randn(self.dim, generator=g, dtype=torch.float32).mul_(self.std)
+        std = self.std() if callable(self.std) else self.std
+        return torch.randn(self.dim, generator=g, dtype=torch.float32).mul_(std)
 
     def __call__(self, rnd: int, clients: torch.Tensor, step: int) -> dict[str, torch.Tensor]:
         ids = clients.reshape(-1).tolist()
@@ -134,21 +137,13 @@ class NoiseForBatches:
 
 @dataclass
 class SampleDP:
-    """Sample-level DP's run-wide settings: z (configured, or solved for ``target_epsilon`` for the client that
-    spends the most: the largest q_i = B/n_i over the whole run's steps), and each client's budget."""
+    """Sample-level DP's accounting: each client's budget at q_i = B / n_i over the local steps it took, at the
+    run's noise multiplier z (fedrun/privacy/mechanisms/sample.py keeps z as the run's state)."""
 
-    config: PrivacyConfig
+    config: PrivacySettings
     fl: FLConfig
     sizes: np.ndarray  # n_i
     z: float
-
-    @classmethod
-    def build(cls, config: PrivacyConfig, fl: FLConfig, sizes: np.ndarray) -> SampleDP:
-        z = config.noise_multiplier
-        if config.target_epsilon is not None:
-            q, steps = cls.worst_case(fl, sizes)
-            z = noise_for_epsilon(q, steps, config.delta, config.target_epsilon, config.accountant)
-        return cls(config, fl, sizes, z)
 
     @staticmethod
     def worst_case(fl: FLConfig, sizes: np.ndarray) -> tuple[float, int]:
@@ -167,12 +162,3 @@ class SampleDP:
             ),
             default=0.0,
         )
-
-    def describe(self) -> dict[str, object]:
-        c = self.config
-        return {
-            "mode": "sample (DP-SGD)", "unit": "one training sample of a client", "sampling": "fixed-size shuffled"
-            " batches (accounted as Poisson with q_i = B/n_i)", "noise_multiplier": self.z, "clip": c.clip,
-            "delta": c.delta, "accountant": f"{c.accountant} (dp-accounting)", "target_epsilon": c.target_epsilon,
-            "epsilon_is": "the largest over the clients",
-        }  # fmt: skip

@@ -8,7 +8,7 @@ table of the others. A run refused on bad input (``error.txt`` beside Hydra's re
 A report never shows a number a run did not produce, so two more kinds of folder are left out:
 
 - **foreign**: not recognisably fedrun's. Its config (``config.yaml``, or Hydra's record of a refused job) must
-  exist, hold only fedrun's top-level keys (:class:`~fedrun.config.schema.FedrunConfig`) and name its algorithm
+  exist, hold only fedrun's top-level keys (:func:`~fedrun.config.schema.config_keys`) and name its algorithm
   (``algorithm.name``); a ``summary.json`` alone, or a ``config.yaml`` of ``foo: bar``, is foreign.
 - **damaged**: fedrun's, but its summary disagrees with itself or with ``metrics.csv``: a status fedrun never
   writes, an accuracy that is not a number in [0, 1], or (a completed run) a final / best / last-k mean test
@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from fedrun.config.identity import saved_config_key
-from fedrun.config.schema import FedrunConfig
+from fedrun.config.schema import config_keys
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
 from fedrun.report.personal_metrics import personal_fields
@@ -44,7 +44,6 @@ VOLATILE_KEYS = ("output", "checkpoint", "tracking", "cache_dir")
 
 
 # the top-level keys of a fedrun config (``experiment`` is the preset group Hydra leaves in the composed config)
-CONFIG_KEYS = frozenset(FedrunConfig.__dataclass_fields__) | {"experiment"}
 # how far a summary's accuracy may lie from the one recomputed from metrics.csv (both are float64 written as text)
 TOLERANCE = 1e-6
 # the summary's accuracies checked against metrics.csv: field -> how metrics.csv's test_acc column gives it
@@ -154,7 +153,8 @@ def foreign_config(cfg: dict[str, Any]) -> str | None:
     """Why the config ``cfg`` (read from a run dir; {} when there is none) is not fedrun's; None when it is."""
     if not cfg:
         return f"{CONFIG_FILE}: none (a fedrun run writes it when it starts)"
-    unknown = sorted(str(k) for k in cfg if k not in CONFIG_KEYS)
+    known = config_keys()
+    unknown = sorted(str(k) for k in cfg if k not in known)
     if unknown:
         return f"{CONFIG_FILE}: '{unknown[0]}' is not a fedrun config key"
     algorithm = cfg.get("algorithm")

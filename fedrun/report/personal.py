@@ -19,8 +19,7 @@ import pandas as pd
 
 from fedrun.core.errors import DataError
 from fedrun.report.pooling import label
-
-CLIENTS_FILE = "clients.csv"
+from fedrun.storage.rundir import RunDir
 
 
 def client_accuracies(runs: pd.DataFrame, rows: list[str], column: str = "acc") -> pd.DataFrame:
@@ -29,7 +28,7 @@ def client_accuracies(runs: pd.DataFrame, rows: list[str], column: str = "acc") 
     Raises DataError when no run has a clients.csv."""
     out = []
     for _, run in runs.iterrows():
-        path = Path(run["run_dir"]) / CLIENTS_FILE
+        path = RunDir(run["run_dir"]).clients_file
         if not path.is_file():
             continue
         frame = pd.read_csv(path)

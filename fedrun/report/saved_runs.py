@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.core.errors import DataError
 from fedrun.core.tree import Tensors
 from fedrun.data.base import Split
@@ -22,6 +23,7 @@ from fedrun.data.partition import make_partition
 from fedrun.data.proxy import carve_proxy
 from fedrun.metrics.evaluate import evaluate
 from fedrun.metrics.landscape import Evaluate
+from fedrun.metrics.local_settings import LocalEvalSettings
 from fedrun.models.base import FunctionalModel
 from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint, saved_config
 from fedrun.run.experiment import build_model, load_data
@@ -98,9 +100,9 @@ def eval_set(
     fed = FederatedData(data, [], dev, test=test)
     chosen = fed.test if split == "test" else fed.train
     if client is not None:
+        clients = spec.fl.clients + LocalEvalSettings.of(spec).unseen_clients
         parts = make_partition(
-            data, spec.partition.name, spec.partition.params, spec.fl.clients + spec.eval.unseen_clients, spec.seed,
-            spec.cache_dir,
+            data, spec.partition.name, spec.partition.params, clients, spec.seed, spec.cache_dir
         )  # fmt: skip
         if not 0 <= client < len(parts):
             raise DataError(f"--client {client}: the run has {len(parts)} clients")

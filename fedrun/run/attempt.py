@@ -27,7 +27,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.core.errors import ConfigError, DataError, ResumeError
 from fedrun.host.interrupts import interrupts, signal_name
 from fedrun.storage.atomic import WriteError, remove_stale_temps

@@ -26,6 +26,7 @@ from fedrun.storage.rundir import RunDir, UnreadableRunFile
 from fedrun.storage.status import Status
 
 FORMAT_VERSION = 1
+LEGACY_TREES = ("events",)  # trees of files of before the capability contract, handed to the capabilities by name
 FINISHED = (Status.COMPLETED, Status.DIVERGED)  # statuses a re-run skips: both are deterministic outcomes
 
 
@@ -55,7 +56,13 @@ class Checkpoint:
     counters: dict[str, float] = field(default_factory=dict)
     torch_rng: torch.Tensor | None = None
     buffers: Tree = field(default_factory=dict)  # the global model's buffers (BatchNorm running statistics)
-    events: Tree = field(default_factory=dict)  # an async server's in-flight clients (fedrun/system/events.py)
+    events: Tree = field(default_factory=dict)  # (a file of before the capability contract: a capability's tree)
+    capabilities: Tree = field(default_factory=dict)  # each capability's state by its name (fedrun/capabilities/)
+
+    def legacy(self, device: torch.device) -> dict[str, Any]:
+        """What a file of before the capability contract kept outside its counters (a capability's tree, under its
+        old name), on ``device``, for the capability that reads it."""
+        return {k: to_device(getattr(self, k), device) for k in LEGACY_TREES if getattr(self, k)}
 
 
 def to_cpu(tree: Tree) -> Tree:
@@ -80,8 +87,8 @@ def save_checkpoint(path: Path, ck: Checkpoint) -> None:
         "torch_rng": ck.torch_rng,
         "buffers": to_cpu(ck.buffers),
     }
-    if ck.events:  # only an async run's checkpoint holds its event queue
-        state["events"] = to_cpu(ck.events)
+    if ck.capabilities:  # only a run with capabilities that keep state holds them (a plain run's file is as it was)
+        state["capabilities"] = to_cpu(ck.capabilities)
     buf = io.BytesIO()
     torch.save(state, buf)
     atomic_write(path, buf.getvalue())
@@ -101,7 +108,7 @@ def load_checkpoint(path: Path, expected_fingerprint: str | tuple[str, ...] | No
     if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
         raise ResumeError(f"{path}: not a fedrun checkpoint of format {FORMAT_VERSION}; delete it to restart the run")
     fields = set(Checkpoint.__dataclass_fields__)
-    missing = sorted(fields - set(state) - {"buffers", "events"})  # absent from checkpoints of before them
+    missing = sorted(fields - set(state) - {"buffers", "capabilities", *LEGACY_TREES})  # absent from older files
     unknown = sorted(set(state) - fields - {"version"})
     if missing or unknown:
         what = f"missing {', '.join(missing)}" if missing else f"unknown key {', '.join(map(str, unknown))}"

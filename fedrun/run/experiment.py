@@ -14,14 +14,14 @@ import torch
 
 from fedrun.algorithms.base import Algorithm, SetupEnv
 from fedrun.algorithms.ima import IMA
+from fedrun.capabilities.base import Capabilities, Capability, DataSplit, RunView, active
 from fedrun.config.schema import FLConfig, RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import derive, np_rng
-from fedrun.data.base import Dataset, Split, check_clients_vs_samples
+from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.corrupt import apply_corruption
 from fedrun.data.federated import FederatedData
 from fedrun.data.holdout import hold_out
-from fedrun.data.local_test import LocalTest, Unseen, make_local_test
 from fedrun.data.memo import load_source
 from fedrun.data.partition import make_partition
 from fedrun.data.partitions.longtail import apply_longtail
@@ -32,13 +32,8 @@ from fedrun.engines.base import Engine
 from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
-from fedrun.privacy.client import ClientDP
-from fedrun.privacy.sample import NoiseForBatches, SampleDP, dp_sgd_for
 from fedrun.storage.rundir import RunDir
-from fedrun.system.events import check_async
-from fedrun.system.model import SystemModel
-from fedrun.upload.dp_fedavg import client_dp
-from fedrun.upload.pipeline import UploadPipeline, build_pipeline, upload_layout
+from fedrun.upload.pipeline import UploadPipeline
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.float32}
 
@@ -98,7 +93,9 @@ class Experiment:
     """Everything a run is built from (kept together so tests and tools can build one without running).
 
     ``data`` is the dataset as loaded; ``fed`` holds what the clients train on, which differs from it only on
-    the ``corrupted`` clients' swapped labels (``corrupt.fraction`` > 0).
+    the ``corrupted`` clients' swapped labels (``corrupt.fraction`` > 0). ``capabilities``: the run's capabilities
+    (fedrun/capabilities/), each hook called on every one; ``upload``: their upload stages as one pipeline (None
+    when there are none).
     """
 
     spec: RunSpec
@@ -111,104 +108,59 @@ class Experiment:
     engine: Engine
     corrupted: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     threads: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch threads used and why (summary.json)
-    system: SystemModel | None = None  # the simulated system (system.*); None: the ideal one (fedrun/system/)
-    local_test: LocalTest | None = None  # the clients' local test splits (eval.local_test)
-    privacy: ClientDP | None = None  # client-level DP-FedAvg's server side (privacy.mode=client; fedrun/privacy/)
-    sample_privacy: SampleDP | None = None  # sample-level DP-SGD's budget (privacy.mode=sample; fedrun/privacy/)
-    upload: UploadPipeline | None = None  # the upload stages (compression.*, fedrun/upload/); None: none run
-    unseen: Unseen | None = None  # the clients that never train (eval.unseen_clients)
+    capabilities: Capabilities = dataclasses.field(default_factory=lambda: Capabilities([]))
+    view: RunView | None = None  # what the capabilities see of the run
+
+    def capability(self, name: str) -> Capability | None:
+        """The run's capability ``name`` when it is on (for tools and tests), else None."""
+        return next((c for c in self.capabilities if c.name == name), None)
+
+    @property
+    def upload(self) -> UploadPipeline | None:
+        """The capabilities' upload stages as one pipeline (None when there are none)."""
+        return self.capabilities.pipeline
 
 
 def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_threads: int | None = None) -> Experiment:
-    """Build the run's data, partition, model, algorithm and engine. ``pinned_*``: what a resumed run used
-    (:func:`earlier_engine_and_threads`), kept where the config leaves the choice to fedrun (``auto`` engine,
+    """Build the run's data, partition, model, algorithm, capabilities and engine. ``pinned_*``: what a resumed run
+    used (:func:`earlier_engine_and_threads`), kept where the config leaves the choice to fedrun (``auto`` engine,
     0 threads)."""
-    hw = spec.hardware
-    # first: a target epsilon no noise reaches (privacy.mode=client's stage) is refused before any data is read
-    upload = build_pipeline(spec)
-    privacy = client_dp(upload.stages) if upload is not None else None
+    hw, on = spec.hardware, active(spec)
     threads = apply_threads(hw.threads, pinned_threads)
     device = resolve_device(hw.device)
     data = load_data(spec)
-    n_parts = spec.fl.clients + spec.eval.unseen_clients  # the unseen clients: the last parts, never trained
+    n_parts = spec.fl.clients + sum(cls.extra_clients(settings) for cls, settings in on)  # e.g. unseen clients
     parts = make_partition(data, spec.partition.name, spec.partition.params, n_parts, spec.seed, spec.cache_dir)
     px, proxy, test = spec.proxy, None, None
     if px.per_class:  # carved out for every method, so all are evaluated on the same test images
         proxy_split, test = carve_proxy(data.test, data.num_classes, px, spec.seed)
         proxy = ProxySet(proxy_split.to(device), data.num_classes, px.batch_size, px.balanced_sampling)
     check_test_split(spec, len(data.test), len(test) if test is not None else len(data.test))
-    train_parts = hold_out(parts, spec.data.params.client_valid_ratio, spec.seed)  # clients train on the rest
-    train_parts, local_test = local_test_split(spec, data, train_parts, test)  # eval.local_test=split: on the rest
-    parts, train_parts, local_test, unseen = unseen_clients(spec.fl.clients, parts, train_parts, local_test)
+    split = DataSplit(data, parts, hold_out(parts, spec.data.params.client_valid_ratio, spec.seed), test)
+    for cls, settings in on:  # (local test splits, unseen clients)
+        cls.split_data(settings, spec, split)
+    parts = split.parts
     client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
-    fed = FederatedData(client_data, train_parts, device, DTYPES[hw.precision], test=test)
+    fed = FederatedData(client_data, split.train_parts, device, DTYPES[hw.precision], test=test)
     fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
-    if spec.privacy.mode != "none" and model.buffers:
-        raise ConfigError(
-            "privacy.mode",
-            f"{spec.privacy.mode}: model={spec.model.name} has BatchNorm statistics, which the privacy analysis does"
-            " not cover (shared across samples, uploaded unclipped); valid: a model without BatchNorm (e.g. mlp, cnn)"
-            " or privacy=none",
-        )
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
-    sample_privacy = sample_level_dp(spec, algorithm, fed, model)
+    view = RunView(spec, device, fed, model, algorithm, split.prepared)
+    caps = [cls(settings, view) for cls, settings in on]
+    for cap in caps:  # (DP-SGD's form of the method)
+        algorithm = cap.wrap(algorithm)
     if spec.ima.enabled:
         algorithm = IMA(algorithm, spec.ima)
     algorithm.setup(SetupEnv(device, spec.seed, fed, proxy, spec.data.name))
-    check_async(spec.system, algorithm, model)  # an async server steps only FedAvg's average (fedrun/system/events.py)
-    system = None if spec.system.ideal else SystemModel(spec.system, spec.fl, spec.seed, fed.sizes.numpy())
-    if upload is not None:  # the method's upload parts, each stage's settings checked against them before any work
-        w0 = model.init_params()
-        upload.bind(upload_layout(algorithm, w0, algorithm.server_init(w0)))
+    view.algorithm = algorithm
+    for cap in caps:
+        cap.bind(view)
+    capabilities = Capabilities(caps)
+    capabilities.bind_uploads(algorithm, model.init_params())  # (their settings checked against the method's uploads)
     engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
-        spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads, system=system,
-        local_test=local_test, privacy=privacy, upload=upload, sample_privacy=sample_privacy, unseen=unseen,
-    )  # fmt: skip
-
-
-def unseen_clients(
-    n: int, parts: list[np.ndarray], train_parts: list[np.ndarray], local_test: LocalTest | None
-) -> tuple[list[np.ndarray], list[np.ndarray], LocalTest | None, Unseen | None]:
-    """The first ``n`` clients' (parts, training parts, local test splits), and the rest as :class:`Unseen`."""
-    if len(parts) == n or local_test is None:
-        return parts, train_parts, local_test, None
-    seen = LocalTest(local_test.mode, local_test.parts[:n])
-    return parts[:n], train_parts[:n], seen, Unseen(train_parts[n:], LocalTest(local_test.mode, local_test.parts[n:]))
-
-
-def sample_level_dp(spec: RunSpec, algorithm: Algorithm, fed: FederatedData, model: FunctionalModel) -> SampleDP | None:
-    """privacy.mode=sample: DP-SGD as ``algorithm``'s gradient (its ``dp_sgd`` hook) and the keyed noise in every
-    training batch (``fed.batch_extras``); None otherwise. A method with its own gradient (SAM, SCAFFOLD...) is
-    refused: DP-SGD replaces the plain gradient of the local objective."""
-    pv = spec.privacy
-    if pv.mode != "sample":
-        return None
-    if type(algorithm).local_grad is not Algorithm.local_grad:
-        raise ConfigError(
-            "algorithm.name",
-            f"{spec.algorithm.name} computes its own local gradient, which DP-SGD's per-sample gradient would replace;"
-            " valid with privacy.mode=sample: a method on the plain gradient (fedavg, fedprox, fedavgm, fedadam...)",
-        )
-    dp = SampleDP.build(pv, spec.fl, fed.sizes.numpy())
-    algorithm.dp_sgd = dp_sgd_for(algorithm, pv.clip)
-    dim = sum(p.numel() for p in model.init_params().values())
-    dtype = DTYPES[spec.hardware.precision]
-    fed.batch_extras = NoiseForBatches(dim, dp.z * pv.clip, spec.seed, dtype, fed.device)
-    return dp
-
-
-def local_test_split(
-    spec: RunSpec, data: Dataset, parts: list[np.ndarray], test: Split | None
-) -> tuple[list[np.ndarray], LocalTest | None]:
-    """The clients' training parts and local test splits of ``eval.local_test`` (fedrun/data/local_test.py)."""
-    ev = spec.eval
-    seed = spec.seed if ev.local_test_seed is None else ev.local_test_seed
-    labels = (test if test is not None else data.test).y.cpu().numpy()
-    return make_local_test(
-        ev.local_test, ev.local_test_fraction, seed, parts, data.train.y.cpu().numpy(), labels, data.num_classes,
-        spec.cache_dir,
+        spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads,
+        capabilities=capabilities, view=view,
     )  # fmt: skip
 
 

@@ -14,11 +14,9 @@ from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.host.interrupts import deferred, signal_name
 from fedrun.metrics.clients import ClientAccuracy
-from fedrun.metrics.personal import CLIENTS_FILE, LocalEvaluation, resume_clients_csv
-from fedrun.run.async_rounds import is_async, is_eval_update, train_update
 from fedrun.run.experiment import Experiment, build_experiment, earlier_engine_and_threads
 from fedrun.run.recorder import RoundMonitor, log
-from fedrun.run.rounds import evaluation_row, lr_at, train_round
+from fedrun.run.rounds import evaluation_row, is_eval_step, lr_at, train_step
 from fedrun.run.state import (
     FinishedRound,
     RunState,
@@ -28,7 +26,7 @@ from fedrun.run.state import (
     rewind,
     save_state,
 )
-from fedrun.run.summary import Outcome, describe_run, final_summary, summary_line
+from fedrun.run.summary import Outcome, describe_run, final_summary, run_title, summary_line
 from fedrun.storage.figures import plot_curves
 from fedrun.storage.rundir import RunDir
 from fedrun.storage.status import Status
@@ -85,7 +83,7 @@ def _run(
     rd.write_summary({**info, "status": Status.RUNNING})
     log.info(start_line(spec, info, state.start))
     outcome, client_acc = Outcome(), client_accuracy(experiment)
-    local_eval = local_evaluation(experiment, run_dir, state.start)
+    experiment.capabilities.start(run_dir, state.start)  # (their own files cut back to the round resumed at)
     t_loop = time.perf_counter()
     # a round's client-state writes wait until it has finished; ``last``: the state an interrupted run saves
     state.clients = staged = StagedClientStates(state.clients)
@@ -93,11 +91,10 @@ def _run(
     try:
         with monitor:
             for rnd in range(state.start, spec.fl.rounds):
-                step = train_update if is_async(experiment) else train_round  # an async server's update, or a round
-                result = step(experiment, state, rnd)
+                result = train_step(experiment, state, rnd)  # a round, or a driver's step (an async server's update)
                 monitor.weights(result.weight_rows)
-                if is_eval_update(experiment, state, rnd):
-                    monitor.record(evaluation_row(experiment, state, result, t0, client_acc, local_eval))
+                if is_eval_step(experiment, rnd):
+                    monitor.record(evaluation_row(experiment, state, result, t0, client_acc))
                 monitor.advance()
                 with deferred():  # the round has finished: it becomes the state an interrupted run saves
                     staged.commit()
@@ -117,8 +114,8 @@ def _run(
         extra = {"signal": signal_name(e), "checkpoint_round": last.done}
         outcome = Outcome(Status.INTERRUPTED, f"interrupted by {signal_name(e)}", extra)
     if state.rows and spec.output.plots:  # before summary.json says how the run ended
-        plot_curves(state.rows, rd.accuracy_plot, f"{spec.algorithm.name} on {spec.data.name}")
-    summary = final_summary(info, state, spec, outcome, t0, t_loop, run_dir)
+        plot_curves(state.rows, rd.accuracy_plot, run_title(spec))
+    summary = final_summary(info, state, experiment, outcome, t0, t_loop, run_dir)
     rd.write_summary(summary)
     monitor.finish(summary)
     log.info(summary_line(summary))
@@ -155,24 +152,6 @@ def client_accuracy(experiment: Experiment) -> ClientAccuracy | None:
     if not ev.client_acc:
         return None
     return ClientAccuracy.build(experiment.model, experiment.fed, experiment.parts, ev.client_acc_split, ev.batch_size)
-
-
-def local_evaluation(experiment: Experiment, run_dir: Path | None, start: int) -> LocalEvaluation | None:
-    """The per-client evaluator of ``eval.local_test`` (None when off); clients.csv cut back to round ``start``."""
-    ev, local = experiment.spec.eval, experiment.local_test
-    if local is None:
-        return None
-    csv = run_dir / CLIENTS_FILE if run_dir is not None else None
-    if csv is not None:
-        resume_clients_csv(csv, start)
-    finetune, seed = (ev.finetune_steps, ev.finetune_lr, experiment.spec.fl.batch_size), experiment.spec.seed
-    out = LocalEvaluation(experiment.model, experiment.fed, local, ev.batch_size, finetune, seed, csv)
-    if experiment.unseen is not None:
-        unseen = experiment.unseen
-        out.unseen = LocalEvaluation(experiment.model, experiment.fed, unseen.local_test, ev.batch_size, finetune, seed,
-                                     train_parts=unseen.train_parts)  # fmt: skip
-        out.unseen.first_id = experiment.spec.fl.clients
-    return out
 
 
 def checkpoint_due(spec: RunSpec, rnd: int) -> bool:

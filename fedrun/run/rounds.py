@@ -1,62 +1,42 @@
-"""One federated round: sample the cohort, train it, aggregate (:func:`train_round`); and its metrics row
-(:func:`evaluation_row`)."""
+"""One federated round: sample the cohort, train it, aggregate (:func:`train_round`), with the run's capabilities at
+their fixed points (fedrun/capabilities/base.py); a driver's step in its place (:func:`driver_step`: an
+asynchronous server's update); the one cohort-training step both use (:func:`train_cohort_at`); and the metrics
+row of an evaluated round (:func:`evaluation_row`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from fedrun.algorithms.base import RoundInfo, average_buffers
+from fedrun.capabilities.base import RoundCtx, RoundResult
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import DivergenceError
 from fedrun.core.rng import derive
 from fedrun.core.tree import Tree, all_finite, leaves, nbytes, tree_map
-from fedrun.data.federated import num_local_steps
 from fedrun.engines.auto import precision_context
 from fedrun.engines.base import CohortResult
-from fedrun.engines.sampling import aggregated_part, participations, sample_clients, training_clients
+from fedrun.engines.sampling import aggregated_part, sample_clients, training_clients
 from fedrun.metrics.client_weights import effective_weights, weight_rows
 from fedrun.metrics.clients import ClientAccuracy
 from fedrun.metrics.diagnostics import round_diagnostics
 from fedrun.metrics.evaluate import evaluate
-from fedrun.metrics.personal import LocalEvaluation
 from fedrun.run.state import RunState
-from fedrun.system.clock import flops_per_sample
-from fedrun.system.model import RoundClose, RoundPlan, SystemModel
-from fedrun.upload.base import UploadContext
-from fedrun.upload.pipeline import UPLOAD_STATE
 
 if TYPE_CHECKING:
     from fedrun.run.experiment import Experiment
 
-
-@dataclass
-class RoundResult:
-    """What a trained and aggregated round reports: its local lr and loss, the bytes it moved, the server's
-    time, the method's and the optional diagnostics, and the round's client-weight rows."""
-
-    rnd: int
-    clients: int
-    lr: float
-    loss: float
-    bytes_down: int
-    bytes_up: int
-    aggregate_seconds: float
-    started: float
-    diagnostics: dict[str, float] = field(default_factory=dict)
-    weight_rows: list[dict[str, Any]] = field(default_factory=list)
-    system: dict[str, float] = field(default_factory=dict)  # the simulated system's columns (none when ideal)
+__all__ = ["RoundResult", "lr_at", "train_round", "train_step"]
 
 
 def lr_at(spec: RunSpec, rnd: int) -> float:
     """The configured local lr of round ``rnd`` (0-based): lr * lr_decay^rnd."""
-    return spec.fl.lr * spec.fl.lr_decay**rnd
+    return spec.fl.lr_at(rnd)
 
 
 def first_nonfinite_client(uploads: Tree, clients: torch.Tensor) -> int | None:
@@ -78,38 +58,135 @@ def aggregation_weights(sizes: torch.Tensor, weighting: str) -> torch.Tensor:
     return torch.full_like(sizes, 1 / len(sizes))
 
 
-def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:
-    """Round ``rnd`` (0-based): the cohort trains from w^t, the algorithm aggregates; ``state`` is updated in place.
+def engine_states(experiment: Experiment, state: RunState, clients: torch.Tensor) -> Any:
+    """The persistent states of ``clients`` the engine trains with: all but the capabilities' own rows."""
+    if not state.clients:
+        return {}
+    states = state.clients.gather(clients)
+    for key in experiment.capabilities.private_keys:
+        states.pop(key, None)
+    return states
 
-    Raises DivergenceError on a non-finite local loss or global model (naming the first bad client). With a
-    system model (``system.*`` not ideal) the round is :func:`train_system_round`'s.
-    """
-    if experiment.system is not None:
-        return train_system_round(experiment, state, rnd, experiment.system)
-    spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
-    started = time.perf_counter()
-    # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
-    torch.manual_seed(derive(spec.seed, "torch-global", rnd))
-    poisson = spec.privacy.mode == "client" and spec.privacy.sampling == "poisson"
-    clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd, poisson), dtype=torch.long)
-    if not len(clients):  # an empty Poisson cohort: DP-FedAvg releases the noise alone
-        return empty_private_round(experiment, state, rnd, started)
-    trained = training_clients(fl, clients)  # fl.train_all: every client trains, the sampled are aggregated
-    lr = algo.local_lr(rnd, lr_at(spec, rnd))
-    extras = algo.broadcast(state.params, state.server_state)
-    cohort_states = engine_states(state, trained)
+
+def train_cohort_at(
+    experiment: Experiment,
+    state: RunState,
+    key: int,
+    extras: Tree,
+    clients: torch.Tensor,
+    lr: float,
+    budgets: torch.Tensor | None = None,
+    at: int | None = None,
+) -> CohortResult:
+    """The one cohort-training step of every round and server update: ``clients`` trained by the engine from w^t with
+    their persistent states, their batch plans keyed by ``key`` (the round; an async cohort's batch number), on
+    ``budgets`` when some straggle partially; the train time and samples counted. A non-finite local loss stops the
+    run as diverged at round ``at`` (default ``key``), naming the first bad client."""
+    cohort_states = engine_states(experiment, state, clients)
     t_train = time.perf_counter()
-    with precision_context(spec.hardware.precision, experiment.device):
-        res = experiment.engine.train_cohort(rnd, state.params, extras, trained, cohort_states, lr)
+    with precision_context(experiment.spec.hardware.precision, experiment.device):
+        if budgets is None:
+            res = experiment.engine.train_cohort(key, state.params, extras, clients, cohort_states, lr)
+        else:
+            res = experiment.engine.train_cohort(key, state.params, extras, clients, cohort_states, lr, budgets)
     state.train_time += time.perf_counter() - t_train
     state.samples += res.samples
     if not math.isfinite(res.loss):
-        raise DivergenceError(rnd, first_nonfinite_client(res.uploads, trained), "non-finite local loss")
-    if state.clients:
-        state.clients.scatter(trained, res.states)
-    res = aggregated_part(res, trained, clients)
-    bytes_down = len(trained) * algo.broadcast_bytes(state.params, extras)  # fl.train_all: every client downloads
-    return aggregate_round(experiment, state, rnd, res, clients, lr, bytes_down, started)
+        raise DivergenceError(key if at is None else at, first_nonfinite_client(res.uploads, clients),
+                              "non-finite local loss")  # fmt: skip
+    return res
+
+
+def train_step(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:
+    """The run loop's step ``rnd``: a driver's (an asynchronous server's update) or a synchronous round."""
+    driver = experiment.capabilities.driver
+    return train_round(experiment, state, rnd) if driver is None else driver_step(experiment, state, rnd, driver)
+
+
+def is_eval_step(experiment: Experiment, rnd: int) -> bool:
+    """Whether step ``rnd`` is evaluated: every ``eval.every`` rounds and the last, or as the driver decides."""
+    default = is_eval_round(experiment.spec, rnd)
+    driver = experiment.capabilities.driver
+    return default if driver is None else bool(driver.is_eval(rnd, default))
+
+
+def driver_step(experiment: Experiment, state: RunState, rnd: int, driver: Any) -> RoundResult:
+    """Step ``rnd`` (0-based) of a driver (an asynchronous server: fedrun/system/servers/base.py): its update, on the
+    run's cohort-training step; ``state`` is updated in place."""
+    started = time.perf_counter()
+    train = lambda *a: train_cohort_at(experiment, state, *a)  # noqa: E731
+    update = driver.update(experiment, state, rnd, train, first_nonfinite_client)
+    state.agg_time += update.aggregate_seconds
+    lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
+    return RoundResult(rnd, update.clients, lr, update.loss, update.bytes_down, update.bytes_up,
+                       update.aggregate_seconds, started, system=update.columns)  # fmt: skip
+
+
+def train_round(experiment: Experiment, state: RunState, rnd: int) -> RoundResult:
+    """Round ``rnd`` (0-based): the cohort chosen, who works planned, the workers trained from w^t, who reports
+    decided, the reports aggregated; ``state`` is updated in place. The capabilities act at each point (module
+    docstring); without any, every sampled client trains its whole plan and reports. A round nobody reports keeps
+    w^t and the server state and records ``clients`` = 0.
+
+    Raises DivergenceError on a non-finite local loss or global model (naming the first bad client).
+    """
+    spec, algo, fl, caps = experiment.spec, experiment.algorithm, experiment.spec.fl, experiment.capabilities
+    started = time.perf_counter()
+    # torch's global RNG (dropout...) re-keyed per round: a resumed round draws what it would have
+    torch.manual_seed(derive(spec.seed, "torch-global", rnd))
+    sampled = sample_clients(fl, spec.seed, rnd)
+    ctx = RoundCtx(rnd, sampled, len(sampled))
+    caps.choose(ctx)
+    lr = algo.local_lr(rnd, lr_at(spec, rnd))
+    if not len(ctx.sampled):  # an empty cohort (Poisson sampling): a capability may step the model alone
+        t_agg = time.perf_counter()
+        caps.empty_round(ctx, state)
+        seconds = time.perf_counter() - t_agg
+        return RoundResult(rnd, 0, lr, math.nan, 0, 0, seconds, started, diagnostics=ctx.columns)
+    clients = torch.as_tensor(ctx.sampled, dtype=torch.long)
+    ctx.trained = training_clients(fl, clients)  # fl.train_all: every client trains, the sampled are aggregated
+    ctx.lr, ctx.extras = lr, algo.broadcast(state.params, state.server_state)
+    caps.plan(ctx, state)
+    workers = ctx.trained if ctx.works is None else ctx.trained[torch.as_tensor(ctx.works)]
+    ctx.workers = workers
+    ctx.result = res = _train(experiment, state, ctx)
+    ctx.down_bytes = float(algo.broadcast_bytes(state.params, ctx.extras))
+    sent = caps.upload_bytes(res.uploads)  # a client's upload bytes: as the upload stages send it
+    ctx.up_bytes = sent if sent is not None else nbytes(res.uploads) / max(len(workers), 1)
+    caps.report(ctx)
+    bytes_down = int(ctx.down_bytes) * len(workers)  # fl.train_all: every client downloads
+    if ctx.reports is None:
+        if state.clients:
+            state.clients.scatter(workers, res.states)
+        res = aggregated_part(res, workers, clients)
+        return _aggregated(experiment, state, rnd, res, clients, lr, bytes_down, started, ctx)
+    reporters = torch.as_tensor(np.flatnonzero(ctx.reports), dtype=torch.long)
+    if state.clients and len(reporters):
+        rows = tree_map(lambda t: t.index_select(0, reporters.to(t.device)), res.states)
+        state.clients.scatter(workers[reporters], rows)
+    keep = reporters[torch.isin(workers[reporters], clients)]
+    if not len(keep):  # nobody to aggregate: w^t stays, and the row says so
+        return RoundResult(rnd, 0, lr, res.loss, bytes_down, 0, 0.0, started, system=ctx.columns)
+    pick = lambda t: t.index_select(0, keep.to(t.device))  # noqa: E731
+    part = CohortResult(tree_map(pick, res.uploads), {}, res.steps[keep], res.samples, res.loss)
+    return _aggregated(experiment, state, rnd, part, workers[keep], lr, bytes_down, started, ctx)
+
+
+def _train(experiment: Experiment, state: RunState, ctx: RoundCtx) -> CohortResult:
+    """The round's workers trained (an empty result, no uploads and a NaN loss, when nobody works)."""
+    assert ctx.workers is not None
+    if not len(ctx.workers):
+        return CohortResult({}, {}, torch.zeros(0, dtype=torch.long), 0, math.nan)
+    return train_cohort_at(experiment, state, ctx.rnd, ctx.extras, ctx.workers, ctx.lr, ctx.budgets)
+
+
+def _aggregated(
+    experiment: Experiment, state: RunState, rnd: int, res: CohortResult, clients: torch.Tensor, lr: float,
+    bytes_down: int, started: float, ctx: RoundCtx,
+) -> RoundResult:  # fmt: skip
+    result = aggregate_round(experiment, state, rnd, res, clients, lr, bytes_down, started)
+    result.system = ctx.columns
+    return result
 
 
 def aggregate_round(
@@ -126,14 +203,15 @@ def aggregate_round(
     weights renormalised over them (:func:`aggregation_weights`); ``state`` is updated in place."""
     spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
     sizes = experiment.fed.sizes[clients].to(torch.float64)
-    # DP-FedAvg weighs clients uniformly: a client's weight bounds its sensitivity (docs/privacy.md)
-    weights = aggregation_weights(sizes, "uniform" if experiment.privacy else fl.weighting).to(experiment.device)
+    weighting = experiment.capabilities.weighting(fl.weighting)  # (DP-FedAvg weighs clients uniformly)
+    weights = aggregation_weights(sizes, weighting).to(experiment.device)
     info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
-    bytes_up, upload_diag = nbytes(res.uploads), dict[str, float]()
-    # the upload stages (fedrun/upload/): what the server receives; under client-level DP its clipped, noised sum
-    if experiment.upload is not None:
-        res, upload_diag = upload_round(experiment, state, rnd, res, clients, weights)
-        bytes_up = len(clients) * experiment.upload.bytes_per_client(res.uploads)
+    # what the server receives: the uploads after the capabilities' upload stages (compressed; a noised sum)
+    sent = experiment.capabilities.upload_bytes(res.uploads)
+    bytes_up = nbytes(res.uploads) if sent is None else len(clients) * int(sent)
+    assert experiment.view is not None
+    uploads, upload_diag = experiment.capabilities.uploads(state, rnd, res.uploads, clients, weights, experiment.view)
+    res = dataclasses.replace(res, uploads=uploads)
     diagnostics = round_diagnostics(state.params, res.uploads, weights, res.steps, lr) if spec.eval.diagnostics else {}
     t_agg = time.perf_counter()  # after the diagnostics: aggregate_seconds times the method alone
     state.params, state.server_state, method_diag = algo.aggregate(
@@ -160,46 +238,6 @@ def aggregate_round(
     )  # fmt: skip
 
 
-def empty_private_round(experiment: Experiment, state: RunState, rnd: int, started: float) -> RoundResult:
-    """Round ``rnd`` of client-level DP whose Poisson cohort is empty: w^{t+1} = w^t + N(0, z^2 S^2) / m_exp
-    (McMahan et al. 2018 Alg. 1 with an empty sum); the method's server state and the model's buffers stay.
-    ``clients`` = 0 and a NaN local loss say so in metrics.csv."""
-    dp = experiment.privacy
-    if dp is None:
-        raise RuntimeError("an empty cohort is drawn only by client-level DP's Poisson sampling")
-    t_agg = time.perf_counter()
-    state.params, columns = dp.aggregate(state.params, None, rnd)
-    seconds = time.perf_counter() - t_agg
-    state.agg_time += seconds
-    lr = experiment.algorithm.local_lr(rnd, lr_at(experiment.spec, rnd))
-    return RoundResult(rnd, 0, lr, math.nan, 0, 0, seconds, started, diagnostics=columns)
-
-
-def engine_states(state: RunState, clients: torch.Tensor) -> Any:
-    """The persistent states of ``clients`` the engine trains with: all but the upload stages' rows."""
-    if not state.clients:
-        return {}
-    states = state.clients.gather(clients)
-    states.pop(UPLOAD_STATE, None)
-    return states
-
-
-def upload_round(
-    experiment: Experiment, state: RunState, rnd: int, res: CohortResult, clients: torch.Tensor, weights: torch.Tensor
-) -> tuple[CohortResult, dict[str, float]]:
-    """The cohort's uploads through the upload pipeline (fedrun/upload/pipeline.py), its stateful stages' rows of
-    ``clients`` read and written back (staged with the round's other client-state writes)."""
-    pipe, algo = experiment.upload, experiment.algorithm
-    assert pipe is not None
-    rows = state.clients.gather(clients)[UPLOAD_STATE] if pipe.stateful else None
-    extras = algo.broadcast(state.params, state.server_state) if any(p.broadcast_ref for p in pipe.parts) else {}
-    ctx = UploadContext(rnd, clients, experiment.spec.seed, weights, experiment.device)
-    uploads, new_rows, diag = pipe.apply(state.params, extras, res.uploads, rows, ctx)
-    if new_rows is not None:
-        state.clients.scatter(clients, {UPLOAD_STATE: new_rows})
-    return dataclasses.replace(res, uploads=uploads), diag
-
-
 def is_eval_round(spec: RunSpec, rnd: int) -> bool:
     """Whether round ``rnd`` (0-based) is evaluated: every ``eval.every`` rounds, and always the last."""
     return (rnd + 1) % spec.eval.every == 0 or rnd == spec.fl.rounds - 1
@@ -211,22 +249,17 @@ def evaluation_row(
     r: RoundResult,
     t0: float,
     client_acc: ClientAccuracy | None,
-    local_eval: LocalEvaluation | None = None,
 ) -> dict[str, Any]:
-    """metrics.csv's row of round ``r.rnd``: test (and train) accuracy and loss of w^{t+1}, then the round's
-    lr, cohort size, local loss, bytes, timings and diagnostics."""
+    """metrics.csv's row of round ``r.rnd``: test (and train) accuracy and loss of w^{t+1}, the capabilities'
+    columns of an evaluated round (epsilon...), then the round's lr, cohort size, local loss, bytes, timings, the
+    capabilities' columns of the round (the clock...), diagnostics and the evaluated columns after them
+    (personalised accuracy)."""
     ev = experiment.spec.eval
     model = experiment.algorithm.eval_params(state.params, state.server_state)
     acc, loss = evaluate(experiment.model, model, experiment.fed, experiment.fed.test, ev.batch_size)
     row: dict[str, Any] = {"round": r.rnd + 1, "test_acc": acc, "test_loss": loss}
-    if experiment.privacy is not None:  # the budget spent so far, at privacy.delta (dp-accounting)
-        row["epsilon"] = experiment.privacy.epsilon(r.rnd + 1)
-    if experiment.sample_privacy is not None:  # the largest client's budget: its steps so far at q_i = B / n_i
-        fl = experiment.spec.fl
-        steps = participations(fl, experiment.spec.seed, r.rnd + 1) * np.array(
-            [num_local_steps(int(n), fl) for n in experiment.fed.sizes]
-        )
-        row["epsilon"] = experiment.sample_privacy.epsilon(steps)
+    leading, evaluated = experiment.capabilities.eval_columns(r.rnd, state, model, r.lr)
+    row.update(leading)
     if ev.train_acc:
         row["train_acc"], row["train_loss"] = evaluate(
             experiment.model, model, experiment.fed, experiment.fed.train, ev.batch_size
@@ -245,84 +278,7 @@ def evaluation_row(
             **r.system,
             **r.diagnostics,
             **(client_acc(model) if client_acc else {}),
-            **(local_eval(experiment.algorithm, model, state.clients, r.rnd, r.lr) if local_eval else {}),
+            **evaluated,
         }
     )
     return row
-
-
-def train_system_round(experiment: Experiment, state: RunState, rnd: int, system: SystemModel) -> RoundResult:
-    """Round ``rnd`` under a system model (fedrun/system/model.py): the cohort (over-selected), who fails and who
-    straggles decided before training, only the workers trained (stragglers on their budgets), the reporters
-    decided on the simulated clock, and only they aggregated and their client states kept. A round nobody reports
-    keeps w^t and the server state and records ``clients`` = 0."""
-    spec, algo, fl = experiment.spec, experiment.algorithm, experiment.spec.fl
-    started = time.perf_counter()
-    torch.manual_seed(derive(spec.seed, "torch-global", rnd))
-    sampled, target = system.sample(rnd, sample_clients(fl, spec.seed, rnd))
-    trained = training_clients(fl, torch.as_tensor(sampled, dtype=torch.long)).numpy()
-    lr = algo.local_lr(rnd, lr_at(spec, rnd))
-    extras = algo.broadcast(state.params, state.server_state)
-    if system.flops_per_sample is None:
-        system.flops_per_sample = flops_per_sample(algo, experiment.fed, state.params, extras, lr)
-    plan = system.plan(rnd, trained, algo.round_fl(rnd), state.clock)
-    workers = torch.as_tensor(trained[plan.works], dtype=torch.long)
-    res = _train_workers(experiment, state, rnd, extras, workers, lr, plan)
-    down = float(algo.broadcast_bytes(state.params, extras))
-    up = float(nbytes(res.uploads)) / max(len(workers), 1)
-    if experiment.upload is not None:  # a client's upload time at its compressed size
-        up = float(experiment.upload.bytes_per_client(res.uploads))
-    seconds = system.client_seconds(plan.clients[plan.works], res.steps.numpy(), algo.round_fl(rnd), down, up)
-    close = system.close(plan, target if system.config.over_selection > 1 else len(trained), seconds)
-    state.clock += close.seconds
-    reporters = torch.as_tensor(np.flatnonzero(close.reports), dtype=torch.long)
-    if state.clients and len(reporters):
-        state.clients.scatter(
-            workers[reporters], tree_map(lambda t: t.index_select(0, reporters.to(t.device)), res.states)
-        )
-    keep = reporters[torch.isin(workers[reporters], torch.as_tensor(sampled, dtype=torch.long))]
-    columns = system_columns(plan, close, state.clock)
-    bytes_down = int(down) * len(workers)
-    if not len(keep):  # nobody to aggregate: w^t stays, and the row says so
-        return RoundResult(rnd, 0, lr, res.loss, bytes_down, 0, 0.0, started, system=columns)
-    pick = lambda t: t.index_select(0, keep.to(t.device))  # noqa: E731
-    part = CohortResult(tree_map(pick, res.uploads), {}, res.steps[keep], res.samples, res.loss)
-    result = aggregate_round(experiment, state, rnd, part, workers[keep], lr, bytes_down, started)
-    result.system = columns
-    return result
-
-
-def _train_workers(
-    experiment: Experiment, state: RunState, rnd: int, extras: Tree, workers: torch.Tensor, lr: float, plan: RoundPlan
-) -> CohortResult:
-    """The engine's training of this round's ``workers`` (on ``plan.budgets`` when some straggle partially); an
-    empty result (no uploads, NaN loss) when nobody works."""
-    if not len(workers):
-        return CohortResult({}, {}, torch.zeros(0, dtype=torch.long), 0, math.nan)
-    spec = experiment.spec
-    cohort_states = engine_states(state, workers)
-    t_train = time.perf_counter()
-    with precision_context(spec.hardware.precision, experiment.device):
-        if plan.budgets is None:
-            res = experiment.engine.train_cohort(rnd, state.params, extras, workers, cohort_states, lr)
-        else:
-            res = experiment.engine.train_cohort(rnd, state.params, extras, workers, cohort_states, lr, plan.budgets)
-    state.train_time += time.perf_counter() - t_train
-    state.samples += res.samples
-    if not math.isfinite(res.loss):
-        raise DivergenceError(rnd, first_nonfinite_client(res.uploads, workers), "non-finite local loss")
-    return res
-
-
-def system_columns(plan: RoundPlan, close: RoundClose, clock: float) -> dict[str, float]:
-    """metrics.csv's columns of a round under a system model: its simulated length and the clock after it
-    (seconds), and how many clients failed to report, straggled, missed the deadline, or reported after the
-    first cohort-many (over-selection)."""
-    return {
-        "sim_seconds": close.seconds,
-        "sim_clock": clock,
-        "dropped": int(plan.dropped.sum()),
-        "stragglers": int(plan.straggles.sum()),
-        "late": close.late,
-        "over_selected": close.discarded,
-    }

@@ -28,7 +28,6 @@ from fedrun.run.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, 
 from fedrun.run.client_states import ClientStates
 from fedrun.storage.atomic import write_metrics
 from fedrun.storage.rundir import METRICS_FILE
-from fedrun.system.events import EventQueue
 
 if TYPE_CHECKING:
     from fedrun.run.experiment import Experiment
@@ -49,8 +48,6 @@ class RunState:
     train_time: float = 0.0
     agg_time: float = 0.0
     elapsed: float = 0.0
-    clock: float = 0.0  # the simulated clock (seconds) after ``done`` rounds (fedrun/system/; 0 with system=ideal)
-    events: EventQueue | None = None  # an async server's in-flight clients (fedrun/system/events.py; else None)
 
 
 def fresh_state(experiment: Experiment) -> RunState:
@@ -60,8 +57,7 @@ def fresh_state(experiment: Experiment) -> RunState:
     template = algo.client_init(params)
     if fl.keep_momentum and fl.momentum:
         template = {**template, "_momentum": zeros_like(params)}
-    if experiment.upload is not None:  # the upload stages' rows (error feedback's residuals), fedrun/upload/
-        template = {**template, **experiment.upload.state_template()}
+    template = {**template, **experiment.capabilities.client_state()}  # e.g. error feedback's residuals
     # client rows over 1/4 of the GPU (MOON, FedRobust at 100s of clients) live in host memory
     cuda = experiment.device.type == "cuda"
     big = cuda and fl.clients * nbytes(template) > torch.cuda.get_device_properties(experiment.device).total_memory // 4
@@ -127,20 +123,20 @@ class FinishedRound:
     weight_rows: int
     counters: tuple[int, float, float]  # samples, train_time, agg_time
     torch_rng: torch.Tensor
-    events: EventQueue | None = None  # a copy of an async server's queue (its clock included)
-    dp_clip: float | None = None  # client-level DP's clip S (adaptive clipping changes it: fedrun/privacy/client.py)
+    capabilities: dict[str, Any] = field(default_factory=dict)  # each capability's snapshot (fedrun/capabilities/)
 
 
 def finished_round(state: RunState, experiment: Experiment, done: int) -> FinishedRound:
-    """Keep the state after ``done`` finished rounds (its client states: :class:`StagedClientStates`' rows). An
-    async server's model is kept by reference: its update returns new tensors and nothing writes w in place
-    (fedrun/run/async_rounds.py), so the copy made after every update would only cost time."""
-    params = state.params if state.events is not None else clone(state.params)
+    """Keep the state after ``done`` finished rounds (its client states: :class:`StagedClientStates`' rows). A
+    driver whose step returns new tensors and never writes w in place (an async server's update) has its model kept
+    by reference: the copy made after every update would only cost time."""
+    caps = experiment.capabilities
+    fresh = caps.driver is not None and caps.driver.fresh_params
+    params = state.params if fresh else clone(state.params)
     return FinishedRound(
         done, params, clone(state.server_state), clone(experiment.model.buffers), len(state.rows),
         len(state.weight_log), (state.samples, state.train_time, state.agg_time), torch.get_rng_state(),
-        state.events.copy() if state.events is not None else None,
-        experiment.privacy.clip if experiment.privacy else None,
+        caps.snapshot(),
     )  # fmt: skip
 
 
@@ -154,10 +150,7 @@ def rewind(state: RunState, experiment: Experiment, last: FinishedRound, run_dir
         experiment.model.set_buffers(last.buffers)
     state.samples, state.train_time, state.agg_time = last.counters
     torch.set_rng_state(last.torch_rng)
-    if last.events is not None:  # an async run: its queue and clock as they were after the last update
-        state.events, state.clock = last.events.copy(), last.events.clock
-    if experiment.privacy is not None and last.dp_clip is not None:
-        experiment.privacy.clip = last.dp_clip
+    experiment.capabilities.restore(last.capabilities)
     del state.rows[last.rows :], state.weight_log[last.weight_rows :]
     _rewrite(run_dir / METRICS_FILE, state.rows)  # (a row may be in the file and not yet in ``rows``)
     _rewrite(run_dir / CLIENT_WEIGHTS_FILE, state.weight_log)
@@ -172,11 +165,10 @@ def restore(state: RunState, ck: Checkpoint, experiment: Experiment) -> None:
     state.samples = int(ck.counters["samples"])
     state.train_time, state.agg_time = ck.counters["train_time"], ck.counters["agg_time"]
     state.elapsed = ck.counters["elapsed"]
-    state.clock = float(ck.counters.get("clock", 0.0))  # absent from checkpoints of before the simulated clock
-    if ck.events:  # an async server's in-flight clients (fedrun/system/events.py)
-        state.events = EventQueue.from_tree(to_device(ck.events, experiment.device), "checkpoint")
-    if experiment.privacy is not None and "dp_clip" in ck.counters:  # adaptive clipping's S is state
-        experiment.privacy.clip = float(ck.counters["dp_clip"])
+    # each capability's state; a checkpoint of before the contract kept it in its counters and one tree of its own
+    legacy = {k: v for k, v in ck.counters.items() if k not in COUNTERS}
+    trees = {name: to_device(tree, experiment.device) for name, tree in ck.capabilities.items()}
+    experiment.capabilities.load_state_dict(trees, {**legacy, **ck.legacy(experiment.device)})
     if ck.torch_rng is not None:
         torch.set_rng_state(ck.torch_rng)
     if ck.buffers:
@@ -249,15 +241,39 @@ def check_checkpoint(ck: Checkpoint, state: RunState, experiment: Experiment, pa
     c = ck.counters
     if not isinstance(c, dict) or any(not _is_number(c.get(k)) or not 0 <= c[k] < math.inf for k in COUNTERS):
         raise bad(f"counters: must hold {', '.join(COUNTERS)} as finite numbers >= 0")
-    if "clock" in c and (not _is_number(c["clock"]) or not 0 <= c["clock"] < math.inf):
-        raise bad("counters: clock (the simulated clock) must be a finite number >= 0")
-    if "dp_clip" in c and (not _is_number(c["dp_clip"]) or not 0 < c["dp_clip"] < math.inf):
-        raise bad("counters: dp_clip (client-level DP's clip) must be a finite number > 0")
-    # (under system.eval_every_seconds the evaluated updates follow the clock: any increasing rounds <= done)
-    every = spec.eval.every if spec.system.eval_every_seconds is None else None
+    for key, what in experiment.capabilities.legacy_counters.items():  # a checkpoint of before the contract
+        if key in c and (not _is_number(c[key]) or not what[1] <= c[key] < math.inf or (what[2] and c[key] == 0)):
+            raise bad(f"counters: {key} ({what[0]}) must be a finite number {'> 0' if what[2] else '>= 0'}")
+    problem = state_mismatch(ck.capabilities, experiment.capabilities.state_dict())
+    if problem:
+        raise bad(problem)
+    # (a driver evaluating on its own clock, system.eval_every_seconds: any increasing rounds <= done)
+    driver = experiment.capabilities.driver
+    every = None if driver is not None and driver.irregular_eval else spec.eval.every
     problem = rows_mismatch(ck.rows, ck.round, every)
     if problem:
         raise bad(f"rows: {problem}")
+
+
+def state_mismatch(got: Any, want: dict[str, Tree]) -> str | None:
+    """How a checkpoint's capability states differ from this run's (a capability missing or extra, a tensor
+    misshapen): None when they match or the checkpoint is of before the contract (none saved)."""
+    if not got:
+        return None
+    if not isinstance(got, dict) or set(got) != set(want):
+        names = sorted(got) if isinstance(got, dict) else got
+        return f"capabilities: holds {names}, this run has {sorted(want)}"
+    for name, tree in want.items():
+        if isinstance(tree, dict) and _fixed_shapes(tree):
+            problem = tree_mismatch(got[name], tree, f"capabilities[{name!r}]")
+            if problem:
+                return problem
+    return None
+
+
+def _fixed_shapes(tree: Tree) -> bool:
+    """Whether a capability's state has the same tensors whatever happened (an async queue's does not)."""
+    return all(not isinstance(v, dict) for v in tree.values())
 
 
 def tree_mismatch(got: Any, want: Tree, name: str) -> str | None:
@@ -320,12 +336,8 @@ def save_state(state: RunState, experiment: Experiment, run_dir: Path, done: int
     back by the time spent before a resume)."""
     counters = {"samples": state.samples, "train_time": state.train_time, "agg_time": state.agg_time}
     counters["elapsed"] = time.perf_counter() - t0
-    if experiment.system is not None:  # an ideal run's checkpoint stays as it was
-        counters["clock"] = state.clock
-    if experiment.privacy is not None:  # a run without client-level DP keeps its checkpoint as it was
-        counters["dp_clip"] = experiment.privacy.clip
     ck = Checkpoint(
         done, fp, state.params, state.server_state, state.clients.state_dict(), state.rows, counters,
-        torch.get_rng_state(), experiment.model.buffers, state.events.to_tree() if state.events is not None else {},
+        torch.get_rng_state(), experiment.model.buffers, capabilities=experiment.capabilities.state_dict(),
     )  # fmt: skip
     save_checkpoint(run_dir / CHECKPOINT_FILE, ck)

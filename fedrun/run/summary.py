@@ -14,6 +14,7 @@ import numpy as np
 
 import fedrun
 from fedrun.config.registry import ENGINES
+from fedrun.config.sections import capabilities
 from fedrun.data.partition import class_counts, domain_breakdown, domain_counts, partition_stats
 from fedrun.run.state import RunState
 from fedrun.storage.figures import partition_title, write_domain_table, write_partition
@@ -91,10 +92,10 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
     node = ray_node()
     if node is not None:
         info["ray_node"] = node
-    if experiment.privacy is not None:
-        info["privacy"] = experiment.privacy.describe()
-    if experiment.sample_privacy is not None:
-        info["privacy"] = experiment.sample_privacy.describe()
+    words = capability_words(spec)
+    if words:
+        info["capabilities"] = words  # what the run is beyond its method (fedrun/capabilities/), in words
+    info.update(experiment.capabilities.describe())
     if spec.corrupt.fraction:
         info["corrupted_clients"] = experiment.corrupted.tolist()
         info["corrupt_labels"] = list(spec.corrupt.labels)
@@ -123,9 +124,6 @@ def summarize(rows: list[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
         "best_round": int(rows[int(acc.argmax())]["round"]),
         "test_loss_final": float(rows[-1]["test_loss"]),
     }
-    if "epsilon" in rows[-1]:  # differential privacy: the budget the whole run spent (docs/privacy.md)
-        out["epsilon_final"] = float(rows[-1]["epsilon"])
-        out["delta"] = spec.privacy.delta
     if "train_acc" in rows[-1]:
         out["train_acc_final"] = float(rows[-1]["train_acc"])
     for key in ("client_acc_mean", "client_acc_std"):  # eval.client_acc: FedSAM's "mean (std across clients)"
@@ -148,13 +146,22 @@ class Outcome:
 
 
 def final_summary(
-    info: dict[str, Any], state: RunState, spec: RunSpec, outcome: Outcome, t0: float, t_loop: float, run_dir: Path
+    info: dict[str, Any],
+    state: RunState,
+    experiment: Experiment,
+    outcome: Outcome,
+    t0: float,
+    t_loop: float,
+    run_dir: Path,
 ) -> dict[str, Any]:
-    """summary.json of a run that stopped: ``info``, the accuracy summary, status, counters and timings."""
+    """summary.json of a run that stopped: ``info``, the accuracy summary, status, counters and timings, and what
+    each capability says of the run's end."""
     now = time.perf_counter()
+    spec = experiment.spec
     summary = {
         **info,
         **summarize(state.rows, spec),
+        **experiment.capabilities.summarize(state.rows),
         "status": outcome.status,
         "rounds_completed": state.rows[-1]["round"] if state.rows else 0,
         "wall_time_s": now - t0,
@@ -166,11 +173,22 @@ def final_summary(
         "run_dir": str(run_dir),
         **outcome.extra,
         **({"resumed_from_round": state.start} if state.start else {}),
-        **({} if spec.system.ideal else {"sim_clock": state.clock}),  # the simulated clock at the end (seconds)
     }
     if outcome.error:
         summary["error"] = outcome.error
     return summary
+
+
+def capability_words(spec: RunSpec) -> str:
+    """What the run is beyond its method, in the capabilities' words ("DP-FedAvg (eps 8), topk 0.01 +EF"); ""
+    when none is on (fedrun/config/sections.py)."""
+    return ", ".join(w for cap in capabilities() if (w := cap.words(spec.sections[cap.name])))
+
+
+def run_title(spec: RunSpec) -> str:
+    """The run's title (its plots', its summary table's): "fedavg on fmnist", and its capabilities' words."""
+    words = capability_words(spec)
+    return f"{spec.algorithm.name} on {spec.data.name}" + (f", {words}" if words else "")
 
 
 def _pct(v: float | None) -> str:

@@ -55,6 +55,7 @@ PARTITION_FILE = "partition.csv"  # samples per client and class
 PARTITION_PLOT = "partition.png"  # its heatmap (output.plots)
 PARTITION_DOMAINS_FILE = "partition_domains.csv"  # samples per client and domain (a dataset with domains)
 CLIENT_WEIGHTS_FILE = "client_weights.csv"  # each cohort client's weight per round (eval.client_weights)
+CLIENTS_FILE = "clients.csv"  # each client's local test accuracies per evaluated round (eval.local_test)
 TRACKING_FILE = "tracking.json"  # the trackers' run ids and last logged rounds (fedrun/storage/trackers/)
 TB_DIR = "tb"  # TensorBoard's event files (tracking.tensorboard)
 HYDRA_RECORD_FILES = (HYDRA_CONFIG, "hydra.yaml", HYDRA_OVERRIDES)  # what Hydra writes into HYDRA_DIR
@@ -167,6 +168,10 @@ class RunDir:
     @property
     def client_weights_file(self) -> Path:
         return self.path / CLIENT_WEIGHTS_FILE
+
+    @property
+    def clients_file(self) -> Path:
+        return self.path / CLIENTS_FILE
 
     @property
     def tracking_file(self) -> Path:

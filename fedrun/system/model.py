@@ -20,11 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedrun.config.schema import FLConfig, SystemConfig
+from fedrun.algorithms.base import Algorithm
+from fedrun.config.schema import FLConfig
 from fedrun.core.rng import np_rng
-from fedrun.data.federated import num_local_steps
-from fedrun.system.clock import local_steps_array, samples_for_steps_array
-from fedrun.system.devices import Devices, profile_devices, read_trace
+from fedrun.core.tree import Tensors, Tree
+from fedrun.data.federated import FederatedData, num_local_steps
+from fedrun.system.clock import flops_per_sample, local_steps_array, samples_for_steps_array
+from fedrun.system.devices import Devices
+from fedrun.system.registries import DEVICE_PROFILES
+from fedrun.system.settings import SystemSettings
 
 
 def over_sample(fl: FLConfig, seed: int, rnd: int, factor: float) -> tuple[np.ndarray, int]:
@@ -105,27 +109,26 @@ class RoundClose:
 
 
 class SystemModel:
-    """A run's system: its devices, its rates and its deadline (``system.*``); stateless across rounds (the clock
-    lives in the run state), so a resumed run plans every round as the uninterrupted one did."""
+    """A run's system: its devices (from the registered profile ``system.devices`` names), its rates and its
+    deadline (``system.*``); stateless across rounds (the clock is the system capability's state), so a resumed run
+    plans every round as the uninterrupted one did."""
 
-    def __init__(self, config: SystemConfig, fl: FLConfig, seed: int, sizes: np.ndarray) -> None:
+    def __init__(self, config: SystemSettings, fl: FLConfig, seed: int, sizes: np.ndarray) -> None:
         self.config, self.fl, self.seed = config, fl, seed
         self.sizes = np.asarray(sizes, dtype=np.int64)
-        n = fl.clients
-        self.devices: Devices = (
-            read_trace(config.trace, n)
-            if config.devices == "trace" and config.trace
-            else profile_devices(config.devices, n, seed)
-        )
+        self.devices: Devices = DEVICE_PROFILES.get(config.devices).obj.devices(config, fl.clients, seed)
         self.rates = np.where(np.isnan(self.devices.dropout), config.dropout, self.devices.dropout)
-        self.flops_per_sample: float | None = None  # counted once, at the first round (fedrun/system/clock.py)
-        self.async_bytes: tuple[float, float] | None = None  # an async client's bytes down and up (async_rounds)
-        self.async_checked = False  # whether a cohort's upload bytes were checked against async_bytes
+        self.flops_per_sample: float | None = None  # counted once (:meth:`count_flops`, fedrun/system/clock.py)
         self._steps: tuple[tuple[int | None, int, int], np.ndarray] | None = None  # (setting, every client's steps)
         # each client's download and upload seconds, seconds per sample, full steps and time for them, by setting
         self._terms: (
             tuple[tuple[float | int | None, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None
         ) = None
+
+    def count_flops(self, algorithm: Algorithm, fed: FederatedData, params: Tensors, extras: Tree, lr: float) -> None:
+        """Count one local gradient's FLOPs per sample of the run's method and model, once (the first round's)."""
+        if self.flops_per_sample is None:
+            self.flops_per_sample = flops_per_sample(algorithm, fed, params, extras, lr)
 
     def sample(self, rnd: int, sampled: np.ndarray) -> tuple[np.ndarray, int]:
         """The round's cohort and how many of it to keep: ``sampled`` (fedrun's sampling) as it is, or the

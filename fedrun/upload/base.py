@@ -1,4 +1,8 @@
-"""The upload-stage contract: one transform of the cohort's flat updates, and the registry of stages.
+"""The upload-stage contract: one transform of the cohort's flat updates; and the registry of compressors.
+
+Stages come from the run's capabilities (fedrun/capabilities/: a compressor of ``compression.name``, DP-FedAvg's
+clip and noise of ``privacy.mode=client``), run in their :attr:`UploadStage.order`: compressors at 100, then
+DP-FedAvg at 200, so that the sum the server releases has sensitivity S in what the clients actually send.
 
 A stage sees the cohort's updates as one float32 matrix ``delta`` [m, d] (row i: client i's upload less what it
 was sent, w_i - w^t, in cohort order) and returns the matrix the server receives. A ``stateful`` stage keeps one
@@ -14,15 +18,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from fedrun.core.registry import Registry
 from fedrun.core.rng import torch_gen
-
-if TYPE_CHECKING:
-    from fedrun.config.schema import RunSpec
 
 
 @dataclass(frozen=True)
@@ -47,20 +48,14 @@ class UploadContext:
 class UploadStage(ABC):
     """One transform of the cohort's uploads (a compressor, a clipping or a noise stage).
 
-    ``order`` places it in the pipeline (lower first): clipping and privacy stages act on the client's true
-    update (order < 100), compression on what they leave (order 100). Stages are registered in
-    :data:`UPLOAD_STAGES` and built by :meth:`from_spec`, which returns None when the run's config does not ask
-    for the stage.
+    ``order`` places it in the pipeline (lower first): compressors at 100, DP-FedAvg's clip and noise at 200 (on
+    what the compressor sends: a QSGD-quantised row can be longer than its input, and the released sum must have
+    sensitivity S in what is sent). A capability hands its stages to the run (:meth:`Capability.upload_stages`).
     """
 
     name: str = ""
     stateful: bool = False
     order: ClassVar[int] = 100
-
-    @classmethod
-    @abstractmethod
-    def from_spec(cls, spec: RunSpec) -> UploadStage | None:
-        """The stage the run's config asks for, or None."""
 
     def check(self, dim: int, part: str) -> None:
         """Refuse (ConfigError naming the field) a setting that cannot apply to an upload part of ``dim`` floats."""
@@ -85,4 +80,4 @@ class UploadStage(ABC):
         return None
 
 
-UPLOAD_STAGES: Registry[type[UploadStage]] = Registry("upload stage", "fedrun.upload")
+COMPRESSORS: Registry[Any] = Registry("compressor", "fedrun.upload.compressors")  # compressors/base.py's Compressor

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from fedrun.algorithms.base import Algorithm, ClientContext
 from fedrun.core.tree import Tensors, Tree, leaves, nbytes
-from fedrun.upload.base import UPLOAD_STAGES, UploadContext, UploadStage
-
-if TYPE_CHECKING:
-    from fedrun.config.schema import RunSpec
+from fedrun.upload.base import UploadContext, UploadStage
 
 UPLOAD_STATE = "_upload"  # the client-state key of the stages' per-client rows
 
@@ -41,10 +38,9 @@ class Part:
     broadcast_ref: bool = False
 
 
-def build_pipeline(spec: RunSpec) -> UploadPipeline | None:
-    """The stages the run's config asks for (every registered stage's :meth:`UploadStage.from_spec`), in their
-    order; None when it asks for none, so a run without them takes the code path of before the pipeline."""
-    stages = [s for name in UPLOAD_STAGES.names() if (s := UPLOAD_STAGES.get(name).obj.from_spec(spec)) is not None]
+def build_pipeline(stages: list[UploadStage]) -> UploadPipeline | None:
+    """The run's upload stages (those its capabilities hand it) in their order; None when there are none, so a run
+    without them takes the code path of before the pipeline."""
     return UploadPipeline(sorted(stages, key=lambda s: s.order)) if stages else None
 
 

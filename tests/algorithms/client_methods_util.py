@@ -10,12 +10,12 @@ from torch import nn
 from fedrun.algorithms.base import Algorithm, ClientContext, RoundInfo
 from fedrun.config.registry import ALGORITHMS, build_params
 from fedrun.config.schema import FLConfig, RunSpec
-from fedrun.core.tree import Tensors, Tree, zeros_like
+from fedrun.core.tree import Tensors, Tree
 from fedrun.engines.sampling import sample_clients
 from fedrun.models.base import FunctionalModel
-from fedrun.run.client_states import ClientStates
 from fedrun.run.experiment import build_experiment
-from fedrun.run.loop import lr_at
+from fedrun.run.rounds import aggregation_weights, lr_at, train_cohort_at
+from fedrun.run.state import fresh_state
 
 # A few seconds per run: 4 clients on 800 FMNIST samples, a one-hidden-layer MLP.
 SMALL = (
@@ -71,31 +71,28 @@ def shifted(params: Tensors, eps: Tensors) -> Tensors:
 
 
 def train(spec: RunSpec, rounds: int | None = None) -> tuple[Tensors, Tree, list[dict[str, Any]]]:
-    """The runner's round loop without evaluation: (final params, server state, per-round extras/uploads info)."""
+    """The runner's rounds without evaluation, on its one cohort-training step (fedrun/run/rounds.py
+    ``train_cohort_at``): (final params, server state, per-round extras/uploads info)."""
     exp = build_experiment(spec)
     algo, fl = exp.algorithm, spec.fl
-    params = exp.model.init_params()
-    server_state = algo.server_init(params)
-    template = algo.client_init(params)
-    if fl.keep_momentum and fl.momentum:
-        template = {**template, "_momentum": zeros_like(params)}
-    states = ClientStates(template, fl.clients, exp.device)
-    states.rows = algo.client_rows(states.rows)
+    state = fresh_state(exp)
     log = []
     for rnd in range(rounds or fl.rounds):
         clients = torch.as_tensor(sample_clients(fl, spec.seed, rnd), dtype=torch.long)
         lr = algo.local_lr(rnd, lr_at(spec, rnd))
-        extras = algo.broadcast(params, server_state)
-        res = exp.engine.train_cohort(rnd, params, extras, clients, states.gather(clients) if states else {}, lr)
-        if states:
-            states.scatter(clients, res.states)
+        extras = algo.broadcast(state.params, state.server_state)
+        res = train_cohort_at(exp, state, rnd, extras, clients, lr)
+        if state.clients:
+            state.clients.scatter(clients, res.states)
         sizes = exp.fed.sizes[clients].to(torch.float64)
-        weights = sizes / sizes.sum() if fl.weighting == "size" else torch.full_like(sizes, 1 / len(sizes))
+        weights = aggregation_weights(sizes, fl.weighting)
         info = RoundInfo(rnd, fl.clients, clients, sizes, res.steps, lr)
-        start = params
-        params, server_state, _ = algo.aggregate(params, server_state, res.uploads, weights, info)
-        log.append({"start": start, "uploads": res.uploads, "info": info, "weights": weights, "states": states})
-    return params, server_state, log
+        start = state.params
+        state.params, state.server_state, _ = algo.aggregate(
+            state.params, state.server_state, res.uploads, weights, info
+        )
+        log.append({"start": start, "uploads": res.uploads, "info": info, "weights": weights, "states": state.clients})
+    return state.params, state.server_state, log
 
 
 def assert_trees_equal(a: Tensors, b: Tensors, atol: float = 0.0) -> None:

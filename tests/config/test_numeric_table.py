@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedrun.config.schema import FLOAT_MAX
+from fedrun.config.validate import FLOAT_MAX
 from fedrun.core.errors import ConfigError
 
 # (overrides, the field the one-line error names, a piece of the valid range it states)

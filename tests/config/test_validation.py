@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from fedrun.config.registry import DATASETS, MODELS, DataSignature, build_params
-from fedrun.config.schema import Component, RunSpec, resolve, validate
+from fedrun.config.schema import Component, RunSpec
+from fedrun.config.validate import resolve, validate
 from fedrun.core.errors import ConfigError
 from tests.conftest import REPO, compose_cfg, main_exit_code
 
@@ -295,9 +296,9 @@ class _ItemModel(torch.nn.Module):
 def test_a_new_model_is_checked_by_running_it(monkeypatch: pytest.MonkeyPatch, on_cpu: bool) -> None:
     """A model the meta device cannot run is run for real; a head of the wrong size is refused by its output
     (the small-model path on CPU, and the meta path a model above PROBE_ON_CPU takes)."""
-    from fedrun.config import schema
+    from fedrun.config import fit as schema
+    from fedrun.config.fit import fit_error
     from fedrun.config.registry import Entry
-    from fedrun.config.schema import fit_error
 
     monkeypatch.setattr(schema, "_FIT_CACHE", {})
     if not on_cpu:
@@ -320,7 +321,7 @@ def test_the_fit_check_gives_the_meta_devices_verdicts_without_importing_dynamo(
     import subprocess
     import sys
 
-    from fedrun.config import schema
+    from fedrun.config import fit as schema
 
     sigs = [
         DATASETS.get(d).signature(build_params(DATASETS.get(d).params, {}, "data"))
@@ -338,7 +339,7 @@ def test_the_fit_check_gives_the_meta_devices_verdicts_without_importing_dynamo(
     assert verdicts[schema.PROBE_ON_CPU] == verdicts[0] and any(verdicts[0]) and not all(verdicts[0])
     code = (
         "import sys; import fedrun.run.experiment; from fedrun.config.registry import DATASETS, MODELS, build_params;"
-        " from fedrun.config.schema import fit_error; d = DATASETS.get('fmnist');"
+        " from fedrun.config.fit import fit_error; d = DATASETS.get('fmnist');"
         " sig = d.signature(build_params(d.params, {}, 'data'));"
         " assert fit_error('mlp', build_params(MODELS.get('mlp').params, {}, 'model'), sig) is None;"
         " print('torch._dynamo' in sys.modules, 'sympy' in sys.modules)"

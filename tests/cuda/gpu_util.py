@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from fedrun.algorithms.base import RoundInfo
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.core.tree import Tree, leaves, zeros_like
 from fedrun.engines.auto import precision_context
 from fedrun.engines.base import Engine

@@ -485,7 +485,7 @@ MEASURED = {"engine": "sequential", "clients": 4, "steps": 2, "vectorised_s": 0.
 
 @pytest.fixture(scope="module")
 def experiment():  # noqa: ANN201 - a built fedrun Experiment
-    from fedrun.config.schema import validate
+    from fedrun.config.validate import validate
     from fedrun.run.experiment import build_experiment
     from tests.conftest import compose_cfg
 

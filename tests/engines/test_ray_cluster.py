@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedrun.config.schema import validate
+from fedrun.config.validate import validate
 from fedrun.core.tree import leaves, tree_map
 from fedrun.engines import ray_engine
 from fedrun.engines.auto import stacked_states
@@ -179,7 +179,7 @@ CHILD = """
 import json, os, signal, sys
 from pathlib import Path
 import fedrun.run.state as state
-from fedrun.config.schema import validate
+from fedrun.config.validate import validate
 from fedrun.core.tree import leaves, tree_map
 from fedrun.engines.auto import stacked_states
 from fedrun.run.loop import run

@@ -12,6 +12,7 @@ import yaml
 
 from fedrun.config import schema
 from fedrun.config.registry import ENGINES, Entry
+from fedrun.config.validate import validate
 from fedrun.core.errors import ConfigError
 from fedrun.engines.ray_engine import RayParams
 from fedrun.engines.sequential import SequentialEngine
@@ -36,7 +37,7 @@ def test_an_engine_option_is_checked_by_its_engines_params(make_spec) -> None:  
     spec = make_spec("hardware.chunk=3", "hardware.engine=vectorised")
     assert schema.engine_options(VectorisedParams, spec.hardware) == VectorisedParams(chunk=3)
     with pytest.raises(ConfigError, match=r"^hardware\.bogus: unknown key"):
-        schema.validate({**spec.raw, "hardware": {**spec.raw["hardware"], "bogus": 1}})
+        validate({**spec.raw, "hardware": {**spec.raw["hardware"], "bogus": 1}})
 
 
 def test_two_engines_declaring_one_key_differently_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,7 +57,7 @@ def test_every_registered_engine_and_tracker_has_its_option() -> None:
         assert compose_cfg([f"hardware={name}"]).hardware.engine == name
     for name in TRACKERS.names():
         assert (Path(CONF_DIR) / "tracking" / f"{name}.yaml").is_file(), name
-        assert list(schema.validate(compose_cfg([f"tracking=[{name}]"])).tracking.chosen()) == [name]
+        assert list(validate(compose_cfg([f"tracking=[{name}]"])).tracking.chosen()) == [name]
 
 
 def _restated(own: dict, defaults: dict, where: str) -> list[str]:

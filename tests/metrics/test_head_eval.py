@@ -12,8 +12,8 @@ import torch
 from fedrun.config.schema import RunSpec
 from fedrun.metrics.head_eval import linear_head
 from fedrun.run.experiment import build_experiment
-from fedrun.run.loop import local_evaluation
 from fedrun.run.state import fresh_state
+from tests.metrics.local_eval_util import local_evaluation
 from tests.metrics.test_personal import SMALL
 
 

@@ -15,8 +15,9 @@ from fedrun.config.schema import RunSpec
 from fedrun.metrics import personal
 from fedrun.metrics.personal import chunk_cuts, resume_clients_csv, spread_stats
 from fedrun.run.experiment import build_experiment
-from fedrun.run.loop import local_evaluation, run
+from fedrun.run.loop import run
 from fedrun.run.state import fresh_state
+from tests.metrics.local_eval_util import local_evaluation
 
 SMALL = (
     "experiment=smoke",
@@ -44,7 +45,7 @@ def test_spread_stats_by_hand() -> None:
 
 def _loop_reference(exp, params_of: Callable[[int], dict]) -> np.ndarray:  # noqa: ANN001
     """Each client's accuracy, one client at a time, the plain way."""
-    local, fed, model = exp.local_test, exp.fed, exp.model
+    local, fed, model = exp.capability("local_eval").local, exp.fed, exp.model
     split = fed.train if local.on_train else fed.test
     out = []
     model.module.eval()
@@ -69,7 +70,7 @@ def test_batched_evaluation_equals_a_loop_over_clients(mode: str, make_spec: Cal
     row = ev(exp.algorithm, state.params, state.clients, 0, 0.1)
     own = _loop_reference(exp, lambda c: {**state.params, **{k: rows[k][c] for k in rows}})
     glob = _loop_reference(exp, lambda c: state.params)
-    sizes = exp.local_test.sizes
+    sizes = exp.capability("local_eval").local.sizes
     assert row == pytest.approx(
         {**spread_stats(own, sizes, "local_acc"), **spread_stats(glob, sizes, "local_global_acc")}
     )
@@ -95,7 +96,7 @@ def test_whole_personal_models_by_vmap_equal_a_loop_over_clients(
     assert (ev.local_inputs() is not None) == keep_inputs
     own = _loop_reference(exp, lambda c: {k: v[k][c] for k in v})
     glob = _loop_reference(exp, lambda c: state.params)
-    sizes = exp.local_test.sizes
+    sizes = exp.capability("local_eval").local.sizes
     assert row == pytest.approx(
         {**spread_stats(own, sizes, "local_acc"), **spread_stats(glob, sizes, "local_global_acc")}
     )

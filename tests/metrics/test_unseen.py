@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,9 +15,10 @@ import torch
 from fedrun.config.schema import RunSpec
 from fedrun.metrics.personal import hits_at, spread_stats
 from fedrun.run.experiment import build_experiment
-from fedrun.run.loop import local_evaluation, run
+from fedrun.run.loop import run
 from fedrun.run.state import fresh_state
 from tests.conftest import refused_in_one_line
+from tests.metrics.local_eval_util import local_evaluation
 from tests.metrics.test_personal import SMALL
 
 UNSEEN = (*SMALL, "fl.clients=5", "eval.local_test=split", "eval.unseen_clients=2")
@@ -24,12 +26,14 @@ UNSEEN = (*SMALL, "fl.clients=5", "eval.local_test=split", "eval.unseen_clients=
 
 def test_unseen_clients_are_the_partitions_last_parts_and_never_train(make_spec: Callable[..., RunSpec]) -> None:
     exp = build_experiment(make_spec(*UNSEEN))
-    assert len(exp.fed.clients) == 5 and exp.unseen is not None and len(exp.unseen.train_parts) == 2
+    held: Any = exp.capability("local_eval")
+    assert len(exp.fed.clients) == 5 and held.unseen is not None and len(held.unseen.train_parts) == 2
     trained = np.concatenate([c.cpu().numpy() for c in exp.fed.clients])
-    unseen = np.concatenate([*exp.unseen.train_parts, *exp.unseen.local_test.parts])
+    unseen = np.concatenate([*held.unseen.train_parts, *held.unseen.local_test.parts])
     assert unseen.size and not np.intersect1d(trained, unseen).size  # no unseen sample is trained on
     ref = build_experiment(make_spec(*SMALL, "fl.clients=7", "eval.local_test=split"))  # the same 7-way partition
-    for mine, theirs in zip(exp.unseen.local_test.parts, ref.local_test.parts[5:], strict=True):
+    ref_local: Any = ref.capability("local_eval")
+    for mine, theirs in zip(held.unseen.local_test.parts, ref_local.local.parts[5:], strict=True):
         np.testing.assert_array_equal(mine, theirs)
 
 
@@ -57,13 +61,13 @@ def test_unseen_global_accuracy_by_hand(make_spec: Callable[..., RunSpec]) -> No
     for t in state.clients.rows["personal"].values():  # the trained clients' heads differ from w's
         t.add_(1.0)
     row = local_evaluation(exp, None, 0)(exp.algorithm, state.params, state.clients, 0, 0.1)
-    assert exp.unseen is not None
+    assert exp.capability("local_eval").unseen is not None
     exp.model.module.eval()
     acc = np.array([
         float(hits_at(exp.model, state.params, exp.fed, exp.fed.train, torch.as_tensor(p), 64).float().mean())
-        for p in exp.unseen.local_test.parts
+        for p in exp.capability("local_eval").unseen.local_test.parts
     ])  # fmt: skip
-    sizes = exp.unseen.local_test.sizes
+    sizes = exp.capability("local_eval").unseen.local_test.sizes
     assert {k: v for k, v in row.items() if k.startswith("unseen")} == pytest.approx(
         {**spread_stats(acc, sizes, "unseen_acc"), **spread_stats(acc, sizes, "unseen_global_acc")}
     )

@@ -11,7 +11,7 @@ import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from fedrun.cli.reproduce import commands, cost_seconds, preset_cfg
-from fedrun.config.schema import validate
+from fedrun.config.validate import validate
 from fedrun.data.base import Dataset, Split
 from fedrun.data.partition import make_partition
 from fedrun.data.proxy import carve_proxy

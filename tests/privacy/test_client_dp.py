@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from fedrun.config.schema import FLConfig, PrivacyConfig
+from fedrun.config.schema import FLConfig
 from fedrun.core.errors import ConfigError
 from fedrun.privacy.client import (
     ClientDP,
@@ -20,14 +20,15 @@ from fedrun.privacy.client import (
     unflat,
     update_noise_multiplier,
 )
+from fedrun.privacy.mechanisms.client import DPFedAvg, solved
+from fedrun.privacy.settings import PrivacySettings
 from fedrun.upload.base import UploadContext
-from fedrun.upload.dp_fedavg import DPFedAvg
 from fedrun.upload.pipeline import Part, UploadPipeline
 
 
 def _dp(**kw: object) -> ClientDP:
     fl = FLConfig(clients=100, participation=0.1)
-    return ClientDP.build(PrivacyConfig(mode="client", **kw), fl, seed=3)  # type: ignore[arg-type]
+    return solved(PrivacySettings(mode="client", **kw), fl, seed=3)  # type: ignore[arg-type]
 
 
 def test_no_update_exceeds_the_clip_and_small_ones_are_kept() -> None:
@@ -113,8 +114,8 @@ def test_adaptive_clipping_follows_andrew_et_al() -> None:
 
 
 def test_a_target_epsilon_sets_the_noise() -> None:
-    dp = ClientDP.build(
-        PrivacyConfig(mode="client", target_epsilon=4.0), FLConfig(clients=100, participation=0.1, rounds=40), 0
+    dp = solved(
+        PrivacySettings(mode="client", target_epsilon=4.0), FLConfig(clients=100, participation=0.1, rounds=40), 0
     )
     assert dp.epsilon(40) == pytest.approx(4.0, rel=1e-3) and dp.z != 1.0
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.core.errors import ConfigError
 from fedrun.storage.tracking import TB_DIR, Trackers, scalars
 from tests.conftest import REPO

@@ -1,5 +1,5 @@
-"""Asynchronous servers on the simulated clock (``system.server=fedasync|fedbuff``, fedrun/system/events.py,
-fedrun/run/async_rounds.py): each option's defining property, determinism across engines and across a kill and a
+"""Asynchronous servers on the simulated clock (``system.server=fedasync|fedbuff``, fedrun/system/servers/): each
+option's defining property, determinism across engines and across a kill and a
 mid-update interrupt, the event order, and bad input refused in one line."""
 
 from __future__ import annotations
@@ -15,19 +15,21 @@ import pytest
 import torch
 
 from fedrun.config.identity import config_key, fingerprint
-from fedrun.config.schema import ASYNC_KEYS, RunSpec, SystemConfig
+from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import derive, np_rng
 from fedrun.core.tree import unstack
 from fedrun.report import curves
-from fedrun.run import async_rounds
-from fedrun.run.async_rounds import buffer_weights, train_update
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from fedrun.run.rounds import aggregation_weights, lr_at
+from fedrun.run.rounds import train_step as train_update
 from fedrun.run.state import fresh_state
 from fedrun.storage.rundir import RunDir
-from fedrun.system.events import EventQueue, check_async, staleness_weight
+from fedrun.system.servers.base import AsyncServer, staleness_weight
+from fedrun.system.servers.fedbuff import FedBuff, buffer_weights
+from fedrun.system.servers.queue import Event, EventQueue
+from fedrun.system.settings import ASYNC_KEYS
 from tests.run.run_util import killed_then_resumed, metrics, run_in
 
 SMALL = (
@@ -47,6 +49,11 @@ EQUAL_TIMES = ("fl.local_steps=3",)
 ASYNC_COLUMNS = ["sim_seconds", "sim_clock", "staleness_mean", "staleness_max", "in_flight", "clients"]
 
 
+def server(experiment: Any) -> Any:
+    """The run's async server (its driver), holding its event queue."""
+    return experiment.capabilities.driver
+
+
 def test_staleness_functions_are_xie_et_al() -> None:
     assert [staleness_weight("constant", 0.5, 4, lag) for lag in (0, 3, 9)] == [1.0, 1.0, 1.0]
     assert [staleness_weight("polynomial", 0.5, 4, lag) for lag in (0, 3)] == [1.0, 0.5]  # (3 + 1)^-0.5
@@ -59,7 +66,7 @@ def test_events_are_ordered_by_time_then_dispatch_order() -> None:
     q.push({}, np.array([1]), np.array([1.0]), version=0)  # ties with 2, dispatched later
     order = [q.pop()[2] for _ in range(4)]
     assert order == [2, 1, 7, 5] and q.clock == 2.0
-    again = EventQueue.from_tree(EventQueue(heap=[(1.0, 0, 3, 0, 0, 0)], batches={0: {}}).to_tree(), "x")
+    again = EventQueue.from_tree(EventQueue(heap=[Event(1.0, 0, 3, 0, 0, 0)], batches={0: {}}).to_tree(), "x")
     assert again.heap == [(1.0, 0, 3, 0, 0, 0)]
 
 
@@ -68,7 +75,7 @@ def test_the_queues_sampling_seeds_and_counts_are_those_made_one_at_a_time() -> 
     the derived idle mask and live counts against the heap, across a copy (a rewound queue rebuilds them)."""
     q, clients = EventQueue(), 30
     for d in range(150):
-        in_flight = {e[2] for e in q.heap}
+        in_flight = {e.client for e in q.heap}
         idle = np.array([c for c in range(clients) if c not in in_flight])
         n = 1 + d % 4
         want = idle if n >= len(idle) else idle[np.sort(np_rng(7, "sample", d).choice(len(idle), n, replace=False))]
@@ -81,7 +88,7 @@ def test_the_queues_sampling_seeds_and_counts_are_those_made_one_at_a_time() -> 
         if d == 80:
             q = q.copy()
         q.release()
-        assert set(q.batches) == {e[4] for e in q.heap}
+        assert set(q.batches) == {e.batch for e in q.heap}
 
 
 def test_the_dispatch_draw_is_numpys_sorted_choice_on_either_side_of_its_floyd_bound() -> None:
@@ -138,7 +145,7 @@ def test_fedasync_with_mixing_1_and_concurrency_1_is_sequential_sgd(make_spec: C
         params = unstack(res.uploads["params"], 0)
     for k, v in params.items():
         assert torch.equal(state.params[k], v), k
-    assert state.events is not None and state.events.dispatches == spec.fl.rounds  # refills wait for the next update
+    assert server(experiment).queue.dispatches == spec.fl.rounds  # refills wait for the next update
 
 
 def test_the_clients_dispatched_at_one_version_train_as_one_cohort(make_spec: Callable[..., RunSpec]) -> None:
@@ -160,13 +167,14 @@ def test_the_clients_dispatched_at_one_version_train_as_one_cohort(make_spec: Ca
     for t in range(spec.fl.rounds):
         before = len(calls)
         train_update(experiment, state, t)
-        assert state.events is not None and state.events.open is None  # nothing left untrained between updates
-        for e in state.events.heap:
-            versions.setdefault(e[4], set()).add(e[3])
+        queue = server(experiment).queue
+        assert queue.open is None  # nothing left untrained between updates
+        for e in queue.heap:
+            versions.setdefault(e.batch, set()).add(e.version)
         assert all(params is calls[before][2] for _, _, params in calls[before:])  # all from w_t
     assert all(len(v) == 1 for v in versions.values())  # a cohort's clients all started from one version
     assert all(len(set(ids)) == len(ids) for _, ids, _ in calls)
-    assert state.events.dispatches > len(calls) + 2  # refills were merged (the property is not vacuous)
+    assert server(experiment).queue.dispatches > len(calls) + 2  # refills were merged (the property is not vacuous)
 
 
 def test_fedbuffs_step_is_the_buffers_weighted_delta_sum(make_spec: Callable[..., RunSpec]) -> None:
@@ -177,28 +185,25 @@ def test_fedbuffs_step_is_the_buffers_weighted_delta_sum(make_spec: Callable[...
     spec = make_spec(*SMALL, "fl.rounds=10", *fedbuff, "system.staleness=polynomial", "system.server_lr=0.8")
     experiment = build_experiment(spec)
     state = fresh_state(experiment)
-    step, worst, reordered = async_rounds.server_step, [0.0], [0]
+    srv = server(experiment)
+    step, worst, reordered = srv.step, [0.0], [0]
 
-    def checked(experiment: Any, params: Any, queue: EventQueue, arrivals: list[Any], weights: list[float]) -> Any:
-        new = step(experiment, params, queue, arrivals, weights)
-        deltas = async_rounds._gather(queue, arrivals, "params")
-        sizes = experiment.system.sizes[[e[2] for e in arrivals]].tolist()
+    def checked(params: Any, arrivals: list[Event], weights: list[float]) -> Any:
+        new = step(params, arrivals, weights)
+        deltas = srv.gather(arrivals, "params")
+        sizes = srv.system.sizes[[e.client for e in arrivals]].tolist()
         q = torch.tensor(buffer_weights(sizes, spec.fl.weighting, weights, spec.system.server_lr), dtype=torch.float64)
         for k, w in params.items():
             want = w.double() + torch.tensordot(q, deltas[k].double(), dims=1)
             worst[0] = max(worst[0], float((new[k].double() - want).abs().max()))
-        reordered[0] += len(queue.rowmap)
+        reordered[0] += len(srv.queue.rowmap)
         return new
 
-    async_rounds.server_step = checked
-    try:
-        for t in range(spec.fl.rounds):
-            train_update(experiment, state, t)
-            if t == 4:  # a queue restored from its checkpoint tree: rows renumbered, matrices rebuilt
-                assert state.events is not None
-                state.events = EventQueue.from_tree(state.events.to_tree(), "test")
-    finally:
-        async_rounds.server_step = step
+    srv.step = checked
+    for t in range(spec.fl.rounds):
+        train_update(experiment, state, t)
+        if t == 4:  # a queue restored from its checkpoint tree: rows renumbered, matrices rebuilt
+            srv.queue = EventQueue.from_tree(srv.queue.to_tree(), "test")
     assert worst[0] < 1e-6 and reordered[0] > 0  # (some cohort's rows were stored out of dispatch order)
 
 
@@ -206,17 +211,14 @@ def test_fedbuffs_step_on_a_model_of_mixed_dtypes_takes_its_tensors_one_by_one()
     """No one uploads matrix for tensors of two dtypes: the deltas stay per tensor and the step sums each."""
     start = {"w": torch.zeros(2, 3), "b": torch.zeros(3, dtype=torch.float64)}
     ends = {"w": torch.arange(12.0).reshape(2, 2, 3), "b": torch.ones(2, 3, dtype=torch.float64)}
-    deltas, flat = async_rounds.client_uploads("fedbuff", ends, start)
+    srv = object.__new__(FedBuff)
+    srv.settings, srv.fl = SimpleNamespace(server="fedbuff", server_lr=0.5), SimpleNamespace(weighting="size")
+    srv.system = SimpleNamespace(sizes=np.array([0, 0, 0, 0, 10, 0, 0, 30]))  # type: ignore[assignment]
+    deltas, flat = srv.uploads(ends, start)
     assert flat is None and deltas["b"].dtype == torch.float64
-    queue = EventQueue(batches={0: {"params": deltas}})
-    arrivals = [(1.0, 0, 4, 0, 0, 0), (2.0, 1, 7, 0, 0, 1)]
-    system = SimpleNamespace(server="fedbuff", server_lr=0.5)
-    experiment = SimpleNamespace(
-        spec=SimpleNamespace(system=system, fl=SimpleNamespace(weighting="size")),
-        system=SimpleNamespace(sizes=np.array([0, 0, 0, 0, 10, 0, 0, 30])),
-        device=torch.device("cpu"),
-    )
-    new = async_rounds.server_step(experiment, start, queue, arrivals, [1.0, 1.0])  # type: ignore[arg-type]
+    srv.queue = EventQueue(batches={0: {"params": deltas}})
+    arrivals = [Event(1.0, 0, 4, 0, 0, 0), Event(2.0, 1, 7, 0, 0, 1)]
+    new = srv.step(start, arrivals, [1.0, 1.0])
     want_w = 0.5 * (0.25 * ends["w"][0] + 0.75 * ends["w"][1])
     assert torch.allclose(new["w"], want_w) and new["b"].dtype == torch.float64
     assert torch.allclose(new["b"], torch.full((3,), 0.5, dtype=torch.float64))
@@ -237,7 +239,8 @@ def test_killed_and_resumed_mid_stream_gives_the_same_numbers(
     spec = make_spec(*SMALL, "system.server=fedbuff", "system.buffer=2", "system.devices=tiers")
 
     def in_flight(ck: Any) -> None:  # what a run killed after update 3 leaves: >= C - K in flight, their work saved
-        assert len(ck.events["times"]) >= 3 and ck.events["batches"]
+        events = ck.capabilities["system"]["events"]
+        assert len(events["times"]) >= 3 and events["batches"]
 
     summary, full, resumed = killed_then_resumed(spec, tmp_path, monkeypatch, 3, in_flight)
     pd.testing.assert_frame_equal(resumed, full, check_exact=True)
@@ -316,8 +319,8 @@ def test_a_model_with_buffers_is_refused(make_spec: Callable[..., RunSpec]) -> N
     experiment = build_experiment(make_spec(*SMALL))
     bn = SimpleNamespace(buffers={"bn.running_mean": torch.zeros(3)})
     with pytest.raises(ConfigError, match=r"system.server: fedasync mixes parameters, but the model has buffers"):
-        check_async(SystemConfig(server="fedasync"), experiment.algorithm, bn)  # type: ignore[arg-type]
-    check_async(SystemConfig(server="fedasync"), experiment.algorithm, experiment.model)
+        AsyncServer.check_method("fedasync", experiment.algorithm, bn)  # type: ignore[arg-type]
+    AsyncServer.check_method("fedasync", experiment.algorithm, experiment.model)
 
 
 def test_a_sync_system_run_keeps_the_identity_it_had_before_the_async_keys(make_spec: Callable[..., RunSpec]) -> None:
@@ -326,3 +329,16 @@ def test_a_sync_system_run_keeps_the_identity_it_had_before_the_async_keys(make_
     assert config_key(raw) == config_key(before) and fingerprint(raw) == fingerprint(before)
     fedbuff = make_spec(*SMALL, "system.dropout=0.0", "system.server=fedbuff", "system.buffer=2").raw
     assert config_key(fedbuff) != config_key(make_spec(*SMALL, "system.devices=uniform").raw)
+
+
+def test_a_cohort_whose_first_client_arrives_before_its_last_dispatch_keeps_its_work(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """K < C on fast and slow devices: a client dispatched at a version can arrive before the version's last
+    dispatch joins the same open cohort; the cohort's work stays until its last client arrives (it was dropped, and
+    the next checkpoint or update failed with a KeyError on its batch)."""
+    spec = make_spec(*SMALL, "fl.clients=8", "system.server=fedbuff", "system.buffer=3", "system.devices=tiers",
+                     "system.staleness=polynomial", "model.hidden=[16]")  # fmt: skip
+    summary, full, resumed = killed_then_resumed(spec, tmp_path, monkeypatch, 3)
+    assert summary["status"] == "completed"
+    pd.testing.assert_frame_equal(resumed, full, check_exact=True)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.config.schema import FLConfig, SystemConfig
+from fedrun.config.registry import build_params
+from fedrun.config.schema import FLConfig
 from fedrun.core.errors import ConfigError
 from fedrun.data.federated import batch_plan, num_local_steps
 from fedrun.system.clock import local_steps_array, samples_for_steps, samples_for_steps_array
@@ -24,6 +25,7 @@ from fedrun.system.model import (
     straggler_budgets,
     straggler_mask,
 )
+from fedrun.system.settings import SystemSettings as SystemConfig
 
 TRACE = Path(__file__).with_name("sample_trace.json")
 
@@ -179,8 +181,8 @@ def test_config_refusals() -> None:
         ("over_selection", {"over_selection": 0.5}),
     ):
         with pytest.raises(ConfigError) as e:
-            SystemConfig(**kwargs)  # type: ignore[arg-type]
-        assert e.value.field == field
+            build_params(SystemConfig, kwargs, "system", ignore=())
+        assert e.value.field == f"system.{field}"
     assert SystemConfig().ideal and SystemConfig(dropout=0.0, stragglers=0.0).ideal
     assert not SystemConfig(devices="tiers").ideal
 

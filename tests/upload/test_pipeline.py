@@ -14,17 +14,19 @@ import torch
 
 from fedrun.cli import main as cli
 from fedrun.config.identity import config_key
-from fedrun.config.schema import RunSpec, validate
+from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.core.errors import ConfigError
 from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from fedrun.run.state import fresh_state
 from fedrun.storage.atomic import TIMING_COLUMNS
-from fedrun.upload.base import UPLOAD_STAGES, UploadContext, UploadStage
-from fedrun.upload.pipeline import UPLOAD_STATE, UploadPipeline, build_pipeline
+from fedrun.upload.base import COMPRESSORS, UploadContext, UploadStage
+from fedrun.upload.pipeline import UPLOAD_STATE, UploadPipeline
 from tests.conftest import compose_cfg, main_exit_code
 from tests.run.run_util import interrupted_copy
+from tests.upload.upload_util import pipeline_of as build_pipeline
 
 SMALL = [
     "experiment=smoke",
@@ -190,10 +192,6 @@ class _ShiftSum(UploadStage):
     name = "shift"
     order = 0
 
-    @classmethod
-    def from_spec(cls, spec: RunSpec) -> UploadStage | None:
-        return None
-
     def apply(self, delta, state, ctx):  # noqa: ANN001, ANN201
         return delta, state, {}
 
@@ -211,7 +209,7 @@ def test_a_stage_on_the_sum_moves_the_weighted_mean_by_its_change() -> None:
     mean = (w.float().unsqueeze(1) * sent).sum(0)
     torch.testing.assert_close(mean, (w.float().unsqueeze(1) * delta).sum(0) + 1.0)
     assert rows == {} and diag == {"shift": 1.0}
-    assert "shift" not in UPLOAD_STAGES.names()  # a test stage, not registered
+    assert "shift" not in COMPRESSORS.names()  # a test stage, not registered
 
 
 def test_a_simulated_system_aggregates_and_times_the_compressed_uploads(

@@ -1,4 +1,4 @@
-"""The asynchronous servers' event stream on the simulated clock (``system.server=fedasync|fedbuff``).
+"""The asynchronous servers' event queue on the simulated clock (``system.server``: fedrun/system/servers/).
 
 An async server keeps C clients in flight (``system.concurrency``). Each dispatched client trains from the server
 version current at its dispatch, and its update reaches the server at its completion time on the simulated clock
@@ -25,54 +25,25 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from fedrun.algorithms.base import Algorithm
-from fedrun.config.schema import SystemConfig
-from fedrun.core.errors import ConfigError, ResumeError
+from fedrun.core.errors import ResumeError
 from fedrun.core.rng import derive, np_rng
 from fedrun.core.tree import Tree, tree_map
-from fedrun.models.base import FunctionalModel
-
-# (completion time, dispatch sequence number, client, version dispatched at, its cohort's batch number, its row in
-# the cohort in dispatch order: :meth:`EventQueue.row` gives where its work is stored)
-Event = tuple[float, int, int, int, int, int]
 
 
-def staleness_weight(kind: str, a: float, b: float, lag: int) -> float:
-    """s(t - tau) of Xie et al. 2019 (sec. 3, eqs. of the constant, polynomial and hinge functions)."""
-    if kind == "polynomial":
-        return float((lag + 1.0) ** -a)
-    if kind == "hinge":
-        return 1.0 if lag <= b else 1.0 / (a * (lag - b) + 1.0)
-    return 1.0
+class Event(NamedTuple):
+    """One dispatched client's arrival. Events order as tuples: by completion ``time``, then ``seq``."""
 
-
-def check_async(config: SystemConfig, algorithm: Algorithm, model: FunctionalModel) -> None:
-    """Refuse, in one line naming ``system.server``, a method or model an async server cannot step: its server
-    step must be FedAvg's plain weighted average of the clients' models (both FedAsync's mixing and FedBuff's
-    delta average are that average's asynchronous forms), so a method that overrides ``aggregate`` (server
-    control variates, server optimisers, FedLAW, IMA's window) and a model with buffers (BatchNorm statistics,
-    which are not deltas) are refused."""
-    if config.server == "sync":
-        return
-    name = type(algorithm).__name__
-    own_step = type(algorithm).aggregate is not Algorithm.aggregate or algorithm.owns_buffers
-    if own_step:
-        raise ConfigError(
-            "system.server",
-            f"{config.server} replaces the server step, but {name} has its own (it overrides aggregate); valid: sync,"
-            " or a method whose server step is FedAvg's average (fedavg, fedprox, and other client-side methods)",
-        )
-    if model.buffers:
-        raise ConfigError(
-            "system.server",
-            f"{config.server} mixes parameters, but the model has buffers ({', '.join(sorted(model.buffers))[:60]});"
-            " valid: sync, or a model without BatchNorm",
-        )
+    time: float  # its completion time on the simulated clock
+    seq: int  # the dispatch sequence number: the fixed tie-break
+    client: int
+    version: int  # the server version it was dispatched at (and trains from)
+    batch: int  # its cohort's batch number (the dispatch that opened the cohort)
+    row: int  # its row in the cohort in dispatch order (:meth:`EventQueue.row` gives where its work is stored)
 
 
 # dispatch batches whose keyed generators and seeds are made at once (a warm loop, not one cold call a dispatch)
@@ -125,7 +96,7 @@ class EventQueue:
         FedAvg's cohorts."""
         if self.idle is None or len(self.idle) != clients:
             self.idle = np.ones(clients, dtype=bool)
-            self.idle[np.array([e[2] for e in self.heap], dtype=np.intp)] = False
+            self.idle[np.array([e.client for e in self.heap], dtype=np.intp)] = False
         idle = np.flatnonzero(self.idle)
         if n >= len(idle):
             return idle
@@ -167,7 +138,7 @@ class EventQueue:
             self.batches[b] = work
         ids, now = clients.tolist(), self.clock
         for row, (c, s) in enumerate(zip(ids, seconds.tolist(), strict=True), start=first):
-            heapq.heappush(heap, (now + s, seq + row - first, c, version, b, row))
+            heapq.heappush(heap, Event(now + s, seq + row - first, c, version, b, row))
         self.seq += len(ids)
         self.dispatches += 1
         if self.idle is not None:
@@ -202,8 +173,8 @@ class EventQueue:
 
     def row(self, event: Event) -> int:
         """Where the event's client's work is stored in its batch."""
-        m = self.rowmap.get(event[4])
-        return event[5] if m is None else int(m[event[5]])
+        m = self.rowmap.get(event.batch)
+        return event.row if m is None else int(m[event.row])
 
     def uploads_matrix(self, batch: int) -> torch.Tensor:
         """Batch ``batch``'s uploads as one (rows x parameters) matrix, the tensors' columns side by side in the
@@ -217,21 +188,21 @@ class EventQueue:
 
     def due(self) -> bool:
         """Whether the next event happens now (a tie with the clock): free slots wait until it has arrived."""
-        return bool(self.heap) and self.heap[0][0] <= self.clock
+        return bool(self.heap) and self.heap[0].time <= self.clock
 
     def pop(self) -> Event:
         """The next arrival; the clock moves to its completion time."""
         event = heapq.heappop(self.heap)
-        self.clock = event[0]
+        self.clock = event.time
         if self.idle is not None:
-            self.idle[event[2]] = True
+            self.idle[event.client] = True
         if self.live is not None:
-            left = self.live[event[4]] - 1
+            left = self.live[event.batch] - 1
             if left:
-                self.live[event[4]] = left
+                self.live[event.batch] = left
             else:
-                del self.live[event[4]]
-                self.done.append(event[4])
+                del self.live[event.batch]
+                self.done.append(event.batch)
         return event
 
     def row_views(self, batch: int, key: str) -> Tree:
@@ -247,9 +218,11 @@ class EventQueue:
         if self.live is None:  # (a fresh copy or a restored queue: count from the heap)
             self.live = {}
             for e in self.heap:
-                self.live[e[4]] = self.live.get(e[4], 0) + 1
+                self.live[e.batch] = self.live.get(e.batch, 0) + 1
             self.done = [b for b in self.batches if b not in self.live]
         for b in self.done:
+            if b in self.live:  # a client of the open cohort arrived before the cohort's last dispatch joined it
+                continue
             self.batches.pop(b, None)
             self.views.pop((b, "params"), None)
             self.views.pop((b, "states"), None)
@@ -273,13 +246,13 @@ class EventQueue:
         heap = sorted(self.heap)
         live: dict[int, list[int]] = {}
         for e in heap:
-            live.setdefault(e[4], []).append(self.row(e))
+            live.setdefault(e.batch, []).append(self.row(e))
         keep = {b: sorted(rows) for b, rows in live.items()}
         new_row = {(b, r): i for b, rows in keep.items() for i, r in enumerate(rows)}
         batches = {str(b): take_rows(self.batches[b], torch.tensor(rows)) for b, rows in keep.items()}
         return {
-            "times": torch.tensor([e[0] for e in heap], dtype=torch.float64),
-            "rows": torch.tensor([(*e[1:5], new_row[(e[4], self.row(e))]) for e in heap], dtype=torch.int64).reshape(
+            "times": torch.tensor([e.time for e in heap], dtype=torch.float64),
+            "rows": torch.tensor([(*e[1:5], new_row[(e.batch, self.row(e))]) for e in heap], dtype=torch.int64).reshape(
                 len(heap), 5
             ),
             "clock": torch.tensor([self.clock, self.last_update], dtype=torch.float64),
@@ -294,10 +267,10 @@ class EventQueue:
             times, rows, clock, counters = (tree[k] for k in ("times", "rows", "clock", "counters"))
             batches = {int(b): work for b, work in tree["batches"].items()}
             heap = [
-                (float(t), *(int(x) for x in r))
+                Event(float(t), *(int(x) for x in r))
                 for t, r in zip(times.tolist(), rows.reshape(len(times), 5).tolist(), strict=True)
             ]
-            if any(e[4] not in batches for e in heap):
+            if any(e.batch not in batches for e in heap):
                 raise ValueError("an in-flight client's batch is missing")
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
             raise ResumeError(f"{where}: damaged async event queue ({e}); delete it to restart the run") from None

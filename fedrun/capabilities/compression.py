@@ -1,0 +1,66 @@
+"""Upload compression as a capability (``compression.*``; fedrun/upload/, docs/compression.md): the registered
+compressor ``compression.name`` names (fedrun/upload/compressors/) as an upload stage, with error feedback's
+residuals as per-client state rows (kept by the upload pipeline under the client-state key ``_upload``)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, ClassVar
+
+from fedrun.capabilities.base import Capability, RunView
+from fedrun.config.registry import CAPABILITIES
+from fedrun.upload.base import COMPRESSORS, UploadStage
+from fedrun.upload.settings import NONE, CompressionSettings
+
+
+@CAPABILITIES.register("compression")
+class Compression(Capability):
+    """One compressor on every client's upload."""
+
+    name: ClassVar[str] = "compression"
+    section: ClassVar[str] = "compression"
+    position: ClassVar[int] = 30
+    Settings: ClassVar[type] = CompressionSettings
+
+    @classmethod
+    def active(cls, settings: CompressionSettings) -> bool:
+        return settings.name != NONE
+
+    @classmethod
+    def transforms_uploads(cls, settings: CompressionSettings) -> str | None:
+        return "compression.name" if settings.name != NONE else None
+
+    @classmethod
+    def words(cls, settings: CompressionSettings) -> str:
+        name = settings.name
+        if name == NONE:
+            return ""
+        if name in ("topk", "randk"):
+            what = f"k={settings.k}" if settings.k is not None else f"{settings.ratio:.3g}"
+        elif name == "qsgd":
+            what = f"s={settings.levels}"
+        else:
+            what = ""
+        ef = " +EF" if settings.error_feedback else ""
+        return f"{name}{' ' + what if what else ''}{ef}"
+
+    @classmethod
+    def identity(cls, node: dict[str, Any]) -> dict[str, Any] | None:
+        """No compression drops out: the runs of before the section existed keep their identity."""
+        defaults = {f.name: f.default for f in fields(CompressionSettings)}
+        return None if all(node.get(k, v) == v for k, v in defaults.items()) else node
+
+    def __init__(self, settings: CompressionSettings, run: RunView) -> None:
+        super().__init__(settings, run)
+        self.compressor: UploadStage = COMPRESSORS.get(settings.name).obj(settings)
+
+    @classmethod
+    def choices(cls) -> dict[str, list[str]]:
+        return {"name": [NONE, *COMPRESSORS.names()]}
+
+    @classmethod
+    def contributors(cls) -> list[tuple[str, type | None]]:
+        return [(n, COMPRESSORS.get(n).params) for n in COMPRESSORS.names()]
+
+    def upload_stages(self) -> list[UploadStage]:
+        return [self.compressor]

@@ -1,0 +1,103 @@
+"""Personalised evaluation as a capability (``eval.local_test``, ``eval.finetune_*``, ``eval.unseen_clients``;
+fedrun/metrics/personal.py, docs/personalised.md): each client's local test split is taken from its data before the
+clients' data is built, unseen clients are partitioned beside the trained ones, and each evaluated round reports
+every client's own model (``local_acc_*``, clients.csv) and the unseen clients' (``unseen_acc_*``)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fedrun.capabilities.base import Capability, DataSplit, RunView, StateView
+from fedrun.config.registry import CAPABILITIES
+from fedrun.core.tree import Tensors
+from fedrun.data.local_test import LocalTest, Unseen, make_local_test
+from fedrun.metrics.local_settings import LocalEvalSettings
+from fedrun.metrics.personal import LocalEvaluation, resume_clients_csv
+from fedrun.storage.rundir import RunDir
+
+
+@CAPABILITIES.register("local_eval")
+class LocalEval(Capability):
+    """Local test splits, fine-tuning before evaluation, unseen clients."""
+
+    name: ClassVar[str] = "local_eval"
+    section: ClassVar[str] = "eval"
+    joins: ClassVar[bool] = True
+    position: ClassVar[int] = 40
+    Settings: ClassVar[type] = LocalEvalSettings
+
+    @classmethod
+    def active(cls, settings: LocalEvalSettings) -> bool:
+        return settings.local_test != "none"
+
+    @classmethod
+    def words(cls, settings: LocalEvalSettings) -> str:
+        if settings.local_test == "none":
+            return ""
+        ft = f", fine-tuned {settings.finetune_steps} steps" if settings.finetune_steps else ""
+        unseen = f", {settings.unseen_clients} unseen" if settings.unseen_clients else ""
+        return f"local test ({settings.local_test}{ft}{unseen})"
+
+    @classmethod
+    def identity(cls, node: dict[str, Any]) -> dict[str, Any] | None:
+        """Each key at its default drops out of the ``eval`` section (added later: older runs keep their identity)."""
+        defaults = {f.name: f.default for f in fields(LocalEvalSettings)}
+        return {k: v for k, v in node.items() if not (k in defaults and v == defaults[k])}
+
+    @classmethod
+    def extra_clients(cls, settings: LocalEvalSettings) -> int:
+        return settings.unseen_clients
+
+    @classmethod
+    def split_data(cls, settings: LocalEvalSettings, spec: Any, split: DataSplit) -> None:
+        """The clients' local test splits (``split``: of each one's data; ``partition``: of the test set) and the
+        unseen clients (the last ``eval.unseen_clients`` parts, never trained)."""
+        seed = spec.seed if settings.local_test_seed is None else settings.local_test_seed
+        labels = (split.test if split.test is not None else split.data.test).y.cpu().numpy()
+        train_parts, local = make_local_test(
+            settings.local_test, settings.local_test_fraction, seed, split.train_parts,
+            split.data.train.y.cpu().numpy(), labels, split.data.num_classes, spec.cache_dir,
+        )  # fmt: skip
+        n, unseen = spec.fl.clients, None
+        if local is not None and len(split.parts) != n:
+            unseen = Unseen(train_parts[n:], LocalTest(local.mode, local.parts[n:]))
+            split.parts, train_parts, local = split.parts[:n], train_parts[:n], LocalTest(local.mode, local.parts[:n])
+        split.train_parts = train_parts
+        split.prepared[cls.name] = (local, unseen)
+
+    def __init__(self, settings: LocalEvalSettings, run: RunView) -> None:
+        super().__init__(settings, run)
+        self.local, self.unseen = run.prepared[self.name]
+        self.evaluation: LocalEvaluation | None = None
+
+    def start(self, run_dir: Path | None, start: int) -> None:
+        """The evaluator of the clients' models; clients.csv cut back to round ``start``."""
+        s, spec, run = self.settings, self.run.spec, self.run
+        csv = RunDir(run_dir).clients_file if run_dir is not None else None
+        if csv is not None:
+            resume_clients_csv(csv, start)
+        finetune, seed, batch = (s.finetune_steps, s.finetune_lr, spec.fl.batch_size), spec.seed, spec.eval.batch_size
+        out = LocalEvaluation(run.model, run.fed, self.local, batch, finetune, seed, csv)
+        if self.unseen is not None:
+            unseen: Unseen = self.unseen
+            out.unseen = LocalEvaluation(run.model, run.fed, unseen.local_test, batch, finetune, seed,
+                                         train_parts=unseen.train_parts)  # fmt: skip
+            out.unseen.first_id = spec.fl.clients
+        self.evaluation = out
+
+    def eval_columns(self, rnd: int, state: StateView, model: Tensors, lr: float) -> dict[str, float]:
+        if self.evaluation is None:
+            self.start(None, rnd)
+        assert self.evaluation is not None
+        return self.evaluation(self.run.algorithm, model, state.clients, rnd, lr)
+
+    @property
+    def test_parts(self) -> list[np.ndarray]:
+        """The clients' local test splits (sample indices)."""
+        assert self.local is not None
+        parts: list[np.ndarray] = self.local.parts
+        return parts

@@ -1,0 +1,57 @@
+"""Personalised evaluation's keys of the ``eval`` section (docs/personalised.md): the clients' local test splits,
+fine-tuning before evaluation, and clients that never train. They join the ``eval`` section after its own keys
+(fedrun/capabilities/local_eval.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fedrun.config.registry import in_range, positive
+from fedrun.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LocalEvalSettings:
+    """Each client's model on its own local test split (``eval.local_test``): ``local_acc_*`` columns and
+    clients.csv."""
+
+    # personalised evaluation (docs/personalised.md): none | split (each client's own data, PFLlib/FL-bench) |
+    # partition (the test set dealt out with each client's label distribution); local_acc_* columns, clients.csv
+    local_test: Literal["none", "split", "partition"] = "none"
+    local_test_fraction: float = 0.25  # split: the share of each client's samples held out (PFLlib's train_ratio 0.75)
+    local_test_seed: int | None = None  # the draw of the local test splits (None: the run's seed)
+    finetune_steps: int = 0  # k SGD steps of each client's model on its own training data before it is evaluated
+    finetune_lr: float | None = None  # the fine-tuning lr (None: the round's local lr)
+    unseen_clients: int = 0  # U more clients of the same partition that never train: unseen_acc_* (new clients)
+
+    def __post_init__(self) -> None:
+        in_range(
+            "local_test_fraction",
+            self.local_test_fraction,
+            0.0,
+            1.0,
+            lo_open=True,
+            hi_open=True,
+            why="0 leaves no local test sample, 1 no training sample",
+        )
+        positive("finetune_steps", self.finetune_steps, allow_zero=True)
+        positive("finetune_lr", self.finetune_lr)
+        positive("unseen_clients", self.unseen_clients, allow_zero=True)
+        if self.unseen_clients and self.local_test == "none":
+            raise ConfigError(
+                "unseen_clients",
+                "unseen clients are evaluated on local test splits; valid: 0, or eval.local_test=split or partition",
+            )
+        if self.finetune_steps and self.local_test == "none":
+            raise ConfigError(
+                "finetune_steps",
+                "fine-tuned models are evaluated on local test splits; valid: 0, or"
+                " eval.local_test=split or partition with it",
+            )
+
+    @classmethod
+    def of(cls, spec: Any) -> LocalEvalSettings:
+        """The run's personalised-evaluation settings (a :class:`~fedrun.config.schema.RunSpec`'s)."""
+        out: LocalEvalSettings = spec.sections["local_eval"]
+        return out

@@ -1,0 +1,1 @@
+"""Privacy mechanisms (``privacy.mode``): one module each, found by :data:`~fedrun.privacy.registries.MECHANISMS`."""

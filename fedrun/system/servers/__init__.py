@@ -1,0 +1,1 @@
+"""Asynchronous servers (``system.server``): one module each, found by :data:`~fedrun.system.servers.base.SERVERS`."""
