@@ -1,4 +1,4 @@
-"""privacy.mode=local: each client's upload clipped and noised by the client, epsilon of a Gaussian per participation."""
+"""privacy.mode=local: each client clips and noises its own upload; epsilon of one Gaussian per participation."""
 
 from __future__ import annotations
 
