@@ -220,6 +220,7 @@ def execute(
     ``record``: the folder of Hydra's record of the job, written for this attempt (``hydra.output_subdir``).
     """
     name = label or str(run_dir)
+    REFUSED_HERE.discard(run_dir.absolute())
     result = attempt(
         cfg,
         run_dir,
