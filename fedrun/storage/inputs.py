@@ -59,10 +59,15 @@ def open_regular(path: Path) -> Iterator[BinaryIO]:
     writer), then checked on the open descriptor (no race with a swap of the path). FileNotFoundError when there is
     nothing there, :class:`NotRegularFile` when it is not a regular file, another OSError when it cannot be read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
+    try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(mode):  # (before fdopen, which refuses a directory with an error of its own)
             raise NotRegularFile(path, KINDS.get(stat.S_IFMT(mode), "not a file"))
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         yield f
 
 
@@ -103,19 +108,23 @@ def digest(path: str) -> str | None:
     return h.hexdigest()
 
 
-def digests(raw: dict[str, Any]) -> dict[str, dict[str, str | None]]:
-    """key -> {file: :func:`digest`} of every file :func:`input_files` names."""
-    return {key: {f: digest(f) for f in files} for key, files in input_files(raw).items()}
+Files = dict[str, list[tuple[str, str | None]]]  # key -> its files, in the order it names them, with their digests
+
+
+def digests(raw: dict[str, Any]) -> Files:
+    """key -> [(file, :func:`digest`)] of every file :func:`input_files` names."""
+    return {key: [(f, digest(f)) for f in files] for key, files in input_files(raw).items()}
 
 
 def record_inputs(rd: RunDir, raw: dict[str, Any]) -> None:
     """Write the digests of the run's input files into ``rd`` (nothing when the config names none)."""
     files = digests(raw)
     if files:
-        write_json(rd.inputs_file, {"format": INPUTS_FORMAT, "files": files})
+        listed = {key: [{"path": f, "sha256": d} for f, d in pairs] for key, pairs in files.items()}
+        write_json(rd.inputs_file, {"format": INPUTS_FORMAT, "files": listed})
 
 
-def recorded_inputs(rd: RunDir) -> dict[str, dict[str, str | None]] | None:
+def recorded_inputs(rd: RunDir) -> Files | None:
     """The digests the run recorded when it started; None when it recorded none (no input file, or a run of a
     fedrun before the record). A record fedrun cannot read is refused naming it."""
     path = rd.inputs_file
@@ -125,17 +134,14 @@ def recorded_inputs(rd: RunDir) -> dict[str, dict[str, str | None]] | None:
         data = json.loads(read_regular(path, RECORD_LIMIT))
         if data.get("format") != INPUTS_FORMAT or not isinstance(data.get("files"), dict):
             raise ValueError(f"not a record of format {INPUTS_FORMAT}")
-        files = data["files"]
-        if not all(isinstance(v, dict) for v in files.values()):
-            raise ValueError("not a mapping of files per key")
-    except (OSError, ValueError, AttributeError) as e:
+        return {str(key): [(str(e["path"]), e["sha256"]) for e in entries] for key, entries in data["files"].items()}
+    except (OSError, ValueError, AttributeError, TypeError, KeyError) as e:
         why = " ".join(str(e).split())[:160] or type(e).__name__
         raise ConfigError(
             "resume",
-            f"{path}: unreadable record of the files the run read ({why}); valid: the file as the run wrote it,"
-            " or remove it to continue on the files as they are now",
+            f"{path}: unreadable record of the files the run read ({type(e).__name__}: {why}); valid: the file as"
+            " the run wrote it, or remove it to continue on the files as they are now",
         ) from None
-    return files
 
 
 def check_inputs(rd: RunDir, raw: dict[str, Any], goes_on: bool) -> None:
@@ -150,7 +156,7 @@ def check_inputs(rd: RunDir, raw: dict[str, Any], goes_on: bool) -> None:
         return
     now = digests(raw)
     for key in sorted(set(old) | set(now)):
-        before, after = list(old.get(key, {}).items()), list(now.get(key, {}).items())
+        before, after = old.get(key, []), now.get(key, [])
         for i in range(max(len(before), len(after))):
             path, was = before[i] if i < len(before) else ("", None)
             new, digest_now = after[i] if i < len(after) else (path, None)
