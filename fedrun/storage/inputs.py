@@ -84,8 +84,8 @@ def read_regular(path: Path, limit: int | None = None) -> bytes:
 def input_files(raw: dict[str, Any]) -> dict[str, list[str]]:
     """Each config key of ``raw`` (a composed config) that names a file the run reads: its files, absolute (a
     relative path is read from the current directory, as the run reads it)."""
-    system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
-    trace = system.get("trace") if system.get("devices") == "trace" else None
+    system = raw.get("system")
+    trace = system.get("trace") if isinstance(system, dict) and system.get("devices") == "trace" else None
     if not isinstance(trace, str) or not trace:
         return {}
     path = Path(os.path.abspath(trace))

@@ -2,10 +2,10 @@
 
 A run directory holds ``config.yaml`` (the composed config, written when the run starts), ``summary.json``
 (what the run is, and how it ended), ``metrics.csv``, the checkpoint, ``fedrun.log``, the lock
-``.fedrun.lock``, temp files of atomic writes (``.<name>.<pid>.tmp``), and for a run refused on bad input
+``.fedrun.lock``, temp files of atomic writes (``.<name>.<pid>.tmp``), for a run refused on bad input
 ``error.txt`` (beside Hydra's record of the job, ``.hydra/``), and for a run that reads files named in its config
-(``system.trace``) their digests, ``input_digests.json`` (fedrun/storage/inputs.py). Every other module reads and writes these through
-:class:`RunDir`; summary.json is read into a :class:`Summary`.
+(``system.trace``) their digests, ``input_digests.json`` (fedrun/storage/inputs.py). Every other module reads
+and writes these through :class:`RunDir`; summary.json is read into a :class:`Summary`.
 
 summary.json carries its format (``"format": 1``); one without it is format 0 (written before the field
 existed) and reads the same, so old run directories still resume and report. One of a newer format is refused

@@ -99,43 +99,99 @@ RUN_FILES = tuple(f"done/{name}" for name in ("config.yaml", "summary.json", "me
 CHANGED = "system.trace: {t}/cwd/trace.json (the run read "
 SWEEP = ("-m", *ON_TRACE, "seed=0,1", "hydra.sweep.dir={t}/sweep")
 CASES = [
-    Case("killed-trace-edited", _resume(), 2, (CHANGED, "changed (sha256 "), _plant(EDITED, "interrupted"), ("done",),
-         tiny=False),  # fmt: skip
-    Case("killed-trace-same-bytes-resumes", _resume(), 0, (), _plant(TRACE, "interrupted"), after=_completed(2),
-         tiny=False),  # fmt: skip
-    Case("killed-trace-gone", _resume(), 2, (CHANGED, "is gone since the run in {t}/done started"),
-         _plant(None, "interrupted"), ("done",), tiny=False),  # fmt: skip
-    Case("killed-trace-now-a-link-to-a-fifo", _resume(), 2, (CHANGED, "became unreadable", "not a regular file (a FIFO)"),
-         _plant("fifo", "interrupted"), ("done",), tiny=False),  # fmt: skip
-    Case("extension-trace-edited", _resume("fl.rounds=3"), 2, (CHANGED,), _plant(EDITED), ("done",), tiny=False),
-    Case("extension-trace-same-bytes", _resume("fl.rounds=3"), 0, (), _plant(TRACE), after=_completed(3), tiny=False),
     Case(
-        "rerun-of-completed-trace-edited", (*ON_TRACE, "fl.rounds=2", "hydra.run.dir={t}/done"), 2, (CHANGED,),
-        _plant(EDITED), RUN_FILES,
-    ),  # fmt: skip
-    Case(
-        "behaviour-pickle-edited", _resume("fl.rounds=3"), 2,
-        ("system.trace: {t}/cwd/trace.behave.pkl (the run read ", "changed (sha256 "),
-        _plant(pkl=True, behave={**BEHAVE, 2: BEHAVE[1]}), ("done",), tiny=False,
-    ),  # fmt: skip
-    Case(
-        "behaviour-pickle-gone", _resume("fl.rounds=3"), 2, ("system.trace: {t}/cwd/trace.behave.pkl", "is gone"),
-        _plant(pkl=True, behave=None), ("done",), tiny=False,
-    ),  # fmt: skip
-    Case("pickles-same-bytes", _resume("fl.rounds=3"), 0, (), _plant(pkl=True), after=_completed(3), tiny=False),
-    Case(
-        "record-garbled", _resume("fl.rounds=3"), 2,
-        ("resume: {t}/done/input_digests.json: unreadable record of the files the run read",),
-        _then(_plant(TRACE), lambda t: (t / "done" / "input_digests.json").write_text("{garbled")), ("done",),
+        "killed-trace-edited",
+        _resume(),
+        2,
+        (CHANGED, "changed (sha256 "),
+        _plant(EDITED, "interrupted"),
+        ("done",),
         tiny=False,
     ),  # fmt: skip
     Case(
-        "record-missing-is-written", _resume("fl.rounds=3"), 0, (),
-        _then(_plant(TRACE), lambda t: (t / "done" / "input_digests.json").unlink()), after=_completed(3), tiny=False,
+        "killed-trace-same-bytes-resumes",
+        _resume(),
+        0,
+        (),
+        _plant(TRACE, "interrupted"),
+        after=_completed(2),
+        tiny=False,
     ),  # fmt: skip
-    Case("sweep-grown-trace-edited", SWEEP, 1, (CHANGED, "1 of 2 jobs failed"), _then(_plant(EDITED), _sweep),
-         after=_old_job_kept),  # fmt: skip
+    Case("extension-trace-edited", _resume("fl.rounds=3"), 2, (CHANGED,), _plant(EDITED), ("done",), tiny=False),
+    Case("extension-trace-same-bytes", _resume("fl.rounds=3"), 0, (), _plant(TRACE), after=_completed(3), tiny=False),
+    Case(
+        "rerun-of-completed-trace-edited",
+        (*ON_TRACE, "fl.rounds=2", "hydra.run.dir={t}/done"),
+        2,
+        (CHANGED,),
+        _plant(EDITED),
+        RUN_FILES,
+    ),  # fmt: skip
+    Case(
+        "sweep-grown-trace-edited",
+        SWEEP,
+        1,
+        (CHANGED, "1 of 2 jobs failed"),
+        _then(_plant(EDITED), _sweep),
+        after=_old_job_kept,
+    ),  # fmt: skip
     Case("sweep-grown-trace-same-bytes", SWEEP, 0, (), _then(_plant(TRACE), _sweep), after=_old_job_kept),
+    # the red team's next round
+    Case(
+        "killed-trace-gone",
+        _resume(),
+        2,
+        (CHANGED, "is gone since the run in {t}/done started"),
+        _plant(None, "interrupted"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "killed-trace-now-a-link-to-a-fifo",
+        _resume(),
+        2,
+        (CHANGED, "became unreadable", "not a regular file (a FIFO)"),
+        _plant("fifo", "interrupted"),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "behaviour-pickle-edited",
+        _resume("fl.rounds=3"),
+        2,
+        ("system.trace: {t}/cwd/trace.behave.pkl (the run read ", "changed (sha256 "),
+        _plant(pkl=True, behave={**BEHAVE, 2: BEHAVE[1]}),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "behaviour-pickle-gone",
+        _resume("fl.rounds=3"),
+        2,
+        ("system.trace: {t}/cwd/trace.behave.pkl", "is gone"),
+        _plant(pkl=True, behave=None),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case("pickles-same-bytes", _resume("fl.rounds=3"), 0, (), _plant(pkl=True), after=_completed(3), tiny=False),
+    Case(
+        "record-garbled",
+        _resume("fl.rounds=3"),
+        2,
+        ("resume: {t}/done/input_digests.json: unreadable record of the files the run read",),
+        _then(_plant(TRACE), lambda t: (t / "done" / "input_digests.json").write_text("{garbled")),
+        ("done",),
+        tiny=False,
+    ),  # fmt: skip
+    Case(
+        "record-missing-is-written",
+        _resume("fl.rounds=3"),
+        0,
+        (),
+        _then(_plant(TRACE), lambda t: (t / "done" / "input_digests.json").unlink()),
+        after=_completed(3),
+        tiny=False,
+    ),  # fmt: skip
 ]
 
 

@@ -32,6 +32,13 @@ def _json(clients: dict[str, Any] | None = None, text: str | None = None) -> Any
     return setup
 
 
+def _clients_text(*ids: str, first: str = "{") -> str:
+    """A trace's exact text: ``first`` (the opening of the clients' mapping, maybe with a client of its own), then
+    a GOOD client for each of ``ids``, written as given (a key twice stays twice)."""
+    entries = ", ".join(f"{json.dumps(i)}: {json.dumps(GOOD)}" for i in ids)
+    return '{"clients": ' + first + (", " if first != "{" else "") + entries + "}}"
+
+
 def _four(**client_2: Any) -> dict[str, Any]:
     """Clients 0..3 on GOOD, client 2 with ``client_2`` instead."""
     return {str(c): (client_2 if c == 2 else GOOD) for c in range(4)}
@@ -83,11 +90,6 @@ def _refused(case_id: str, setup: Any, *words: str, path: str = TRACE) -> Case:
 PKL = "{t}/trace.pkl"
 CASES = [
     _refused("client-named-twice", _json({**_four(**GOOD), "00": GOOD}), "client 0 is named twice ('0' and '00')"),
-    _refused(
-        "json-key-twice",
-        _json(text='{"clients": {"0": %s, "0": %s, "1": %s, "2": %s, "3": %s}}' % ((json.dumps(GOOD),) * 5)),
-        "'0' appears twice in one mapping",
-    ),
     _refused("id-superscript-two", _json({"0": GOOD, "1": GOOD, "²": GOOD, "3": GOOD}), "client id '²' is not plain"),
     _refused("id-arabic-indic", _json({"0": GOOD, "1": GOOD, "٢": GOOD, "3": GOOD}), "client id '٢' is not plain"),
     _refused("flops-1e-300", _json(_four(**{**GOOD, "flops": 1e-300})), f"client 2: flops 1e-300 {RANGE}"),
@@ -98,16 +100,21 @@ CASES = [
     ),
     _refused("computation-1e300", _json(_four(**{**FEDSCALE, "computation": 1e300})), f"computation 1e+300 {RANGE}"),
     _refused(
-        "flops-int-beyond-float",
-        _json(text='{"clients": {"0": {"flops": 1%s, "upload": 1, "download": 1}, "1": %s, "2": %s, "3": %s}}'
-              % ("0" * 400, *(json.dumps(GOOD),) * 3)),
-        "client 0: flops must be a finite number > 0",
-    ),  # fmt: skip
-    _refused(
         "pickle-communication-1e-300",
         _pickle({c: {**FEDSCALE, "communication": 1e-300} if c == 1 else FEDSCALE for c in range(4)}),
         f"client 1: communication 1e-300 {RANGE}",
         path=PKL,
+    ),
+    _refused("fifo", _fifo, "not a regular file (a FIFO)"),
+    _refused("link-to-dev-zero", _link("/dev/zero"), "not a regular file (a character device)"),
+    # the red team's next round
+    _refused("json-key-twice", _json(text=_clients_text("0", "0", "1", "2", "3")), "'0' appears twice in one mapping"),
+    _refused(
+        "flops-int-beyond-float",
+        _json(
+            text=_clients_text("1", "2", "3", first='{"0": {"flops": 1' + "0" * 400 + ', "upload": 1, "download": 1}')
+        ),
+        "client 0: flops must be a finite number > 0",
     ),
     _refused(
         "pickle-client-named-twice",
@@ -115,8 +122,6 @@ CASES = [
         "client 0 is named twice (0 and '0')",
         path=PKL,
     ),
-    _refused("fifo", _fifo, "not a regular file (a FIFO)"),
-    _refused("link-to-dev-zero", _link("/dev/zero"), "not a regular file (a character device)"),
     _refused("a-directory", _directory, "not a regular file (a directory)"),
     _refused("dangling-link", _link("/nonexistent/trace.json"), "no such file"),
     Case(
@@ -126,9 +131,15 @@ CASES = [
         ("system.trace: {t}/trace.behave.pkl: not a regular file (a FIFO)",),
         _pickle({c: FEDSCALE for c in range(4)}, behave="fifo"),
     ),
-    # the ends of the range run: every round's simulated seconds finite, no numpy warning
-    Case("flops-1e-100-runs", _trace("fl.rounds=2"), 0, (), _json(_four(**{**GOOD, "flops": 1e-100})),
-         after=_finite_clock),  # fmt: skip
+    # the ends of the speed range run: each round's simulated seconds finite, no numpy warning
+    Case(
+        "flops-1e-100-runs",
+        _trace("fl.rounds=2"),
+        0,
+        (),
+        _json(_four(**{**GOOD, "flops": 1e-100})),
+        after=_finite_clock,
+    ),
     Case(
         "pickle-computation-1e100-runs",
         _trace("fl.rounds=2", path=PKL),
