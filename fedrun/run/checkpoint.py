@@ -151,7 +151,7 @@ def check_run_dir(run_dir: Path | RunDir, raw: dict[str, Any]) -> str | None:
 
 
 def _prior_run(rd: RunDir, raw: dict[str, Any]) -> str | None:
-    """:func:`check_run_dir` but for the files the run reads."""
+    """What :func:`check_run_dir` returns, and its refusals but those of the files the run reads."""
     run_dir = rd.path
     old = saved_config(rd)
     if old is None:

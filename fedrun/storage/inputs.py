@@ -134,7 +134,10 @@ def recorded_inputs(rd: RunDir) -> Files | None:
         data = json.loads(read_regular(path, RECORD_LIMIT))
         if data.get("format") != INPUTS_FORMAT or not isinstance(data.get("files"), dict):
             raise ValueError(f"not a record of format {INPUTS_FORMAT}")
-        return {str(key): [(str(e["path"]), e["sha256"]) for e in entries] for key, entries in data["files"].items()}
+        files = {str(key): [(str(e["path"]), e["sha256"]) for e in entries] for key, entries in data["files"].items()}
+        if not all(d is None or isinstance(d, str) for pairs in files.values() for _, d in pairs):
+            raise ValueError("a digest that is not a string")
+        return files
     except (OSError, ValueError, AttributeError, TypeError, KeyError) as e:
         why = " ".join(str(e).split())[:160] or type(e).__name__
         raise ConfigError(

@@ -145,3 +145,16 @@ def test_sigkill_then_an_edited_trace_is_refused_and_the_trace_as_it_was_resumes
     cli.resume(run_dir, [])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 4
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{garbled", "[]", '{"format": 2, "files": {}}', '{"format": 1, "files": {"system.trace": [{"path": "x"}]}}',
+     '{"format": 1, "files": {"system.trace": [{"path": "x", "sha256": 7}]}}', '{"format": 1, "files": {"k": [3]}}'],
+)  # fmt: skip
+def test_a_damaged_record_is_refused_in_one_line_naming_it(tmp_path: Path, text: str) -> None:
+    rd = RunDir(tmp_path)
+    rd.inputs_file.write_text(text)
+    with pytest.raises(ConfigError, match="unreadable record of the files the run read") as e:
+        check_inputs(rd, _raw(str(SAMPLE)), goes_on=True)
+    assert e.value.field == "resume" and str(rd.inputs_file) in str(e.value) and "\n" not in str(e.value)
