@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,27 @@ def run_case(
     if case.after:
         case.after(tmp)
     return err
+
+
+class FifoGuard:
+    """Opens the FIFO for writing (and closes it) after a few seconds, again and again, until closed: a reader
+    that blocked on it gets end-of-file and its case fails on its words instead of hanging the suite."""
+
+    def __init__(self, fifo: Path) -> None:
+        self.fifo, self.done = fifo, threading.Event()
+        self.thread = threading.Thread(target=self._unblock, daemon=True)
+        self.thread.start()
+
+    def _unblock(self) -> None:
+        while not self.done.wait(5.0):
+            try:
+                os.close(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader waiting: nothing to unblock
+                pass
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def ids(cases: list[Case]) -> list[str]:

@@ -66,7 +66,7 @@ from fedrun.run.attempt import (
     sweep_resume_command,
     write_failed,
 )
-from fedrun.run.sweep_index import record_job
+from fedrun.run.sweep_index import REFUSED_HERE, record_job
 from fedrun.storage.atomic import WriteError
 from fedrun.storage.rundir import NotAConfig, RunDir, UnreadableRunFile
 
@@ -220,6 +220,7 @@ def execute(
     ``record``: the folder of Hydra's record of the job, written for this attempt (``hydra.output_subdir``).
     """
     name = label or str(run_dir)
+    REFUSED_HERE.discard(run_dir.absolute())
     result = attempt(
         cfg,
         run_dir,
@@ -234,6 +235,8 @@ def execute(
     tell(result, run_dir, multirun, name)
     if not multirun and result.outcome is Outcome.REFUSED:
         sweeps.remove_refused_run_dir(run_dir)  # a dated one this command made: nothing named like a run is left
+    elif result.outcome is Outcome.REFUSED:  # its folder may still say how an earlier run ended: not this job's end
+        REFUSED_HERE.add(run_dir.absolute())
     if multirun and result.outcome is Outcome.INTERRUPTED:
         sweep_dir = Path(HydraConfig.get().sweep.dir) if HydraConfig.initialized() else run_dir.parent
         raise _in_job(Interrupted(signal.Signals[result.signal or "SIGINT"]), name, sweep_dir)  # the sweep stops

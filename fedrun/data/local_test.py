@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrun.core.errors import ConfigError
 from fedrun.core.rng import np_rng
 from fedrun.storage.cache import cache_file, write_cache
 
@@ -139,7 +141,48 @@ def make_local_test(
         train = [
             np.setdiff1d(np.asarray(p, dtype=np.int64), t, assume_unique=True) for p, t in zip(parts, test, strict=True)
         ]
+        warn_if_thin(LocalTest(mode, test))
         return train, LocalTest(mode, test)
     key.update(labels=_digest(train_labels, test_labels), classes=num_classes)
     test = _cached(key, lambda: partition_test(train_labels, parts, test_labels, num_classes, seed), cache_dir)
+    warn_if_thin(LocalTest(mode, test))
     return parts, LocalTest(mode, test)
+
+
+def warn_if_thin(local: LocalTest) -> None:
+    """One warning line on stderr when most clients' local test splits hold one sample or none: each such client's
+    local accuracy is then 0 or 1 (or not measured), a coin of a number, though the run goes on."""
+    sizes = local.sizes
+    if not len(sizes) or float(np.median(sizes)) > 1:
+        return
+    more = "a larger eval.local_test_fraction" if local.on_train else "more test samples (data.max_test_samples)"
+    print(
+        f"fedrun: warning: eval.local_test: {int((sizes <= 1).sum())} of {len(sizes)} clients' local test splits"
+        f" hold one sample or none, so each one's local accuracy is 0 or 1; for a measured one: {more} or more"
+        " samples per client",
+        file=sys.stderr,
+    )
+
+
+def partition_with_unseen(
+    make: Callable[[int, str | None], list[np.ndarray]], clients: int, unseen: int, cache_dir: str | None
+) -> list[np.ndarray]:
+    """The partition of ``clients`` + ``unseen`` clients (``make(n, cache_dir)``), the unseen ones last. When the
+    partition refuses that many clients but takes ``clients`` alone (probed without the cache), the unseen
+    clients are what is too many: the refusal names ``eval.unseen_clients`` (it named the partition's field)."""
+    try:
+        return make(clients + unseen, cache_dir)
+    except ConfigError as e:
+        if not unseen:
+            raise
+        try:
+            make(clients, None)
+        except ConfigError:
+            raise e from None
+        raise ConfigError(
+            "eval.unseen_clients",
+            f"{unseen} unseen clients with fl.clients={clients} make {clients + unseen} clients, more than the"
+            f" partition can form ({e.field}: {e.message.split('; valid:')[0]}); valid: fewer unseen clients"
+            f" (fl.clients={clients} alone partitions), or"
+            " more training samples",
+        ) from None

@@ -140,7 +140,7 @@ class SweepConsole:
     def job_ended(self, job: Job, run_dir: Path | None, failed: bool = False) -> None:
         """A job ended: its status and accuracy from its folder (``failed``: it raised past fedrun)."""
         status = "failed" if failed or run_dir is None else job_status(run_dir)
-        summary = RunDir(run_dir).summary() if run_dir is not None and not failed else None
+        summary = RunDir(run_dir).summary() if run_dir is not None and not failed and status != "refused" else None
         with self.lock:
             skipped = job.status == "skipping"
             job.status = "skipped" if skipped and status in ENDED else status

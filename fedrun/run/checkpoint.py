@@ -20,6 +20,7 @@ from fedrun.config.identity import config_diff, schedule_moved
 from fedrun.core.errors import ResumeError
 from fedrun.core.tree import Tree, tree_map
 from fedrun.storage.atomic import atomic_write
+from fedrun.storage.inputs import check_inputs, record_inputs
 from fedrun.storage.rundir import CHECKPOINT_FILE as CHECKPOINT_FILE
 from fedrun.storage.rundir import CONFIG_FILE as CONFIG_FILE
 from fedrun.storage.rundir import RunDir, UnreadableRunFile
@@ -144,9 +145,20 @@ def check_run_dir(run_dir: Path | RunDir, raw: dict[str, Any]) -> str | None:
     ``extending`` when that run completed with fewer rounds than ``raw``'s ``fl.rounds``: it continues from its
     final checkpoint. Raises ResumeError (one line, naming the first differing keys) when the directory holds a
     run of a different config (it is never overwritten), a completed run with more rounds than asked, or one
-    that cannot be extended.
+    that cannot be extended; ConfigError (naming the key and the file) when a file the run reads by path differs
+    from the one it started with (fedrun/storage/inputs.py: a new run records them here).
     """
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    prior = _prior_run(rd, raw)
+    if prior is None:
+        record_inputs(rd, raw)
+    else:
+        check_inputs(rd, raw, goes_on=prior not in FINISHED)
+    return prior
+
+
+def _prior_run(rd: RunDir, raw: dict[str, Any]) -> str | None:
+    """What :func:`check_run_dir` returns, and its refusals but those of the files the run reads."""
     run_dir = rd.path
     old = saved_config(rd)
     if old is None:

@@ -22,6 +22,7 @@ from fedrun.data.base import Dataset, check_clients_vs_samples
 from fedrun.data.corrupt import apply_corruption
 from fedrun.data.federated import FederatedData
 from fedrun.data.holdout import hold_out
+from fedrun.data.local_test import partition_with_unseen
 from fedrun.data.memo import load_source
 from fedrun.data.partition import make_partition
 from fedrun.data.partitions.longtail import apply_longtail
@@ -129,8 +130,11 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     threads = apply_threads(hw.threads, pinned_threads)
     device = resolve_device(hw.device)
     data = load_data(spec)
-    n_parts = spec.fl.clients + sum(cls.extra_clients(settings) for cls, settings in on)  # e.g. unseen clients
-    parts = make_partition(data, spec.partition.name, spec.partition.params, n_parts, spec.seed, spec.cache_dir)
+    extra = sum(cls.extra_clients(settings) for cls, settings in on)  # clients that never train: the last parts
+    parts = partition_with_unseen(
+        lambda n, cache: make_partition(data, spec.partition.name, spec.partition.params, n, spec.seed, cache),
+        spec.fl.clients, extra, spec.cache_dir,
+    )  # fmt: skip
     px, proxy, test = spec.proxy, None, None
     if px.per_class:  # carved out for every method, so all are evaluated on the same test images
         proxy_split, test = carve_proxy(data.test, data.num_classes, px, spec.seed)

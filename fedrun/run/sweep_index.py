@@ -17,6 +17,9 @@ from fedrun.storage.status import Status
 
 INDEX_FILE = "index.yaml"
 INDEX_LOCK = ".index.lock"  # parallel jobs of a joblib or SLURM sweep update the index
+# jobs this process refused in a folder that holds an earlier run (a completed job whose input file changed,
+# fedrun/storage/inputs.py): the folder still says ``completed``, which the job's end line must not repeat
+REFUSED_HERE: set[Path] = set()
 
 
 def read_index(sweep_dir: Path) -> dict[str, str]:
@@ -41,6 +44,8 @@ def record_job(sweep_dir: Path, job_dir: str, overrides: list[str]) -> None:
 def job_status(run_dir: Path) -> str:
     """How a job ended, from its run dir: summary.json's status, ``refused`` (bad input: error.txt, no summary),
     or ``failed``."""
+    if Path(run_dir).absolute() in REFUSED_HERE:
+        return "refused"
     status = RunDir(run_dir).status()
     if status is None and (run_dir / ERROR_FILE).is_file():
         return "refused"

@@ -2,9 +2,10 @@
 
 A run directory holds ``config.yaml`` (the composed config, written when the run starts), ``summary.json``
 (what the run is, and how it ended), ``metrics.csv``, the checkpoint, ``fedrun.log``, the lock
-``.fedrun.lock``, temp files of atomic writes (``.<name>.<pid>.tmp``), and for a run refused on bad input
-``error.txt`` (beside Hydra's record of the job, ``.hydra/``). Every other module reads and writes these through
-:class:`RunDir`; summary.json is read into a :class:`Summary`.
+``.fedrun.lock``, temp files of atomic writes (``.<name>.<pid>.tmp``), for a run refused on bad input
+``error.txt`` (beside Hydra's record of the job, ``.hydra/``), and for a run that reads files named in its config
+(``system.trace``) their digests, ``input_digests.json`` (fedrun/storage/inputs.py). Every other module reads
+and writes these through :class:`RunDir`; summary.json is read into a :class:`Summary`.
 
 summary.json carries its format (``"format": 1``); one without it is format 0 (written before the field
 existed) and reads the same, so old run directories still resume and report. One of a newer format is refused
@@ -58,16 +59,21 @@ CLIENT_WEIGHTS_FILE = "client_weights.csv"  # each cohort client's weight per ro
 CLIENTS_FILE = "clients.csv"  # each client's local test accuracies per evaluated round (eval.local_test)
 TRACKING_FILE = "tracking.json"  # the trackers' run ids and last logged rounds (fedrun/storage/trackers/)
 TB_DIR = "tb"  # TensorBoard's event files (tracking.tensorboard)
+INPUTS_FILE = "input_digests.json"  # the SHA-256 of each file the run reads by path (fedrun/storage/inputs.py)
 HYDRA_RECORD_FILES = (HYDRA_CONFIG, "hydra.yaml", HYDRA_OVERRIDES)  # what Hydra writes into HYDRA_DIR
 # files whose presence makes a directory a fedrun run's (one it may continue, skip or refuse to overwrite)
-RUN_MARKERS = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
+RUN_MARKERS = (
+    CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG, INPUTS_FILE,
+)  # fmt: skip
 # files only a run directory holds (config.yaml and fedrun.log alone are too common a name in a project folder):
 # a folder holding one of them is a run's, where fedrun-report never writes
 OWN_FILES = (SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, ERROR_FILE, LOCK_FILE)
 # what fedrun (or Hydra for it) writes other than atomically, so a symlink there would be written through
 WRITTEN_IN_PLACE = (HYDRA_DIR, LOG_FILE, LOCK_FILE)
 # the files fedrun writes into a run directory (a directory by one of these names is in the way)
-FILES = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG)
+FILES = (
+    CONFIG_FILE, SUMMARY_FILE, METRICS_FILE, CHECKPOINT_FILE, LOG_FILE, LOCK_FILE, ERROR_FILE, ERROR_LOG, INPUTS_FILE,
+)  # fmt: skip
 
 
 class NotAConfig(UnreadableRunFile):
@@ -180,6 +186,10 @@ class RunDir:
     @property
     def tb_dir(self) -> Path:
         return self.path / TB_DIR
+
+    @property
+    def inputs_file(self) -> Path:
+        return self.path / INPUTS_FILE
 
     # -- readers
     def read_summary(self) -> Summary | None:

@@ -16,9 +16,12 @@ at simulated time t when some ``active[j] <= t mod finish_time <= inactive[j]`` 
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
 import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ import numpy as np
 
 from fedrun.core.errors import ConfigError
 from fedrun.core.rng import np_rng
+from fedrun.storage.inputs import PICKLES, NotRegularFile, behaviour_file, read_regular
 
 # name: (FLOP/s, upload bytes/s, download bytes/s, share of the fleet under devices=tiers)
 TIERS: dict[str, tuple[float, float, float, float]] = {
@@ -36,6 +40,12 @@ TIERS: dict[str, tuple[float, float, float, float]] = {
 }
 FEDSCALE_TRAIN_FACTOR = 3.0  # FedScale's augmentation_factor: a training pass ~ 3 inference passes
 KBIT = 1000.0 / 8.0  # bytes per kbit (FedScale's communication is in kbit/s)
+# A trace's speeds and bandwidths (FLOP/s, bytes/s, kbit/s) and FedScale's ms per sample. The clock adds, per round,
+# work / speed (bytes, FLOPs) and samples x ms: no round's work comes near 1e30 FLOPs or bytes, so within this range
+# a round lasts under ~1e130 s and the clock, over any number of rounds, stays far below float64's 1.8e308 (a speed
+# of 1e-300 made every round's seconds inf).
+SPEED_RANGE = (1e-100, 1e100)
+CLIENT_ID = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²" and Arabic-Indic digits
 
 
 @dataclass
@@ -90,26 +100,58 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused {module}.{name}: only plain dicts, lists and numbers are read")
 
 
+class _Duplicate(ValueError):
+    """A JSON mapping naming one key twice (json keeps the last silently)."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    for k in keys:
+        if keys.count(k) > 1:
+            raise _Duplicate(f"{k!r} appears twice in one mapping (JSON would keep only the last)")
+    return dict(pairs)
+
+
+def _read(path: Path) -> bytes:
+    """A trace file's bytes: refused in one line when there is none, or when it is not a regular file (a FIFO is
+    not waited on, a link to /dev/zero not read: :func:`~fedrun.storage.inputs.open_regular`)."""
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        raise ConfigError("system.trace", f"{path}: no such file") from None
+    except NotRegularFile as e:
+        raise ConfigError("system.trace", f"{path}: not a regular file ({e.kind}); valid: a trace file") from None
+    except OSError as e:
+        raise ConfigError("system.trace", f"{path}: unreadable trace ({type(e).__name__}: {e.strerror})") from None
+
+
 def _load(path: Path) -> dict[str, Any]:
     """A trace file's mapping: JSON (``.json``), or FedScale's pickles read as plain data (``.pkl``, ``.pickle``:
     the device capacity and, optionally, the behaviour pickle named ``<stem>.behave<suffix>`` beside it)."""
+    data = _read(path)
+    if path.suffix not in (".json", *PICKLES):
+        raise ConfigError("system.trace", f"{path}: unknown trace format; valid: .json, .pkl, .pickle")
+    behave_path = behaviour_file(path)
+    behave_data = _read(behave_path) if behave_path is not None and os.path.lexists(behave_path) else None
     try:
-        if path.suffix == ".json":
-            data = json.loads(path.read_text())
-        elif path.suffix in (".pkl", ".pickle"):
-            with path.open("rb") as f:
-                capacity = _PlainUnpickler(f).load()
-            behave_path = path.with_name(f"{path.stem}.behave{path.suffix}")
-            behave = {}
-            if behave_path.is_file():
-                with behave_path.open("rb") as f:
-                    behave = _PlainUnpickler(f).load()
-            data = {"clients": {k: {**v, **behave.get(k, {})} for k, v in dict(capacity).items()}}
-        else:
-            raise ConfigError("system.trace", f"{path}: unknown trace format; valid: .json, .pkl, .pickle")
-    except (OSError, ValueError, pickle.UnpicklingError, TypeError, AttributeError, EOFError) as e:
+        if behave_path is None:
+            return _checked(path, json.loads(data.decode(), object_pairs_hook=_unique))
+        capacity = _PlainUnpickler(io.BytesIO(data)).load()
+        behave = _PlainUnpickler(io.BytesIO(behave_data)).load() if behave_data is not None else {}
+        return _checked(path, {"clients": _merged(capacity, behave)})
+    except _Duplicate as e:
+        raise ConfigError("system.trace", f"{path}: {e}; valid: each client and field once") from None
+    except (ValueError, pickle.UnpicklingError, TypeError, AttributeError, EOFError, RecursionError) as e:
         first = (str(e).splitlines() or [""])[0][:160]
         raise ConfigError("system.trace", f"{path}: unreadable trace ({type(e).__name__}: {first})") from None
+
+
+def _merged(capacity: Any, behave: Any) -> dict[Any, Any]:
+    """FedScale's capacity pickle with each client's behaviour trace merged into its entry."""
+    return {k: {**v, **dict(behave).get(k, {})} for k, v in dict(capacity).items()}
+
+
+def _checked(path: Path, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("clients"), dict):
         raise ConfigError("system.trace", f"{path}: not a device trace (a mapping with 'clients'); see docs/systems.md")
     return data
@@ -117,9 +159,29 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _number(entry: dict[str, Any], key: str, where: str, positive: bool = True) -> float:
     v = entry.get(key)
-    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0):
+    if isinstance(v, int | float) and not isinstance(v, bool) and _finite(v) and (v > 0 if positive else v >= 0):
         return float(v)
     raise ConfigError("system.trace", f"{where}: {key} must be a finite number {'> 0' if positive else '>= 0'}")
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int beyond float's range (JSON reads 10**400 as one)
+        return False
+
+
+def _speed(entry: dict[str, Any], key: str, where: str) -> float:
+    """A device's speed or bandwidth (or FedScale's ms per sample), within :data:`SPEED_RANGE`."""
+    v = _number(entry, key, where)
+    lo, hi = SPEED_RANGE
+    if not lo <= v <= hi:
+        raise ConfigError(
+            "system.trace",
+            f"{where}: {key} {v:g} is outside [{lo:g}, {hi:g}], the range in which the simulated clock keeps a"
+            " round's seconds finite; valid: a number in that range",
+        )
+    return v
 
 
 def _windows(entry: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray, float] | None:
@@ -137,25 +199,44 @@ def _windows(entry: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray,
 def read_trace(path: str, n: int) -> Devices:
     """The devices of clients 0..n-1 from the trace at ``path``; every client must be named, and only they.
 
-    Refused in one line: a missing or unreadable file, a client id that is not one of 0..n-1, a client left out,
-    a rate outside [0, 1], a speed or bandwidth that is not a positive number.
+    Refused in one line: a missing or unreadable file or one that is not a regular file (a FIFO, a device), a
+    client id that is not one of 0..n-1 (or not written in ASCII digits), a client named twice (``0`` and
+    ``00``), a client left out, a rate outside [0, 1], a speed or bandwidth outside :data:`SPEED_RANGE`.
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("system.trace", f"{path}: no such file")
     clients = _load(p)["clients"]
-    ids: dict[int, dict[str, Any]] = {}
+    ids: dict[int, tuple[Any, dict[str, Any]]] = {}
     for key, entry in clients.items():
-        cid = int(key) if isinstance(key, int) or (isinstance(key, str) and key.isdigit()) else -1
+        cid = _client_id(key, p)
         if not 0 <= cid < n:
             raise ConfigError("system.trace", f"{path}: client {key!r} is not one of this run's clients 0..{n - 1}")
+        if cid in ids:
+            raise ConfigError(
+                "system.trace",
+                f"{path}: client {cid} is named twice ({ids[cid][0]!r} and {key!r}); valid: each client once",
+            )
         if not isinstance(entry, dict):
             raise ConfigError("system.trace", f"{path}: client {key}: not a mapping of its device's numbers")
-        ids[cid] = entry
+        ids[cid] = (key, entry)
     missing = sorted(set(range(n)) - set(ids))
     if missing:
         raise ConfigError("system.trace", f"{path}: no device for client(s) {missing[:5]} of 0..{n - 1}")
-    return _devices(ids, n, str(p))
+    return _devices({c: e for c, (_, e) in ids.items()}, n, str(p))
+
+
+def _client_id(key: Any, path: Path) -> int:
+    """A trace's client id: an int (FedScale's pickles) or a string of ASCII digits (-1: a string of something
+    else that is no id, such as ``x``); an id of other numerals (``²``, Arabic-Indic digits, which int() or
+    str.isdigit() would take) is refused naming it."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and CLIENT_ID.fullmatch(key):
+        return int(key)
+    if isinstance(key, str) and key.isnumeric():
+        raise ConfigError(
+            "system.trace", f"{path}: client id {key!r} is not plain decimal digits; valid: ids written with 0-9"
+        )
+    return -1
 
 
 def _devices(ids: dict[int, dict[str, Any]], n: int, path: str) -> Devices:
@@ -164,13 +245,13 @@ def _devices(ids: dict[int, dict[str, Any]], n: int, path: str) -> Devices:
     for c, e in ids.items():
         where = f"{path}: client {c}"
         if "flops" in e:
-            flops[c] = _number(e, "flops", where)
+            flops[c] = _speed(e, "flops", where)
         else:
-            ms[c] = _number(e, "computation", where)
+            ms[c] = _speed(e, "computation", where)
         if "upload" in e or "download" in e:
-            up[c], down[c] = _number(e, "upload", where), _number(e, "download", where)
+            up[c], down[c] = _speed(e, "upload", where), _speed(e, "download", where)
         else:
-            up[c] = down[c] = _number(e, "communication", where) * KBIT
+            up[c] = down[c] = _speed(e, "communication", where) * KBIT
         if "dropout" in e:
             drop[c] = _number(e, "dropout", where, positive=False)
             if drop[c] > 1:

@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from fedrun.data.local_test import make_local_test, partition_test, split_clients
+from fedrun.core.errors import ConfigError
+from fedrun.data.local_test import (
+    LocalTest,
+    make_local_test,
+    partition_test,
+    partition_with_unseen,
+    split_clients,
+    warn_if_thin,
+)
 
 
 def _parts(rng: np.random.Generator, n: int = 600, k: int = 6) -> list[np.ndarray]:
@@ -67,3 +76,47 @@ def test_make_local_test_caches_and_leaves_none_unchanged(tmp_path: Path) -> Non
         assert not set(tr) & set(te)
     kept, part = make_local_test("partition", 0.25, 0, parts, labels, test_labels, 10, str(tmp_path))
     assert kept is parts and part is not None and not part.on_train
+
+
+def _split_of(sizes: list[int]) -> LocalTest:
+    return LocalTest("split", [np.arange(n) for n in sizes])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "warned"),
+    [([1, 1, 1, 1], True), ([0, 1, 1, 5], True), ([1, 1, 2, 2], False), ([2, 3, 4], False), ([], False)],
+)
+def test_local_test_splits_of_one_sample_warn_in_one_line(
+    sizes: list[int], warned: bool, capsys: pytest.CaptureFixture
+) -> None:
+    warn_if_thin(_split_of(sizes))
+    err = capsys.readouterr().err
+    if warned:
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("fedrun: warning: eval.local_test: ")
+        assert f"{sum(n <= 1 for n in sizes)} of {len(sizes)} clients" in err and "eval.local_test_fraction" in err
+    else:
+        assert err == ""
+    warn_if_thin(LocalTest("partition", [np.arange(1)] * 3))
+    assert "data.max_test_samples" in capsys.readouterr().err
+
+
+def test_unseen_clients_the_partition_cannot_form_name_eval_unseen_clients() -> None:
+    calls: list[tuple[int, str | None]] = []
+
+    def make(n: int, cache: str | None) -> list[np.ndarray]:
+        calls.append((n, cache))
+        if n > 10:
+            raise ConfigError("partition.min_size", f"{n} clients x min_size 10 exceed; valid: fewer")
+        return [np.arange(1)] * n
+
+    assert len(partition_with_unseen(make, 4, 2, "c")) == 6 and calls == [(6, "c")]
+    calls.clear()
+    with pytest.raises(ConfigError, match=r"^eval\.unseen_clients: 8 unseen clients with fl\.clients=4 make 12") as e:
+        partition_with_unseen(make, 4, 8, "c")
+    assert calls == [(12, "c"), (4, None)]  # the probe of fl.clients alone writes no cache
+    assert "(partition.min_size: 12 clients x min_size 10 exceed)" in str(e.value) and str(e.value).count("valid:") == 1
+    with pytest.raises(ConfigError, match=r"^partition\.min_size: 13 clients"):  # fl.clients alone too many
+        partition_with_unseen(make, 12, 1, "c")
+    with pytest.raises(ConfigError, match=r"^partition\.min_size: 11 clients"):  # no unseen clients: as it was
+        partition_with_unseen(make, 11, 0, "c")

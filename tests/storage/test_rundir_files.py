@@ -30,6 +30,7 @@ NAMES = (
     "clients.csv",
     "tracking.json",
     "tb",
+    "input_digests.json",
 )
 ROOT = Path(fedrun.__file__).parent
 HOME = ROOT / "storage" / "rundir.py"
@@ -76,6 +77,7 @@ def test_rundir_names_each_file_once_and_gives_its_path(tmp_path: Path) -> None:
         rd.config_file, rd.summary_file, rd.metrics_file, rd.checkpoint_file, rd.log_file, rd.error_file,
         rd.error_log, rd.hydra_dir, rd.hydra_overrides_file, rd.accuracy_plot, rd.partition_file, rd.partition_plot,
         rd.partition_domains_file, rd.client_weights_file, rd.clients_file, rd.tracking_file, rd.tb_dir,
+        rd.inputs_file,
     ]  # fmt: skip
     assert [p.name for p in paths] == list(NAMES)
     assert rd.hydra_config_file == tmp_path / rundir.HYDRA_DIR / rundir.CONFIG_FILE

@@ -4,6 +4,7 @@ count of a plan's prefix, device profiles and traces (and their refusals), avail
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from fedrun.config.schema import FLConfig
 from fedrun.core.errors import ConfigError
 from fedrun.data.federated import batch_plan, num_local_steps
 from fedrun.system.clock import local_steps_array, samples_for_steps, samples_for_steps_array
-from fedrun.system.devices import TIERS, profile_devices, read_trace
+from fedrun.system.devices import SPEED_RANGE, TIERS, profile_devices, read_trace
 from fedrun.system.model import (
     RoundPlan,
     SystemModel,
@@ -140,6 +141,13 @@ GOOD = {"flops": 1e9, "upload": 1e6, "download": 1e6}
         ({"0": GOOD, "1": GOOD, "2": {**GOOD, "flops": -1}}, "client 2: flops must be a finite number > 0"),
         ({"0": GOOD, "1": GOOD, "2": {"flops": 1e9}}, "client 2: communication must be"),
         ({"0": GOOD, "1": GOOD, "2": {**GOOD, "active": [0], "inactive": []}}, "active and inactive must be lists"),
+        ({"0": GOOD, "1": GOOD, "2": GOOD, "01": GOOD}, r"client 1 is named twice \('1' and '01'\)"),
+        ({"0": GOOD, "1": GOOD, "²": GOOD}, "client id '²' is not plain decimal digits"),
+        (
+            {"0": GOOD, "1": GOOD, "2": {**GOOD, "flops": 1e-101}},
+            r"client 2: flops 1e-101 is outside \[1e-100, 1e\+100\]",
+        ),
+        ({"0": GOOD, "1": GOOD, "2": {**GOOD, "upload": 1e101}}, r"client 2: upload 1e\+101 is outside"),
     ],
 )
 def test_bad_traces_are_refused_in_one_line(tmp_path: Path, clients: dict, message: str) -> None:
@@ -166,6 +174,17 @@ def test_fedscale_pickles_are_read_as_plain_data_only(tmp_path: Path) -> None:
         read_trace(str(evil), 1)
     with pytest.raises(ConfigError, match="no such file"):
         read_trace(str(tmp_path / "absent.json"), 1)
+    os.mkfifo(tmp_path / "fifo.pkl")  # not waited on
+    with pytest.raises(ConfigError, match=r"fifo\.pkl: not a regular file \(a FIFO\)"):
+        read_trace(str(tmp_path / "fifo.pkl"), 1)
+
+
+def test_a_trace_at_the_ends_of_the_speed_range_keeps_the_clock_finite(tmp_path: Path) -> None:
+    slow = {"flops": SPEED_RANGE[0], "upload": SPEED_RANGE[0], "download": SPEED_RANGE[0]}
+    dev = read_trace(_write(tmp_path, {"0": slow, "1": {"computation": SPEED_RANGE[1], "communication": 1.0}}), 2)
+    with np.errstate(all="raise"):  # an overflow would raise here
+        assert np.isfinite(dev.seconds_per_sample(1e15)).all()
+        assert np.isfinite(1e15 / dev.upload).all() and np.isfinite(1e15 / dev.download).all()
 
 
 def test_config_refusals() -> None:
