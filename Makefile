@@ -72,8 +72,9 @@ reproduce-%-smoke: install data
 reproduce-%: install data
 	$(BIN)/fedrun-reproduce run $* $(REPRO_ARGS)
 
-## Upload compression's bytes-to-accuracy table and figure (docs/compression.md): FedAvg on Fashion-MNIST's MLP, once per
-##   compressor (preset compression_fmnist_mlp, runs in outputs/compression/), recorded in docs/assets/compression_fmnist_mlp.*
+## Upload compression's bytes-to-accuracy table and figure (docs/compression.md): one run per compressor
+##   FedAvg on Fashion-MNIST's MLP (preset compression_fmnist_mlp, runs in outputs/compression/), recorded in
+##   docs/assets/compression_fmnist_mlp.*
 compression-evidence: install data
 	$(BIN)/python scripts/compression_evidence.py
 
