@@ -90,9 +90,11 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python scripts/check_site.py site
 
-## make docs, then headless Chromium (where installed) opens site/ from disk: screenshots in outputs/docs-check/
+## make docs, then headless Chromium (where installed) opens site/ from disk at 1,280 px: screenshots, layout checked
+##   screenshots in outputs/docs-check/; fails on a code block or table wider than its column (scripts/check_layout.py)
 docs-check: docs
 	scripts/docs_screenshots.sh site outputs/docs-check
+	$(BIN)/python scripts/check_layout.py site outputs/docs-check
 
 ## The wheel installs anywhere: build it, install it into a fresh venv, run it from another directory (CI runs it)
 package-check: install data
