@@ -72,8 +72,9 @@ reproduce-%-smoke: install data
 reproduce-%: install data
 	$(BIN)/fedrun-reproduce run $* $(REPRO_ARGS)
 
-## Upload compression's bytes-to-accuracy table and figure (docs/compression.md): FedAvg on Fashion-MNIST's MLP, once per
-##   compressor (preset compression_fmnist_mlp, runs in outputs/compression/), recorded in docs/assets/compression_fmnist_mlp.*
+## Upload compression's bytes-to-accuracy table and figure (docs/compression.md): one run per compressor
+##   FedAvg on Fashion-MNIST's MLP (preset compression_fmnist_mlp, runs in outputs/compression/), recorded in
+##   docs/assets/compression_fmnist_mlp.*
 compression-evidence: install data
 	$(BIN)/python scripts/compression_evidence.py
 
@@ -89,9 +90,11 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python scripts/check_site.py site
 
-## make docs, then headless Chromium (where installed) opens site/ from disk: screenshots in outputs/docs-check/
+## make docs, then headless Chromium (where installed) opens site/ from disk at 1,280 px: screenshots, layout checked
+##   screenshots in outputs/docs-check/; fails on a code block or table wider than its column (scripts/check_layout.py)
 docs-check: docs
 	scripts/docs_screenshots.sh site outputs/docs-check
+	$(BIN)/python scripts/check_layout.py site outputs/docs-check
 
 ## The wheel installs anywhere: build it, install it into a fresh venv, run it from another directory (CI runs it)
 package-check: install data

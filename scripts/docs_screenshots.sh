@@ -2,6 +2,7 @@
 # Opens the built site from disk (file://) in headless Chromium, as a reader would: the home page, a page reached by
 # a navigation link, and the search for "sweep" (Material's ?q= opens the search with its results). Screenshots go
 # to OUT/*.png; look at them. Without Chromium it says so and exits 0 (make docs has already checked every link).
+# make docs-check then measures every page's layout at 1,280 px (scripts/check_layout.py).
 # Usage: scripts/docs_screenshots.sh SITE OUT
 set -euo pipefail
 site=$(realpath "${1:-site}")
@@ -20,3 +21,6 @@ shot() {  # NAME URL
 shot home "file://$site/index.html"
 shot sweeps "file://$site/sweeps.html"
 shot search "file://$site/index.html?q=sweep"
+for page in privacy systems compression personalised; do  # the capability pages: commands and results first
+  shot "$page" "file://$site/$page.html"
+done

@@ -75,6 +75,15 @@ def _unchecked_composition() -> object:
 
 
 @pytest.fixture
+def foreground_signals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test that signals its own process: fedrun routes SIGINT, SIGTERM and SIGHUP as in a command started
+    at a terminal, even where this worker inherited some ignored (``nohup make test &``: tests/dispositions.py)."""
+    import fedrun.host.interrupts as interrupts
+
+    monkeypatch.setattr(interrupts, "IGNORED_AT_START", frozenset())
+
+
+@pytest.fixture
 def make_spec(tmp_path: Path) -> Callable[..., RunSpec]:
     """``make_spec("algorithm=fedprox", ...)`` -> a validated RunSpec (quiet, no plots, cache in tmp).
 

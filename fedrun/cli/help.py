@@ -12,7 +12,9 @@ show, :func:`fedrun.config.catalogue.field_notes`); a YAML option adds only the 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import textwrap
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from pathlib import Path
@@ -32,7 +34,9 @@ GROUPS = (
     ("model", "the network"),
     ("hardware", "device and engine"),
     ("tracking", "experiment trackers, a list: tracking=[mlflow,wandb]"),
-    ("system", "the simulated system: dropout, stragglers, devices, deadlines (docs/systems.md)"),
+    ("system", "the simulated system: dropout, stragglers, devices, asynchronous servers (docs/systems.md)"),
+    ("privacy", "differential privacy: client-level DP-FedAvg or sample-level DP-SGD (docs/privacy.md)"),
+    ("compression", "upload compression: top-k, random-k, QSGD, scaled sign (docs/compression.md)"),
     ("experiment", "presets: a paper's setting, or smoke"),
     ("hydra/sweeper", "sweepers (-m)"),
     ("hydra/launcher", "launchers (-m)"),
@@ -78,18 +82,36 @@ def header_doc(path: Path) -> str:
 
 # words whose "." ends no sentence (FedLAW Sec. 4, Li et al. 2020, e.g. ...)
 _ABBREVIATIONS = ("al", "Alg", "App", "Sec", "Fig", "Eq", "Eqs", "Tab", "e.g", "i.e", "vs", "cf", "resp", "No")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'`])")
+_ABBREVIATED = re.compile(r"(?<![A-Za-z])(?:" + "|".join(re.escape(a) for a in _ABBREVIATIONS) + r")\.$", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Za-z(\"'`])")
+
+
+def _first_lines(header: str) -> str:
+    """The first paragraph's lines, joined, up to the first line that ends a sentence (a header's next line may
+    start in lower case: ``data.variant picks ...``, or be an example command)."""
+    kept = []
+    for line in header.split("\n\n", 1)[0].splitlines():
+        kept.append(line.strip())
+        ends = line.rstrip().endswith((".", "!", "?")) and not _abbreviated(line.rstrip())
+        if ends:
+            break
+    return " ".join(" ".join(kept).split())
+
+
+def _abbreviated(text: str) -> bool:
+    """Whether ``text`` ends with an abbreviation's "." (``et al.``, ``Sec.``, an initial), not a sentence's."""
+    return bool(_ABBREVIATED.search(text)) or bool(re.search(r"\b[A-Z]\.$", text))
 
 
 def first_sentence(header: str, limit: int = 160) -> str:
     """The first sentence of a header comment's first paragraph, its lines joined: the whole of a phrase that
     wraps onto the next line, never its first line cut mid-phrase (issue 33, point 8). A sentence longer than
     ``limit`` characters ends at a clause's end (``; `` outside brackets): the last within the limit, else the first."""
-    paragraph = " ".join(header.split("\n\n", 1)[0].split())
+    paragraph = _first_lines(header)
     sentence = paragraph
     for end in _SENTENCE_END.finditer(paragraph):
         before = paragraph[: end.start()]
-        if not before.endswith(tuple(f"{a}." for a in _ABBREVIATIONS)) and not re.search(r"\b[A-Z]\.$", before):
+        if not _abbreviated(before):
             sentence = before
             break
     if len(sentence) <= limit:
@@ -131,20 +153,30 @@ def group_options(group: str, conf_dir: Path | None = None) -> list[tuple[str, s
     return options
 
 
-def groups_text(choices: dict[str, Any] | None = None, conf_dir: Path | None = None) -> str:
+MIN_DOC_WIDTH = 40  # a doc column narrower than this wraps at this width (the terminal then wraps it again)
+
+
+def groups_text(choices: dict[str, Any] | None = None, conf_dir: Path | None = None, width: int | None = None) -> str:
     """The ``== Config groups ==`` part of ``fedrun --help``: per group, its options and docs; ``*`` marks the
-    option this command line composes (``choices``: Hydra's ``hydra.runtime.choices``)."""
+    option this command line composes (``choices``: Hydra's ``hydra.runtime.choices``). A doc longer than the line
+    (``width``, else the terminal's: ``$COLUMNS``, else 100) wraps between words under its own column: a terminal
+    that cut or wrapped it would split it mid-word ("the paper's adaptive al" / "pha")."""
     choices = choices or {}
+    columns = width or shutil.get_terminal_size((100, 24)).columns
     blocks = []
     for group, what in GROUPS:
         options = group_options(group, conf_dir)
         if not options:
             continue
-        width = max(len(name) for name, _ in options) + 2
+        indent = 4 + max(len(name) for name, _ in options) + 2
+        wrap = textwrap.TextWrapper(
+            width=indent + max(columns - indent, MIN_DOC_WIDTH), subsequent_indent=" " * indent,
+            break_long_words=False, break_on_hyphens=False,
+        )  # fmt: skip
         lines = [f"{group}: {what}"]
         for name, doc in options:
             mark = "*" if choices.get(group) == name else " "
-            lines.append(f"  {mark} {name:<{width}}{doc}".rstrip())
+            lines.append(wrap.fill(f"  {mark} {name:<{indent - 4}}{doc}".rstrip()))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

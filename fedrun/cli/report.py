@@ -1,6 +1,6 @@
 """``fedrun-report``: tables and figures from run directories, one subcommand each (``fedrun-report --help``).
 
-fedrun-report table outputs/multirun/2026-11-22/10-00-00 --rows algorithm --cols partition.alpha
+fedrun-report table outputs/multirun/2026-11-22/10-00-00   (its sweep's keys: the first the rows, the others columns)
 fedrun-report table DIR --table rows=algorithm cols=partition.alpha --metric best
 fedrun-report table DIR --rows algorithm --over seed,fl.rounds   (also average over fl.rounds; else it is an error)
 fedrun-report table DIR --rows algorithm --split   (every key that varies inside a cell becomes a column)
@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.cli.help import version_line
+from fedrun.cli.report_axes import ROWS_HELP, table_axes
 from fedrun.cli.report_clients import CLIENTS_LINE, clients
 from fedrun.core.errors import DataError
 from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
@@ -129,7 +130,7 @@ def parse_args(argv: list[str], command: str = "") -> argparse.Namespace:
         ap.add_argument("--partition", type=Path, metavar="RUN_DIR", help="heatmaps + per-domain breakdown of one run")
         ap.add_argument("--paper", metavar="TARGET", help="scorecard against a reproduce target's published cells")
     if command != "scorecard":
-        ap.add_argument("--rows", default="algorithm", help="comma-separated config keys for the rows")
+        ap.add_argument("--rows", help=ROWS_HELP)
         ap.add_argument("--cols", default="", help="comma-separated config keys for the columns")
         ap.add_argument("--table", nargs="*", default=[], metavar="rows=K cols=K", help="alternative rows=/cols= form")
         ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a cell averages over (default: seed)")
@@ -212,7 +213,7 @@ def _tabulate(args: argparse.Namespace) -> int:
         where = ", ".join(map(str, args.dirs))
         return _error(f"no readable runs under {where}" + "".join(f"; {u.run_dir}: {u.why}" for u in unreadable))
     runs, dups = drop_duplicates(runs)
-    rows, cols, over = _keys(args.rows), _keys(args.cols), _keys(args.over)
+    rows, cols = table_axes(args.dirs, args.rows, args.cols, over := _keys(args.over))
     try:
         return _table(args, runs, rows, cols, over, unreadable, dups)
     except ValueError as e:

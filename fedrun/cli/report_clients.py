@@ -45,12 +45,14 @@ def clients(argv: list[str]) -> int:
         return _error(str(e))
     table = distribution_table(accs)
     print(table.to_markdown(index=False))
-    what = "clients' own models" if args.column == "acc" else "global model"
-    title = f"client accuracy, {what}, last round"
+    model = "each client's own model" if args.column == "acc" else "the global model"
+    title = f"Accuracy of {model} on the client's test data, last evaluated round"
 
     def draw(prefix: Path) -> int:
-        draw_distribution(accs, prefix.with_name(prefix.name + ".png"), title)
-        table.to_csv(prefix.with_name(prefix.name + ".csv"), index=False)
+        png, csv = (prefix.with_name(prefix.name + suffix) for suffix in (".png", ".csv"))
+        draw_distribution(accs, png, title)
+        table.to_csv(csv, index=False)
+        print(f"written: {png}, {csv}")  # as table and curves say where their files went
         return 0
 
     sys.stdout.flush()

@@ -277,7 +277,8 @@ def fields_table(fields: tuple[Field, ...]) -> str:
     rows = ["| key | type | default | note |", "|---|---|---|---|"]
     for f in fields:
         rows.append(f"| `{f.key}` | {_cell(f.type)} | `{f.default}` | {_cell(f.comment)} |")
-    return "\n".join(rows)
+    # the site's stylesheet keeps a default whole in this table only (docs/assets/stylesheets/fedrun.css)
+    return '<div class="fedrun-keys" markdown>\n\n' + "\n".join(rows) + "\n\n</div>"
 
 
 def _section(opt: Option, level: str) -> list[str]:

@@ -5,16 +5,21 @@ The candidates of ``auto`` are the registered engines that declare they can run 
 BatchNorm statistics, Ray only with ``ray`` installed and a cluster given). ``auto`` times a few local steps of
 the run's own model, algorithm, data and first cohort (up to one chunk, at most ``PROBE_CLIENTS`` clients) on
 each and keeps the fastest. The choice is cached in memory and in ``<cache_dir>/engine-auto.json`` under a key
-of everything that decides it (device, torch version, threads, model, algorithm, batch size, cohort width,
-precision, the candidates), so a sweep measures once.
+of everything that decides it (the machine, device, torch version, threads, model, algorithm, batch size, cohort
+width, precision, the candidates), so a sweep measures once. A run too small for the probe to cost at most a
+tenth of it is not timed (fedrun/engines/auto_budget.py). ``summary.json``'s ``engine_selection`` says which way
+the choice was made (``how``: measured, cache, not measured, only engine).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -27,14 +32,19 @@ from fedrun.config.registry import ENGINES
 from fedrun.config.schema import FLConfig, HardwareConfig, engine_options
 from fedrun.core.tree import Tensors, Tree, tree_map, zeros_like
 from fedrun.data.federated import FederatedData
+from fedrun.engines.auto_budget import (
+    PROBE_CLIENTS,
+    PROBE_REPS,
+    PROBE_STEPS,
+    WARM_UP_CLIENTS,
+    probe_budget,
+    unmeasured_engine,
+)
 from fedrun.engines.base import Engine
 from fedrun.engines.sampling import sample_clients
 from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.storage.cache import cache_file, write_cache
 
-PROBE_STEPS = 2  # local steps per client in the probe
-PROBE_CLIENTS = 16  # at most this many clients: enough to show vmap's batching, cheap for a CNN on a CPU
-PROBE_REPS = 2
 _CHOICES: dict[str, dict[str, Any]] = {}
 
 
@@ -76,6 +86,7 @@ def probe_key(hw: HardwareConfig, algorithm: Algorithm, data: FederatedData, fl:
     """What decides which engine is faster: the choice is reused only when all of it is the same."""
     model = algorithm.model
     parts = {
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
         "device": torch.cuda.get_device_name(data.device) if data.device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -131,15 +142,19 @@ def measure(
     """
     probe_fl = dataclasses.replace(fl, local_steps=PROBE_STEPS)
     names = candidates(hw, algorithm, data.device)[0]
-    engines = {name: build_engine(name, hw, algorithm, data, probe_fl, seed) for name in names}
+    # the engines train with the algorithm's round_fl, its own fl: a copy that holds the probe's (before, the
+    # probe trained each client's full local epochs, and its start-up cost rounds of the run)
+    probe_algorithm = copy.copy(algorithm)
+    probe_algorithm.fl = probe_fl
+    engines = {name: build_engine(name, hw, probe_algorithm, data, probe_fl, seed) for name in names}
     clients = torch.as_tensor(sample_clients(fl, seed, 0), dtype=torch.long)[: min(width, PROBE_CLIENTS)]
     states = stacked_states(algorithm, fl, algorithm.model.init_params(), len(clients))
-    few = tree_map(lambda t: t[:2], states)
+    few = tree_map(lambda t: t[:WARM_UP_CLIENTS], states)
     failed = []
     try:
         for name, engine in list(engines.items()):
             try:
-                _time_round(engine, clients[:2], few, hw)
+                _time_round(engine, clients[:WARM_UP_CLIENTS], few, hw)
             except Exception as e:  # noqa: BLE001 - whatever the engine refuses; another runs the method as written
                 if len(engines) == 1:
                     raise
@@ -193,7 +208,8 @@ def choose(
     """The ``auto`` decision: {engine, reason, ...timings}; measured once per key, then read from cache."""
     names, why = candidates(hw, algorithm, data.device)
     if len(names) == 1:
-        choice = {"engine": names[0], "reason": "; ".join(why) or "the only engine that can run here"}
+        reason = "; ".join(why) or "the only engine that can run here"
+        choice = {"engine": names[0], "how": "only engine", "reason": reason}
     else:
         choice = _measured(hw, algorithm, data, fl, seed, cache_dir, names)
     if choice["reason"].startswith("not "):  # a method an engine cannot run: say which runs it instead
@@ -225,12 +241,22 @@ def _measured(
     if key not in _CHOICES and path is not None and path.exists():
         _CHOICES.update(read_choices(path))
     if key in _CHOICES:
-        return {**_CHOICES[key], "reason": _CHOICES[key].get("reason", "cached measurement")}
+        return {**_CHOICES[key], "how": "cache", "reason": _CHOICES[key].get("reason", "cached measurement")}
+    budget = probe_budget(names, fl, data.sizes, width)
+    if not budget.fits:
+        engine = unmeasured_engine(names)
+        reason = (
+            f"the run is too small to time: the probe (~{budget.probe_steps:,.0f} local steps) would be "
+            f"{budget.share:.0%} of the run (~{budget.run_steps:,.0f}); the {engine} engine, untimed"
+        )
+        return {"engine": engine, "how": "not measured", "reason": reason, **budget.record()}
+    t0 = time.perf_counter()
     choice = _CHOICES[key] = measure(hw, algorithm, data, fl, seed, width)
+    took = time.perf_counter() - t0
     if path is not None:
         merged = {**(read_choices(path) if path.exists() else {}), **_CHOICES}
         write_cache(path, lambda tmp: tmp.write_text(json.dumps(merged, indent=1)))  # type: ignore[arg-type]
-    return {"reason": "measured", **choice}
+    return {"reason": "measured", **choice, "how": "measured", "probe_seconds": round(took, 3), **budget.record()}
 
 
 class EngineFactory:

@@ -37,6 +37,12 @@ from fedrun.storage.atomic import atomic_write
 from fedrun.storage.rundir import RunDir, Summary, UnreadableRunFile
 from fedrun.storage.status import Status
 
+# a record's commit_note when its runs' checkout had uncommitted changes: what that means for a reader
+UNCOMMITTED = (
+    "run from a checkout with uncommitted changes to tracked files: its code may differ from this commit's, so a"
+    " rerun at this commit may not give these numbers (the note says what changed, where it is known)"
+)
+
 
 def _get(cfg: dict[str, Any], dotted: str) -> Any:
     """``cfg`` at a dotted key (``algorithm=x`` reads ``algorithm.name``); KeyError when absent."""
@@ -181,7 +187,7 @@ def _commit(runs: list[dict[str, Any]], commit: str | None) -> tuple[str | None,
             raise ConfigError("code", "some runs recorded their commit and some did not; valid: one record each")
         commit = code["commit"]
         if code["dirty"]:
-            commit_note = "run from a checkout with uncommitted changes to tracked files"
+            commit_note = UNCOMMITTED
     elif commit is None:
         raise ConfigError("--commit", "the runs did not record their code (run before fedrun did); valid: --commit SHA")
     else:

@@ -1,5 +1,6 @@
 """``fedrun-report curves DIR... --rows algorithm``: mean ± std of a per-round metric against the round, one line
-per row group (one panel per ``--cols`` group), over the seeds of each group, as every FL paper draws it.
+per row group (one panel per ``--cols`` group), over the seeds of each group, as every FL paper draws it. An
+accuracy is drawn (and written) in percent, as the tables print it, its axis in words (fedrun/storage/metric_words.py).
 
 A group pools its runs over ``--over`` (seeds) only; another config key that varies inside it is an error, as in
 the tables, unless ``--split`` makes each such key name lines too. Only completed runs are drawn; the others are
@@ -24,10 +25,9 @@ from fedrun.report.provenance import csv_text, standin_note
 from fedrun.report.tables import value_key as norm
 from fedrun.storage.atomic import atomic_write
 from fedrun.storage.figures import marker_every, method_styles, save_figure
+from fedrun.storage.metric_words import is_accuracy, metric_label, metric_name
 from fedrun.storage.rundir import METRICS_FILE
 from fedrun.storage.status import Status
-
-PERCENT_COLUMNS = {"test_acc", "train_acc"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -63,7 +63,7 @@ def group_curves(runs: pd.DataFrame, keys: list[str], metric: str, x: str = "rou
         if not frames:
             continue
         long = pd.concat(frames)
-        scale = 100.0 if metric in PERCENT_COLUMNS else 1.0
+        scale = 100.0 if is_accuracy(metric) else 1.0  # percent, as the tables print it
         stats = long.groupby("round")[metric].agg(["mean", "std", "count"]).reset_index()
         stats = stats.rename(columns={"count": "n"})
         stats["std"] = stats["std"].fillna(0.0)
@@ -112,7 +112,6 @@ def plot(
     )
     rank = {name: i for i, name in enumerate(styles)}
     ordered = sorted(curves, key=lambda k: rank.get(line_name(rows, k), len(rank)))
-    unit = " (%)" if metric in PERCENT_COLUMNS else ""
     for ax, panel in zip(axes[0], panels, strict=True):
         mine = [k for k in ordered if norm(k[len(rows) :]) == norm(panel)]
         for key in mine:
@@ -125,14 +124,14 @@ def plot(
             ax.fill_between(
                 c["round"], c["mean"] - c["std"], c["mean"] + c["std"], color=style.get("color"), alpha=0.2, lw=0
             )
-        ax.set_xlabel(xlabel if xlabel != "sim_clock" else "simulated clock (s)")
+        ax.set_xlabel(metric_label(xlabel))
         if xlabel == "round":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         what = what_is_drawn([curves[k] for k in mine], list(DEFAULT_OVER) if over is None else over)
-        ax.set_title(f"{label(cols, panel)}: {what}" if cols else f"{metric}: {what}")
+        ax.set_title(f"{label(cols, panel)}: {what}" if cols else f"{metric_name(metric)}: {what}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0, 0].set_ylabel(f"{metric}{unit}")
+    axes[0, 0].set_ylabel(metric_label(metric))
     save_figure(fig, path, dpi=120, notice=notice)
 
 

@@ -28,6 +28,7 @@ from fedrun.metrics.diagnostics import DIAGNOSTIC_COLUMNS
 from fedrun.report.collect import run_labels
 from fedrun.report.provenance import run_dirs_note
 from fedrun.storage.figures import method_styles, save_figure
+from fedrun.storage.metric_words import metric_label
 from fedrun.storage.rundir import METRICS_FILE
 
 COMMANDS = ("line", "plane", "landscape", "coherence")
@@ -113,7 +114,7 @@ def plot_diagnostics(
                 handles.setdefault(name, ax.plot(df["round"], df[col], label=name, **styles.get(name, {}))[0])
         if col == "grad_coherence":
             ax.axhline(0, color="grey", lw=0.8)
-        ax.set_ylabel(col)
+        ax.set_ylabel(metric_label(col), fontsize=8)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(list(handles.values()), list(handles), fontsize=7)
     axes[-1, 0].set_xlabel("round")

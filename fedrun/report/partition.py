@@ -15,8 +15,9 @@ import pandas as pd
 
 from fedrun.core.errors import DataError
 from fedrun.data.partition import partition_stats
+from fedrun.data.partitions.words import partition_words
 from fedrun.report.provenance import run_dirs_note
-from fedrun.storage.figures import partition_title, plot_domains, plot_partition
+from fedrun.storage.figures import plot_domains, plot_partition
 from fedrun.storage.rundir import RunDir
 
 
@@ -35,7 +36,7 @@ def _partition_of(run_dir: Path) -> str | None:
         cfg = RunDir(run_dir).read_config() or {}
         part = dict(cfg["partition"])
         name = part.pop("name")
-        return partition_title(name, part, int(cfg["fl"]["clients"]), int(cfg["seed"]))
+        return partition_words(name, part, int(cfg["fl"]["clients"]), int(cfg["seed"]))
     except (ValueError, KeyError, TypeError):  # an unreadable config.yaml is a ValueError
         return None
 

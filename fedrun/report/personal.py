@@ -55,25 +55,22 @@ def distribution_table(accs: pd.DataFrame) -> pd.DataFrame:
 
 
 def draw_distribution(accs: pd.DataFrame, path: Path, title: str) -> Any:
-    """One violin per group of the clients' accuracies (%), its mean (dot) and worst-10% mean (bar) marked."""
-    import matplotlib
+    """One violin per group of the clients' accuracies (%), its mean (dot) and worst-10% mean (bar) marked; the
+    title wrapped to the figure and the file written atomically (:func:`fedrun.storage.figures.save_figure`)."""
+    from fedrun.storage.figures import _plt, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     groups = list(dict.fromkeys(accs["group"]))
     data = [accs[accs["group"] == g]["acc"].dropna().to_numpy(dtype=float) * 100 for g in groups]
     table = distribution_table(accs).set_index("group")
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(groups) + 1), 4.0))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.4 * len(groups) + 1), 4.0), layout="constrained")
     ax.violinplot(data, showextrema=True, showmedians=False)
     at = np.arange(1, len(groups) + 1)
     ax.scatter(at, table.loc[groups, "mean"], color="black", zorder=3, label="mean")
     ax.scatter(at, table.loc[groups, "worst10"], marker="_", s=300, color="red", zorder=3, label="worst 10% mean")
     ax.set_xticks(at, groups, rotation=20, ha="right")
     ax.set_ylabel("client accuracy (%)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.legend(loc="lower left", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return path

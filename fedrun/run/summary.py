@@ -16,8 +16,9 @@ import fedrun
 from fedrun.config.registry import ENGINES
 from fedrun.config.sections import capabilities
 from fedrun.data.partition import class_counts, domain_breakdown, domain_counts, partition_stats
+from fedrun.data.partitions.words import partition_words
 from fedrun.run.state import RunState
-from fedrun.storage.figures import partition_title, write_domain_table, write_partition
+from fedrun.storage.figures import write_domain_table, write_partition
 from fedrun.storage.status import Status
 from fedrun.storage.summary import Summary
 
@@ -71,7 +72,7 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
     setup: names, seed, engine, device, model size, stand-in data, partition statistics."""
     spec, data = experiment.spec, experiment.data
     counts = class_counts(data.train.y.numpy(), experiment.parts, data.num_classes)
-    title = partition_title(spec.partition.name, asdict(spec.partition.params), spec.fl.clients, spec.seed)
+    title = partition_words(spec.partition.name, asdict(spec.partition.params), spec.fl.clients, spec.seed)
     write_partition(run_dir, counts, spec.output.plots, experiment.corrupted if spec.corrupt.fraction else None, title)
     info = {
         "algorithm": spec.algorithm.name,

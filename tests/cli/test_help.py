@@ -34,12 +34,13 @@ def test_help_lists_every_option_of_every_group_with_its_doc(
 ) -> None:
     assert main_exit_code(monkeypatch, ["fedrun", "--help", "algorithm=fedprox"]) == 0
     out = capsys.readouterr().out
+    flat = " ".join(out.split())  # a doc wraps under its column
     for group, _ in cli_help.GROUPS:
         assert f"\n{group}: " in out, group
         for path in (location.CONF_DIR / group).glob("*.yaml"):
             doc = cli_help.header_doc(path)
             assert doc, f"{path} has no header comment"
-            assert f" {path.stem} " in out and doc in out, path
+            assert f" {path.stem} " in out and " ".join(doc.split()) in flat, path
     assert "  * fedprox " in out and "  * fedavg " not in out  # the option this command line composes
     assert "== Config (override any key" in out and "mu: 0.01" in out  # Hydra's $CONFIG, of this command line
     assert "Show Hydra's version" not in out  # Hydra's flags (its --version line) are on --hydra-help
@@ -65,3 +66,35 @@ def test_hydra_help_and_cfg_stay_hydras(monkeypatch: pytest.MonkeyPatch, capsys:
     assert main_exit_code(monkeypatch, ["fedrun", "--cfg", "job", "algorithm=fedprox"]) == 0
     out = capsys.readouterr().out
     assert "name: fedprox" in out and "help_groups" not in out
+
+
+def test_help_lists_every_config_group() -> None:
+    """Issue 51: privacy and compression appeared only as keys of the config dump."""
+    folders = {p.name for p in location.CONF_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml"))} - {"hydra"}
+    listed = {group for group, _ in cli_help.GROUPS}
+    assert folders <= listed and {"privacy", "compression", "system"} <= listed
+
+
+@pytest.mark.parametrize("width", [60, 100, 160])
+def test_a_long_doc_wraps_between_words_under_its_column(width: int) -> None:
+    """Issue 51: a terminal cut ``apfl``'s doc at its edge, mid-word (``the paper's adaptive al``)."""
+    text = cli_help.groups_text(width=width)
+    lines = text.splitlines()
+    if width >= 100:  # narrower, the presets' 39-character names leave a doc column under MIN_DOC_WIDTH
+        assert max(len(line) for line in lines) <= width
+    apfl = next(i for i, line in enumerate(lines) if line.startswith("    apfl "))
+    column = lines[apfl].index("APFL")
+    block = [lines[apfl][column:]]
+    for line in lines[apfl + 1 :]:
+        if not line.startswith(" " * column):
+            break
+        block.append(line[column:])
+    assert " ".join(block) == cli_help.group_options("algorithm")[0][1]  # its words, whole and in order
+    assert len(block) > 1 or width == 160
+
+
+def test_the_configuration_page_names_every_group() -> None:
+    table = (REPO / "docs" / "configuration.md").read_text()
+    for group, _ in cli_help.GROUPS:
+        if not group.startswith("hydra/"):
+            assert f"| `{group}` |" in table, group

@@ -27,3 +27,14 @@ def test_first_sentence_reads_past_abbreviations_and_line_ends() -> None:
     assert cli_help.first_sentence(header) == "FedX (Li et al. 2020, Alg. 1, Sec. 4): a method whose phrase wraps."
     long = "A: " + "word " * 30 + "(x; y); " + "more " * 40 + "; tail."
     assert cli_help.first_sentence(long, limit=160) == ("A: " + "word " * 30 + "(x; y)")
+
+
+def test_a_sentence_ends_at_its_line_end_whatever_the_next_line_starts_with() -> None:
+    """Issue 51: a header's second line (``data.variant picks ...``, an example command) was read on into the doc."""
+    assert cli_help.first_sentence("Synthetic data, no files needed.\ndata.variant picks the reading") == (
+        "Synthetic data, no files needed."
+    )
+    assert cli_help.first_sentence("Top-k (Stich et al.\n2018): sends k entries. compression.k sets k.") == (
+        "Top-k (Stich et al. 2018): sends k entries."
+    )
+    assert cli_help.first_sentence("A split (App.\nD, Fig. 5): halves.") == "A split (App. D, Fig. 5): halves."

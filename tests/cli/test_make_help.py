@@ -31,6 +31,11 @@ def test_make_help_lists_every_target_with_its_doc() -> None:
     assert set(listed) == plain | papers, out
     assert "%" not in out and "$$" not in out
     assert all(len(doc) > 10 for doc in listed.values())
+    # make help prints a doc's first line only: it must end where a phrase does (issue 51: compression-evidence's
+    # ended "... MLP, once per")
+    dangling = {"a", "an", "and", "as", "at", "by", "for", "from", "in", "of", "on", "or", "per", "the", "to", "with"}
+    cut = {name: doc for name, doc in listed.items() if doc.rstrip(" ,:;").split()[-1].lower() in dangling}
+    assert not cut and not [doc for doc in listed.values() if doc.rstrip().endswith((",", ":", ";"))], cut
     assert listed["reproduce-fedlaw-table3"].startswith("FedLAW Table 3: its")
     assert listed["reproduce-fedlaw-table3-smoke"].startswith("the same sweep shrunk")
     assert listed["reproduce-fedsam-appf"].startswith("FedSAM App. F")

@@ -135,3 +135,46 @@ def test_version_is_fedruns(capsys: pytest.CaptureFixture) -> None:
     assert capsys.readouterr().out == f"fedrun {fedrun_version()}\n"
     assert main(["--help"]) == 0
     assert "--version" in capsys.readouterr().out
+
+
+def _two_key_sweep(root: Path, task: list[str]) -> Path:
+    sweep = root / "two"
+    for method in ("fedavg", "fedprox"):
+        for alpha in (0.1, 1.0):
+            for seed in (0, 1):
+                config = {"algorithm.name": method, "partition.alpha": alpha, "seed": seed}
+                fake_run(sweep / f"{method}-{alpha}-{seed}", config, curve=[0.2, 0.3 + alpha / 10])
+    saved = "hydra:\n  overrides:\n    task:\n" + "".join(f"    - {o}\n" for o in task)
+    (sweep / "multirun.yaml").write_text(saved + "algorithm:\n  name: fedavg\n")
+    return sweep
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        ["algorithm=fedavg,fedprox", "partition.alpha=0.1,1.0", "seed=0,1", "fl.rounds=2"],
+        ["seed=0,1", "algorithm=fedavg,fedprox", "partition.alpha=0.1,1.0"],
+    ],
+    ids=["method-first", "seed-first"],
+)
+def test_a_two_key_sweeps_table_takes_its_keys_without_rows_or_cols(
+    tmp_path: Path, capsys: pytest.CaptureFixture, task: list[str]
+) -> None:
+    """Issue 51: without --rows/--cols the table refused the sweep (partition.alpha varies inside a cell), though
+    the sweep's closing line named the keys; now it takes them: the first as rows, the others as columns."""
+    sweep = _two_key_sweep(tmp_path, task)
+    assert main(["table", str(sweep), "--out", str(tmp_path / "auto")]) == 0
+    auto = capsys.readouterr().out
+    given = ["--rows", "algorithm", "--cols", "partition.alpha", "--out", str(tmp_path / "given")]
+    assert main(["table", str(sweep), *given]) == 0
+    assert auto.replace("auto", "given") == capsys.readouterr().out
+    assert "| algorithm=fedprox |" in auto and "partition.alpha=1.0" in auto.splitlines()[0]
+
+
+def test_without_a_multirun_yaml_the_rows_stay_algorithm(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep = _two_key_sweep(tmp_path, [])
+    (sweep / "multirun.yaml").unlink()
+    assert main(["table", str(sweep), "--out", str(tmp_path / "t")]) == 2
+    assert "partition.alpha varies inside a cell" in capsys.readouterr().err
+    assert main(["table", str(sweep), "--cols", "partition.alpha", "--out", str(tmp_path / "t")]) == 0
+    assert "| algorithm=fedavg " in capsys.readouterr().out  # --cols alone: the rows are algorithm, as before

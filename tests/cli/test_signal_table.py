@@ -23,6 +23,7 @@ import pytest
 
 from fedrun.run.checkpoint import CHECKPOINT_FILE
 from tests.conftest import REPO
+from tests.dispositions import foreground, inheriting
 from tests.pause_worker import PAUSED
 from tests.run.test_resume import SMALL
 
@@ -48,13 +49,8 @@ CASES = SWEEP_SIGNAL
 def _start(args: list[str], tmp_path: Path, ignored: tuple[int, ...] = ()) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     where = [f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path}/c"]
-
-    def inherit() -> None:  # as nohup (SIGHUP) and a script's `&` (SIGINT) leave them before exec
-        for s in ignored:
-            signal.signal(s, signal.SIG_IGN)
-
     return subprocess.Popen(
-        [sys.executable, "-m", "fedrun.cli", *args, *where], cwd=tmp_path, env=env, preexec_fn=inherit,
+        [sys.executable, "-m", "fedrun.cli", *args, *where], cwd=tmp_path, env=env, preexec_fn=inheriting(ignored),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -127,7 +123,7 @@ def test_a_sweep_stopped_mid_job_prints_one_line(tmp_path: Path, sig: signal.Sig
     sweep = tmp_path / "sweep"
     args = [*SWEEP, f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path}/c"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.pause_worker", "round:2", *args], cwd=tmp_path, env=env,
+        [sys.executable, "-m", "tests.pause_worker", "round:2", *args], cwd=tmp_path, env=env, preexec_fn=foreground,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 600  # a bound, not a timing: job 0 waits in round 2 for the signal

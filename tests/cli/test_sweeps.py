@@ -26,6 +26,7 @@ from fedrun.run.job_dirs import job_dir_name
 from fedrun.run.recorder import ROW_RECORD
 from fedrun.run.sweep_index import find_jobs, read_index
 from tests.conftest import REPO, compose_cfg, main_exit_code
+from tests.dispositions import foreground
 from tests.pause_worker import PAUSED
 
 TINY = [
@@ -86,7 +87,7 @@ def test_ctrl_c_stops_a_sweep(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "tests.pause_worker", "round:2", "-m", *long, "seed=0,1", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([*cmd, f"cache_dir={tmp_path / 'cache'}"], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=foreground)  # fmt: skip
     deadline = time.monotonic() + 600  # a bound, not a timing: job 0 waits in round 2 for the signal
     while not (tmp_path / PAUSED).exists():
         assert proc.poll() is None and time.monotonic() < deadline, "job 0 did not reach round 2"

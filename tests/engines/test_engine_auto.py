@@ -15,7 +15,7 @@ from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.core.tree import leaves
-from fedrun.engines import auto
+from fedrun.engines import auto, auto_budget
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.models.base import FunctionalModel
@@ -40,8 +40,9 @@ def test_auto_measures_once_then_reads_the_cache(
     spec = make_spec(*TINY, "hardware.engine=sequential")
     exp = build_experiment(spec)
     monkeypatch.setattr(auto, "_CHOICES", {})
+    monkeypatch.setattr(auto_budget, "BUDGET", float("inf"))  # TINY is too small to time otherwise
     choice = auto.choose(spec.hardware, exp.algorithm, exp.fed, spec.fl, spec.seed, str(tmp_path))
-    assert choice["reason"] == "measured"
+    assert choice["reason"] == "measured" and choice["how"] == "measured" and choice["probe_seconds"] > 0
     assert choice["engine"] == ("vectorised" if choice["vectorised_s"] < choice["sequential_s"] else "sequential")
     assert choice["vectorised_s"] > 0 and choice["sequential_s"] > 0
     stored = json.loads((tmp_path / "engine-auto.json").read_text())
@@ -52,6 +53,7 @@ def test_auto_measures_once_then_reads_the_cache(
     monkeypatch.setattr(auto, "measure", lambda *a: pytest.fail("measured although cached"))
     again = auto.choose(spec.hardware, exp.algorithm, exp.fed, spec.fl, spec.seed, str(tmp_path))
     assert again["reason"] == "cached measurement" and again["engine"] == choice["engine"]
+    assert again["how"] == "cache"
 
 
 def test_auto_key_separates_what_decides_speed(make_spec: Callable[..., RunSpec]) -> None:
@@ -137,6 +139,7 @@ def test_auto_falls_back_to_sequential_for_a_method_vmap_cannot_run(
     exp = build_experiment(make_spec(*TINY, "hardware.engine=sequential"))
     algo = _BranchyFedAvg(exp.algorithm.hp, spec.fl, exp.model)
     monkeypatch.setattr(auto, "_CHOICES", {})
+    monkeypatch.setattr(auto_budget, "BUDGET", float("inf"))  # TINY is too small to time otherwise
     capsys.readouterr()
     engine = auto.EngineFactory(spec.hardware, str(tmp_path))(algo, exp.fed, spec.fl, spec.seed)
     assert isinstance(engine, SequentialEngine)

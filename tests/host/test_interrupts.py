@@ -23,6 +23,7 @@ from fedrun.host.interrupts import Interrupted, interrupts
 from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.run.loop import run
 from tests.conftest import REPO, compose_cfg
+from tests.dispositions import foreground, inheriting
 from tests.pause_worker import PAUSED
 from tests.run.test_resume import SMALL, _metrics, _summary
 
@@ -65,7 +66,7 @@ def _popen(args: list[str], tmp_path: Path, stderr: Path, pause: str) -> subproc
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with stderr.open("w") as f:
         cmd = [sys.executable, "-m", "tests.pause_worker", pause, *args]
-        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=f)
+        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=f, preexec_fn=foreground)
 
 
 def _wait_paused(proc: subprocess.Popen, cwd: Path) -> None:
@@ -105,6 +106,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_its_command_starts_the_run(tmp_p
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.usefixtures("foreground_signals")
 def test_a_second_signal_exits_at_once_with_one_line(capsys: pytest.CaptureFixture) -> None:
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     with pytest.raises(SystemExit) as e, interrupts("job 3"):
@@ -212,12 +214,8 @@ def test_sweep_signal_table(
     (tmp_path / "slowmod.py").write_text(SLOWMOD)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
 
-    def inherit() -> None:  # what nohup (SIGHUP) and a script's `&` (SIGINT) do before exec
-        for s in ignored:
-            signal.signal(s, signal.SIG_IGN)
-
     proc = subprocess.Popen(
-        [sys.executable, str(tmp_path / "child.py"), mode], cwd=tmp_path, env=env, preexec_fn=inherit,
+        [sys.executable, str(tmp_path / "child.py"), mode], cwd=tmp_path, env=env, preexec_fn=inheriting(ignored),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     _wait_for(tmp_path / "ready", proc)
@@ -253,6 +251,7 @@ def test_a_signal_ignored_at_start_is_left_alone(monkeypatch: pytest.MonkeyPatch
         assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
 
 
+@pytest.mark.usefixtures("foreground_signals")
 def test_a_second_signal_to_the_command_names_no_job(capsys: pytest.CaptureFixture) -> None:
     """fedrun.cli.main.main routes signals with no label (composing, between a sweep's jobs)."""
     with pytest.raises(SystemExit) as e, interrupts("", "the same command resumes a sweep"):

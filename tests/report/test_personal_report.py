@@ -86,3 +86,42 @@ def test_clients_without_clients_csv_is_one_line_and_exit_2(tmp_path: Path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no run has a clients.csv" in err[0]
     assert not (tmp_path / "c.png").exists()
+
+
+def test_clients_says_where_its_files_went_and_draws_in_percent_with_words(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 51: ``table`` and ``curves`` print the files they wrote, ``clients`` printed none; its title was cut."""
+    import fedrun.storage.figures as figures
+
+    kept: list = []
+    real = figures.save_figure
+    monkeypatch.setattr(
+        figures, "save_figure", lambda fig, path, **kw: kept.append(fig.axes[0]) or real(fig, path, **kw)
+    )
+    assert report(["clients", str(sweep), "--out", str(tmp_path / "c")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"written: {tmp_path / 'c.png'}, {tmp_path / 'c.csv'}"
+    (ax,) = kept
+    assert ax.get_ylabel() == "client accuracy (%)" and ax.get_ylim()[1] > 1  # percent, as the table
+    assert (
+        " ".join(ax.get_title().split())
+        == "Accuracy of each client's own model on the client's test data, last evaluated round"
+    )
+
+
+def test_curves_of_a_personalised_metric_are_percent_with_words(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 51: ``curves --metric local_acc_mean`` drew fractions under the axis label ``local_acc_mean``."""
+    import fedrun.report.curves as curves
+
+    kept: list = []
+    monkeypatch.setattr(curves, "save_figure", lambda fig, path, **kw: kept.append(fig.axes[0]))
+    args = ["curves", str(sweep), "--metric", "local_acc_mean", "--out", str(tmp_path / "k.png")]
+    assert report(args) == 0
+    (ax,) = kept
+    assert ax.get_ylabel() == "personalised accuracy, mean over clients (%)"
+    assert ax.get_title().startswith("personalised accuracy, mean over clients: mean ± std over seed")
+    drawn = pd.read_csv(tmp_path / "k.csv")
+    fedper = drawn[(drawn["group"] == "algorithm=fedper") & (drawn["round"] == 2)]["mean"].item()
+    assert fedper == pytest.approx(100 * np.mean([np.mean(ACCS[("fedper", s)]) for s in (0, 1)]))

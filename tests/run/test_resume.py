@@ -322,6 +322,7 @@ class _CtrlCInRound7(SequentialEngine):
         return super().train_cohort(rnd, params, extras, clients, states, lr)
 
 
+@pytest.mark.usefixtures("foreground_signals")
 def test_a_second_ctrl_c_while_the_interrupted_run_saves_leaves_the_earlier_checkpoint_whole(
     tmp_path: Path, make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
