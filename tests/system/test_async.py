@@ -29,6 +29,7 @@ from fedrun.storage.rundir import RunDir
 from fedrun.system.servers.base import AsyncServer, staleness_weight
 from fedrun.system.servers.fedbuff import FedBuff, buffer_weights
 from fedrun.system.servers.queue import Event, EventQueue
+from fedrun.system.registries import SERVERS
 from fedrun.system.settings import ASYNC_KEYS
 from tests.run.run_util import killed_then_resumed, metrics, run_in
 
@@ -291,7 +292,7 @@ def test_eval_every_seconds_follows_the_clock_and_curves_draw_against_it(
         (("system.server=fedasync", "system.deadline=5"), "system.deadline: not with system.server=fedasync"),
         (("system.server=fedbuff", "system.concurrency=11"), "system.concurrency: not with system.server=fedbuff"),
         (("system.server=fedbuff", "fl.sampling=bernoulli"), "fl.sampling: not with system.server=fedbuff"),
-        (("system.server=lazy",), "system.server: invalid value 'lazy'; valid: sync, fedasync, fedbuff"),
+        (("system.server=lazy",), "system.server: invalid value 'lazy'; valid: sync, " + ", ".join(SERVERS.names())),
         (("system.mixing=0",), r"system.mixing: must be in \(0.0, 1.0\]"),
         (("system.eval_every_seconds=3",), "system.eval_every_seconds: evaluates an async server's stream"),
         (("system.server=fedbuff", "system.buffer=2", "compression=topk"), "compression.name: not with system.serv"),
