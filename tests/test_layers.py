@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 LAYERS = (
     "core", "host", "storage", "config", "data", "models", "algorithms",
-    "metrics", "system", "privacy", "upload", "engines", "run", "report", "papers", "cli",
+    "metrics", "system", "privacy", "robust", "upload", "engines", "run", "report", "papers", "cli",
 )  # fmt: skip
 ROOT = REPO / "fedrun"
 

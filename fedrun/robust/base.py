@@ -120,7 +120,7 @@ class PreAggregator(ABC):
         """The mixtures of ``x`` [m, d]."""
 
 
-class Attack(ABC):
+class Attack:
     """An attack with its settings ``hp``; ``kind`` is ``data`` (it changes the attackers' training batches) or
     ``model`` (it replaces the attackers' uploads)."""
 
@@ -129,6 +129,63 @@ class Attack(ABC):
 
     def __init__(self, hp: Any) -> None:
         self.hp = hp
+
+
+@dataclass(frozen=True)
+class AttackView:
+    """What the attackers know of a round besides the updates: ``n`` the uploads in the cohort (attackers
+    included), ``weights`` the attackers' aggregation weights p_i [a] (None: 1/n each), the server's learning rate
+    ``server_lr`` (model replacement's gamma), and a keyed ``generator`` for the attack's randomness (the caller
+    keys it, e.g. ``fedrun.core.rng.torch_gen(seed, "attack", rnd)``)."""
+
+    n: int
+    weights: torch.Tensor | None = None
+    server_lr: float = 1.0
+    generator: torch.Generator | None = None
+
+
+class ModelAttack(Attack):
+    """A model-poisoning attack: :meth:`__call__` maps the attackers' own uploads ``own`` [a, d] (what each would
+    have sent, trained honestly) and, for an omniscient attacker, the round's honest uploads ``honest`` [h, d] to
+    the a uploads they send. ``knowledge`` (a setting, its default the paper's): ``own`` estimates what the attack
+    needs from ``own`` only; ``omniscient`` from ``honest``."""
+
+    kind = "model"
+
+    @property
+    def knowledge(self) -> Knowledge:
+        k: Knowledge = getattr(self.hp, "knowledge", "own")
+        return k
+
+    def reference(self, own: torch.Tensor, honest: torch.Tensor | None) -> torch.Tensor:
+        """The uploads the attack's statistics come from: ``honest`` when omniscient, else ``own``."""
+        if self.knowledge == "own":
+            return own
+        if honest is None or honest.shape[0] == 0:
+            raise ValueError(f"{self.name} is omniscient: it needs the round's honest uploads")
+        return honest
+
+    @abstractmethod
+    def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:
+        """The uploads [a, d] the attackers send."""
+
+
+class DataAttack(Attack):
+    """A data-poisoning attack: :meth:`poison` changes the attackers' training batches ``{"x", "y"}``: ``y``
+    [*lead, B] and ``x`` [*lead, B, *input] (``lead`` empty for one client's batch, [k] for a stacked cohort's);
+    ``attacker`` [*lead] bool says which rows are the attackers' (None: all)."""
+
+    kind = "data"
+
+    def check(self, num_classes: int, input_shape: tuple[int, ...]) -> None:
+        """Refuse (ConfigError naming the field) a setting the dataset cannot take."""
+        return None
+
+    @abstractmethod
+    def poison(
+        self, batch: dict[str, torch.Tensor], num_classes: int, attacker: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The attacker's batch as it trains on it."""
 
 
 def finite_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

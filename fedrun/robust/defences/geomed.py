@@ -23,7 +23,7 @@ from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView, finite_
 
 @dataclass
 class GeoMedParams:
-    """``iterations`` (R), ``nu`` (smoothing), ``init`` (the weighted mean or zeros), ``ftol`` (early stop; 0: never)."""
+    """``iterations`` (R), ``nu`` (smoothing), ``init`` (weighted mean or zeros), ``ftol`` (early stop; 0: never)."""
 
     iterations: int = 4  # Weiszfeld steps at most (RFA code: maxiter=4)
     nu: float = 1e-5  # smoothing nu (RFA code: eps=1e-5; ByzFL and Karimireddy et al.: 0.1)
@@ -36,9 +36,7 @@ class GeoMedParams:
         positive("ftol", self.ftol, allow_zero=True)
 
 
-def geometric_median(
-    x: torch.Tensor, alpha: torch.Tensor, hp: GeoMedParams
-) -> tuple[torch.Tensor, torch.Tensor]:
+def geometric_median(x: torch.Tensor, alpha: torch.Tensor, hp: GeoMedParams) -> tuple[torch.Tensor, torch.Tensor]:
     """(the smoothed-Weiszfeld geometric median of the rows of ``x`` [m, d] with weights ``alpha`` [m], the last
     step's normalised weights beta [m]). Rows with a non-finite entry get weight 0."""
     x, finite = finite_rows(x)

@@ -33,14 +33,14 @@ class NormBoundParams:
 
 def clip_factors(x: torch.Tensor, bound: float) -> torch.Tensor:
     """min(1, M / ||x_i||) for each row of ``x`` [m, d]."""
-    return (bound / x.norm(dim=1).clamp_min(torch.finfo(x.dtype).tiny)).clamp(max=1.0)
+    return torch.div(bound, x.norm(dim=1).clamp_min(torch.finfo(x.dtype).tiny)).clamp(max=1.0)
 
 
 def gaussian_noise(d: int, sigma: float, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """N(0, sigma^2 I_d) drawn on the CPU from ``generator`` (required), as ``like``'s dtype and device."""
+    """N(0, sigma^2 I_d) in ``like``'s dtype, drawn on the CPU from ``generator`` (required), on ``like``'s device."""
     if generator is None:
         raise ValueError("norm_bound's noise needs a keyed generator (ServerView.generator)")
-    return (sigma * torch.randn(d, generator=generator, dtype=torch.float64)).to(like.dtype).to(like.device)
+    return (sigma * torch.randn(d, generator=generator, dtype=like.dtype)).to(like.device)
 
 
 @DEFENCES.register("norm_bound", NormBoundParams)
