@@ -8,14 +8,19 @@ client; the run records the set in its directory.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fedrun.config.registry import in_range
+from fedrun.core.errors import ConfigError
 from fedrun.core.rng import np_rng
 
 
 def check_fraction(fraction: float, field: str = "attack.fraction") -> None:
     """Refuse an attack fraction outside [0, 1) in one line naming ``field``."""
+    if not math.isfinite(fraction):
+        raise ConfigError(field, f"must be a finite number in [0.0, 1.0), got {fraction!r}")
     in_range(field, fraction, 0.0, 1.0, hi_open=True, why="all clients malicious leaves no honest update")
 
 
