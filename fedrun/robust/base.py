@@ -190,8 +190,10 @@ class DataAttack(Attack):
 
 def finite_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(``x`` with its rows holding a non-finite entry zeroed, the mask [m] of the finite rows): a rule gives such
-    an upload (an attacker's inf or nan) weight 0 instead of letting 0 * inf turn the aggregate into nan."""
-    finite = torch.isfinite(x).all(dim=1)
+    an upload (an attacker's inf or nan) weight 0 instead of letting 0 * inf turn the aggregate into nan. A row is
+    finite when its sum is (one pass, no [m, d] mask: a row of finite entries whose sum overflows counts as
+    non-finite too)."""
+    finite = torch.isfinite(x.sum(dim=1))
     if bool(finite.all()):
         return x, finite
     return torch.where(finite[:, None], x, torch.zeros_like(x)), finite

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.robust.base import ATTACKS, AttackView, Knowledge, ModelAttack
+from fedrun.robust.moments import coordinate_std
 
 
 @dataclass
@@ -40,9 +41,7 @@ def z_max(n: int, m: int) -> float:
 def alie(reference: torch.Tensor, z: float) -> torch.Tensor:
     """mu + z sigma [d] of the rows of ``reference`` [r, d] (sigma: unbiased std; 0 when r = 1)."""
     mu = reference.mean(dim=0)
-    if reference.shape[0] < 2:
-        return mu
-    return mu + z * reference.std(dim=0, correction=1)
+    return mu + z * coordinate_std(reference, mu)
 
 
 @ATTACKS.register("alie", ALIEParams)

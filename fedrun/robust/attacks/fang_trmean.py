@@ -20,6 +20,7 @@ import torch
 
 from fedrun.config.registry import in_range
 from fedrun.robust.base import ATTACKS, AttackView, Knowledge, ModelAttack
+from fedrun.robust.moments import coordinate_std
 
 
 @dataclass
@@ -46,7 +47,7 @@ def full_knowledge(known: torch.Tensor, b: float, u: torch.Tensor) -> torch.Tens
 def partial_knowledge(own: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The crafted values [a, d] from the attackers' own updates: mu -+ (3 + u) sigma against the direction."""
     mu = own.mean(dim=0)
-    sigma = own.std(dim=0, correction=1) if own.shape[0] > 1 else torch.zeros_like(mu)
+    sigma = coordinate_std(own, mu)
     return mu - torch.sign(mu) * (3.0 + u) * sigma
 
 

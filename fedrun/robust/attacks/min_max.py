@@ -11,10 +11,10 @@ deviation of the updates (the authors' release scripts run ``std``, the default 
 the authors' ``*-unknown-benign-gradients`` scripts).
 
 Since ||b - gamma p - x_i||^2 = a_i - 2 gamma c_i + gamma^2 q (a_i = ||b - x_i||^2, c_i = <p, b - x_i>,
-q = ||p||^2) the constraint is one quadratic per update: ``solver=exact`` takes the largest root (one pass over
-the updates and one Gram product, no search). ``solver=search`` is the authors' code (vrt1shjwlkr/NDSS21-Model-
-Poisoning, ``our_attack_dist``): gamma from 10, moved by halving steps until they fall below 1e-5, which cannot
-go past 20.
+q = ||p||^2) the constraint is one quadratic per update: ``solver=exact`` takes the largest root (one pass of
+deviations over the updates and one Gram product, no search). ``solver=search`` is the authors' code
+(vrt1shjwlkr/NDSS21-Model-Poisoning, ``our_attack_dist``): gamma from 10, moved by halving steps until they fall
+below 1e-5, which cannot go past 20.
 """
 
 from __future__ import annotations
@@ -41,20 +41,32 @@ class MinMaxParams:
     solver: Solver = "exact"  # exact: the largest feasible gamma; search: the authors' (gamma from 10, step 1e-5)
 
 
-def perturbation(reference: torch.Tensor, b: torch.Tensor, kind: Perturbation) -> torch.Tensor:
-    """The direction p [d] the attack moves against: b / ||b||, sign(b) or the coordinate-wise std."""
+@dataclass(frozen=True)
+class Terms:
+    """What min-max and min-sum solve with: the mean b [d], the perturbation p [d], and the quadratic's terms
+    ||b - gamma p - x_i||^2 = a_i - 2 gamma c_i + gamma^2 q (a_i = ||b - x_i||^2, c_i = <p, b - x_i>, q = ||p||^2)."""
+
+    b: torch.Tensor
+    p: torch.Tensor
+    a: torch.Tensor
+    c: torch.Tensor
+    q: torch.Tensor
+
+
+def terms(reference: torch.Tensor, kind: Perturbation) -> Terms:
+    """The mean, the perturbation (``unit_vec`` b / ||b||, ``sign`` sign(b), ``std`` the coordinate-wise standard
+    deviation) and the quadratic's terms, from one pass of deviations x_i - b."""
+    b = reference.mean(dim=0)
+    dev = reference - b
     if kind == "unit_vec":
-        return torch.div(b, b.norm().clamp_min(torch.finfo(b.dtype).tiny))
-    if kind == "sign":
-        return torch.sign(b)
-    return reference.std(dim=0, correction=1) if reference.shape[0] > 1 else torch.zeros_like(b)
-
-
-def quadratic_terms(reference: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(a_i = ||b - x_i||^2 [r], c_i = <p, b - x_i> [r], q = ||p||^2): ||b - gamma p - x_i||^2 = a - 2 gamma c
-    + gamma^2 q."""
-    diff = b - reference
-    return diff.pow(2).sum(dim=1), diff @ p, p.pow(2).sum()
+        p = torch.div(b, b.norm().clamp_min(torch.finfo(b.dtype).tiny))
+    elif kind == "sign":
+        p = torch.sign(b)
+    elif reference.shape[0] > 1:
+        p = ((dev * dev).sum(dim=0) / (reference.shape[0] - 1)).sqrt()  # coordinate_std, from these deviations
+    else:
+        p = torch.zeros_like(b)
+    return Terms(b, p, dev.norm(dim=1).pow(2), -(dev @ p), p.pow(2).sum())
 
 
 def halving_search(feasible: Callable[[float], bool], start: float = 10.0, tol: float = 1e-5) -> float:
@@ -83,15 +95,13 @@ class MinMax(ModelAttack):
     name = "min_max"
     hp: MinMaxParams
 
-    def gamma(self, reference: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> float:
-        a, c, q = quadratic_terms(reference, b, p)
+    def gamma(self, reference: torch.Tensor, t: Terms) -> float:
         bound = sq_dists(reference).max()
         if self.hp.solver == "exact":
-            return largest_gamma(a, c, q, bound)
-        return halving_search(lambda g: bool((a - 2 * g * c + g * g * q).max() <= bound))
+            return largest_gamma(t.a, t.c, t.q, bound)
+        return halving_search(lambda g: bool((t.a - 2 * g * t.c + g * g * t.q).max() <= bound))
 
     def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:
         ref = self.reference(own, honest)
-        b = ref.mean(dim=0)
-        p = perturbation(ref, b, self.hp.perturbation)
-        return (b - self.gamma(ref, b, p) * p).expand_as(own).clone()
+        t = terms(ref, self.hp.perturbation)
+        return (t.b - self.gamma(ref, t) * t.p).expand_as(own).clone()

@@ -15,14 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.robust.attacks.min_max import (
-    Perturbation,
-    Solver,
-    halving_search,
-    largest_gamma,
-    perturbation,
-    quadratic_terms,
-)
+from fedrun.robust.attacks.min_max import Perturbation, Solver, Terms, halving_search, largest_gamma, terms
 from fedrun.robust.base import ATTACKS, AttackView, Knowledge, ModelAttack
 from fedrun.robust.distances import sq_dists
 
@@ -41,17 +34,15 @@ class MinSum(ModelAttack):
     name = "min_sum"
     hp: MinSumParams
 
-    def gamma(self, reference: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> float:
-        a, c, q = quadratic_terms(reference, b, p)
+    def gamma(self, reference: torch.Tensor, t: Terms) -> float:
         bound = sq_dists(reference).sum(dim=1).min()
         r = reference.shape[0]
-        total_a, total_c = a.sum().reshape(1), c.sum().reshape(1)
+        total_a, total_c = t.a.sum().reshape(1), t.c.sum().reshape(1)
         if self.hp.solver == "exact":
-            return largest_gamma(total_a, total_c, r * q, bound)
-        return halving_search(lambda g: bool(total_a - 2 * g * total_c + g * g * r * q <= bound))
+            return largest_gamma(total_a, total_c, r * t.q, bound)
+        return halving_search(lambda g: bool(total_a - 2 * g * total_c + g * g * r * t.q <= bound))
 
     def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:
         ref = self.reference(own, honest)
-        b = ref.mean(dim=0)
-        p = perturbation(ref, b, self.hp.perturbation)
-        return (b - self.gamma(ref, b, p) * p).expand_as(own).clone()
+        t = terms(ref, self.hp.perturbation)
+        return (t.b - self.gamma(ref, t) * t.p).expand_as(own).clone()

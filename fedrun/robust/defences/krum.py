@@ -20,7 +20,7 @@ from typing import Literal
 import torch
 
 from fedrun.config.registry import positive
-from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView
+from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView, finite_rows
 from fedrun.robust.distances import sq_dists
 
 Neighbours = Literal["n-f-2", "n-f-1"]
@@ -67,9 +67,9 @@ class _KrumBase(Defence):
         return 2 * f + 3
 
     def _result(self, x: torch.Tensor, keep: torch.Tensor, w: torch.Tensor) -> Aggregate:
-        # the kept rows only: a dropped row of inf would turn 0 * inf into nan
-        value = w @ x.index_select(0, keep)
         weights = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device).index_copy_(0, keep, w)
+        # a dropped row of inf would turn 0 * inf into nan: such rows are zeroed (one matvec, no copy of the kept)
+        value = weights @ finite_rows(x)[0]
         return Aggregate(value, weights=weights, selected=weights > 0)
 
 

@@ -17,12 +17,19 @@ class MedianParams:
     """No settings."""
 
 
+def sorted_coordinates(x: torch.Tensor) -> torch.Tensor:
+    """Each coordinate's m values in increasing order, [d, m]: one sort along the contiguous axis of x^T (faster
+    on the CPU than sorting ``x`` [m, d] along its strided first axis)."""
+    return x.T.contiguous().sort(dim=1).values
+
+
 def coordinate_median(x: torch.Tensor) -> torch.Tensor:
     """The coordinate-wise median of the rows of ``x`` [m, d] (mean of the two middle values when m is even)."""
     m = x.shape[0]
     if m % 2:
         return x.kthvalue(m // 2 + 1, dim=0).values
-    return 0.5 * (x.kthvalue(m // 2, dim=0).values + x.kthvalue(m // 2 + 1, dim=0).values)
+    middle = sorted_coordinates(x)[:, m // 2 - 1 : m // 2 + 1]
+    return 0.5 * (middle[:, 0] + middle[:, 1])
 
 
 @DEFENCES.register("median", MedianParams)

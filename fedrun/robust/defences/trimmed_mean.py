@@ -4,8 +4,8 @@ trimmed fraction beta < 1/2 at each end; robust when beta is at least the Byzant
 
 ``beta`` unset trims k = f at each end, f the Byzantine count the server is set to tolerate (ByzFL's ``TrMean(f)``;
 Fang et al. 2020 and FLTrust's experiments). Unweighted by definition. The middle values are read off one sort
-along the cohort (exact: a sum less the extremes would lose the honest values to cancellation when an attacker
-sends huge ones).
+of each coordinate's m values (exact: a sum less the extremes would lose the honest values to cancellation when
+an attacker sends huge ones).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 
 from fedrun.config.registry import in_range
 from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView
+from fedrun.robust.defences.median import sorted_coordinates
 
 
 @dataclass
@@ -36,7 +37,7 @@ def trimmed_mean(x: torch.Tensor, k: int) -> torch.Tensor:
         raise ValueError(f"cannot trim {k} at each end of {m} values")
     if k == 0:
         return x.mean(dim=0)
-    return x.sort(dim=0).values[k : m - k].mean(dim=0)
+    return sorted_coordinates(x)[:, k : m - k].mean(dim=1)
 
 
 @DEFENCES.register("trimmed_mean", TrimmedMeanParams)
