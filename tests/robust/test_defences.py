@@ -192,3 +192,13 @@ def test_settings_are_checked_in_one_line_naming_the_field() -> None:
     with pytest.raises(ConfigError, match=r"defence\.neighbours: invalid value 'n-f'"):
         build_params(KrumParams, {"neighbours": "n-f"}, "defence")
     assert build_params(MultiKrumParams, {"m": 5}, "defence").m == 5
+
+
+def test_geometric_median_stops_early_with_the_rfa_codes_tolerance() -> None:
+    x = cohort(7, 3, far=50.0).double()
+    alpha = torch.full((10,), 0.1, dtype=torch.float64)
+    long, _ = geometric_median(x, alpha, GeoMedParams(iterations=200, nu=1e-5))
+    early, _ = geometric_median(x, alpha, GeoMedParams(iterations=200, nu=1e-5, ftol=1e-6))
+    three, _ = geometric_median(x, alpha, GeoMedParams())  # the paper's R = 3
+    assert float((early - long).norm()) < 1e-2 * float(long.norm() + 1) and not torch.equal(early, long)
+    assert float((three - long).norm()) > float((early - long).norm())
