@@ -26,6 +26,7 @@ import torch
 
 from fedrun.core.errors import ConfigError
 from fedrun.core.registry import Registry
+from fedrun.core.rng import torch_gen
 
 Knowledge = Literal["own", "omniscient"]
 
@@ -47,7 +48,7 @@ class ServerView:
     ``weights`` the aggregation weights p_i [m] (summing to one; None: uniform); ``root`` FLTrust's server update
     [d] from its root data; ``previous`` the previous round's aggregate [d] (centered clipping's centre; None:
     zeros); ``generator`` a keyed generator for the rule's randomness (bucketing's shuffle, norm bounding's noise;
-    the caller keys it, e.g. ``fedrun.core.rng.torch_gen(seed, "defence", rnd)``)."""
+    :func:`round_generator` ``(seed, "defence", rnd)``)."""
 
     f: int = 0
     weights: torch.Tensor | None = None
@@ -135,8 +136,8 @@ class Attack:
 class AttackView:
     """What the attackers know of a round besides the updates: ``n`` the uploads in the cohort (attackers
     included), ``weights`` the attackers' aggregation weights p_i [a] (None: 1/n each), the server's learning rate
-    ``server_lr`` (model replacement's gamma), and a keyed ``generator`` for the attack's randomness (the caller
-    keys it, e.g. ``fedrun.core.rng.torch_gen(seed, "attack", rnd)``)."""
+    ``server_lr`` (model replacement's gamma), and a keyed ``generator`` for the attack's randomness
+    (:func:`round_generator` ``(seed, "attack", rnd)``)."""
 
     n: int
     weights: torch.Tensor | None = None
@@ -186,6 +187,13 @@ class DataAttack(Attack):
         self, batch: dict[str, torch.Tensor], num_classes: int, attacker: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
         """The attacker's batch as it trains on it."""
+
+
+def round_generator(seed: int, purpose: str, rnd: int) -> torch.Generator:
+    """The keyed CPU generator of a round's robust-FL randomness (``purpose``: ``defence`` for bucketing's shuffle
+    and norm bounding's noise, ``attack`` for the attacks' draws), from fedrun/core/rng.py: the same draws on every
+    engine, rerun and resume, whatever else the run drew."""
+    return torch_gen(seed, "robust", purpose, rnd)
 
 
 def finite_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,7 @@ from fedrun.robust.base import (
     check_cohort,
     refusal,
     robust_aggregate,
+    round_generator,
 )
 from fedrun.robust.defences.bulyan import Bulyan, BulyanParams
 from fedrun.robust.defences.krum import Krum, KrumParams, MultiKrum, MultiKrumParams
@@ -125,3 +126,11 @@ def test_weights_after_a_pre_aggregator_come_back_per_upload() -> None:
     torch.testing.assert_close(out.weights.sum(), torch.tensor(1.0))
     bucketed = robust_aggregate(x, Krum(KrumParams()), view, (Bucketing(BucketingParams(s=2)),))
     assert int(bucketed.selected.sum()) in (1, 2) and torch.allclose(bucketed.weights @ x, bucketed.value)
+
+
+def test_round_generators_are_keyed_by_seed_purpose_and_round() -> None:
+    draw = lambda *key: torch.randn(3, generator=round_generator(*key))  # noqa: E731
+    assert torch.equal(draw(0, "defence", 4), draw(0, "defence", 4))
+    assert not torch.equal(draw(0, "defence", 4), draw(0, "defence", 5))
+    assert not torch.equal(draw(0, "defence", 4), draw(0, "attack", 4))
+    assert not torch.equal(draw(0, "defence", 4), draw(1, "defence", 4))

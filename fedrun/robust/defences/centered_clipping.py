@@ -49,7 +49,7 @@ class CenteredClipping(Defence):
     hp: CenteredClippingParams
 
     def min_uploads(self, f: int) -> int:
-        return 2 * f + 1  # a minority of Byzantine uploads (Karimireddy et al. 2021, Theorem III: delta < 0.1)
+        return 2 * f + 1  # a minority of Byzantine uploads (the paper's guarantee needs a small fraction)
 
     def __call__(self, x: torch.Tensor, view: ServerView) -> Aggregate:
         centre = view.previous.to(x.dtype) if view.previous is not None else torch.zeros_like(x[0])

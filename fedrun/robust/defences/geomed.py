@@ -65,7 +65,7 @@ class GeoMed(Defence):
     hp: GeoMedParams
 
     def min_uploads(self, f: int) -> int:
-        return 2 * f + 1  # breakdown point 1/2 (Pillutla et al. 2022, Sec. III)
+        return 2 * f + 1  # the geometric median's breakdown point is 1/2
 
     def __call__(self, x: torch.Tensor, view: ServerView) -> Aggregate:
         z, beta = geometric_median(x, view.p(x), self.hp)
