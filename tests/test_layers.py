@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 LAYERS = (
     "core", "host", "storage", "config", "data", "models", "algorithms",
-    "metrics", "system", "upload", "privacy", "engines", "capabilities", "run", "report", "papers", "cli",
+    "metrics", "system", "upload", "privacy", "robust", "engines", "capabilities", "run", "report", "papers", "cli",
 )  # fmt: skip
 ROOT = REPO / "fedrun"
 

@@ -25,6 +25,7 @@ EXTRA_MODULES = {
     "tune": ("hydra_plugins.hydra_optuna_sweeper", "optuna", "sqlalchemy"),
     "docs": ("mkdocs", "material"),
     "privacy": ("dp_accounting", "opacus"),
+    "robust-test": ("byzfl",),
 }
 BLOCK = """
 import sys

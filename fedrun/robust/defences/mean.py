@@ -1,0 +1,29 @@
+"""The weighted mean sum_i p_i x_i (FedAvg's aggregation, McMahan et al. 2017): no robustness, the baseline a
+defence is compared with, and the rule behind a pre-aggregator alone (e.g. bucketing then the mean)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView
+
+
+@dataclass
+class MeanParams:
+    """No settings: the aggregation weights p_i come with the round (:class:`~fedrun.robust.base.ServerView`)."""
+
+
+def weighted_mean(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """sum_i p_i x_i over the rows of ``x`` [m, d]."""
+    return p @ x
+
+
+@DEFENCES.register("mean", MeanParams)
+class Mean(Defence):
+    name = "mean"
+
+    def __call__(self, x: torch.Tensor, view: ServerView) -> Aggregate:
+        p = view.p(x)
+        return Aggregate(weighted_mean(x, p), weights=p)
