@@ -26,10 +26,10 @@ from fedrun.run.rounds import aggregation_weights, lr_at
 from fedrun.run.rounds import train_step as train_update
 from fedrun.run.state import fresh_state
 from fedrun.storage.rundir import RunDir
+from fedrun.system.registries import SERVERS
 from fedrun.system.servers.base import AsyncServer, staleness_weight
 from fedrun.system.servers.fedbuff import FedBuff, buffer_weights
 from fedrun.system.servers.queue import Event, EventQueue
-from fedrun.system.registries import SERVERS
 from fedrun.system.settings import ASYNC_KEYS
 from tests.run.run_util import killed_then_resumed, metrics, run_in
 
