@@ -216,7 +216,7 @@ class Algorithm:
         return weighted_mean(uploads["params"], weights), server_state, {}
 
     def eval_params(self, params: Tensors, server_state: Tree) -> Tensors:
-        """The model the run is_eval_round after aggregation: w^{t+1}, the one broadcast, for all but a few methods
+        """The model the run evaluates after aggregation: w^{t+1}, the one broadcast, for all but a few methods
         whose code reports another (FedDyn ``variant=official``: the cohort's plain average)."""
         return params
 

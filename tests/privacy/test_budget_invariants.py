@@ -1,0 +1,142 @@
+"""The privacy spend never shrinks (issue 49, point 1): over a resume, an extension to more rounds, a kill resumed with
+more rounds, and a sweep grown by new jobs, for both accountants and both levels,
+
+- the epsilon column never decreases within a run;
+- ``epsilon_final`` is the composition of the noise every round actually used, computed here with dp-accounting
+  itself (not fedrun's accounting module), so never below it;
+- the noise multiplier of every round is recorded (one per row, and summary.json's, the same through the run).
+
+The red team's case: a ``privacy.target_epsilon`` run extended with ``fl.rounds=N`` solved z again over the new length,
+ran the new rounds with it, and reported the target as its spend (its epsilon column falling from 4.0 to 3.19).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dp_accounting
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedrun.config.schema import RunSpec
+from fedrun.data.cohorts import sample_clients
+from fedrun.data.federated import num_local_steps
+from fedrun.run.experiment import build_experiment
+from fedrun.run.loop import run
+from tests.conftest import main_exit_code
+from tests.run.run_util import interrupted_copy
+
+SMALL = ("experiment=smoke", "data.max_train_samples=600", "data.max_test_samples=100", "fl.clients=6",
+         "fl.participation=0.5", "model.hidden=[8]", "hardware.threads=1", "checkpoint.every=1")  # fmt: skip
+LEVELS = {
+    "client": ("privacy=client", "privacy.target_epsilon=4"),
+    # every client every round: the smallest client spends what the target was solved for
+    "sample": ("privacy=sample", "privacy.target_epsilon=8", "fl.batch_size=25", "fl.participation=1.0"),
+}
+
+
+def _epsilon(accountant: str, q: float, z: float, steps: int, delta: float) -> float:
+    """dp-accounting's epsilon of ``steps`` Poisson-subsampled Gaussians (q, z), straight from the library."""
+    acc = dp_accounting.rdp.RdpAccountant() if accountant == "rdp" else dp_accounting.pld.PLDAccountant()
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps)
+    return float(acc.get_epsilon(delta))
+
+
+def _spent(spec: RunSpec, z: float, rounds: int) -> float:
+    """What ``rounds`` rounds at noise ``z`` spend: client level, one event a round at q; sample level, each client's
+    steps (the rounds it was sampled in x its local steps) at q_i = B / n_i, the largest over the clients."""
+    pv, fl = spec.sections["privacy"], spec.fl
+    if pv.mode == "client":
+        return _epsilon(pv.accountant, fl.participation, z, rounds, pv.delta)
+    sizes = build_experiment(spec).fed.sizes.numpy()
+    taken = np.zeros(fl.clients, dtype=np.int64)
+    for rnd in range(rounds):
+        taken[sample_clients(fl, spec.seed, rnd)] += 1
+    return max(
+        _epsilon(pv.accountant, min(fl.batch_size / int(n), 1.0), z, int(k * num_local_steps(int(n), fl)), pv.delta)
+        for n, k in zip(sizes, taken, strict=True)
+        if k
+    )
+
+
+def _check(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+    """The invariants on one run directory; returns its summary."""
+    m = pd.read_csv(run_dir / "metrics.csv")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    z = summary["privacy"]["noise_multiplier"]
+    assert m["epsilon"].is_monotonic_increasing, m["epsilon"].tolist()
+    assert (m["noise_multiplier"] == z).all()  # every round's noise, recorded: the run's one z
+    want = _spent(spec, z, int(m["round"].iloc[-1]))
+    assert summary["epsilon_final"] == pytest.approx(want, rel=1e-9)
+    return summary
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+@pytest.mark.parametrize("level", ["client", "sample"])
+def test_an_extended_target_run_keeps_its_noise_and_reports_what_it_spent(
+    make_spec: Any, tmp_path: Path, level: str, accountant: str
+) -> None:
+    short = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=3")
+    long = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=6")
+    (tmp_path / "run").mkdir()
+    first = run(short, tmp_path / "run")
+    assert first["epsilon_final"] == pytest.approx(first["privacy"]["target_epsilon"], rel=1e-3)
+    extended = run(long, tmp_path / "run")
+    summary = _check(long, tmp_path / "run")
+    assert extended["privacy"]["noise_multiplier"] == first["privacy"]["noise_multiplier"]  # the first rounds' z
+    target = summary["privacy"]["target_epsilon"]
+    assert summary["privacy"]["extended_past_target"] and summary["privacy"]["noise_solved_for_rounds"] == 3
+    assert summary["epsilon_final"] > target * (1 + 1e-3)  # spent more than the target: said, not hidden
+    (tmp_path / "fresh").mkdir()  # a run of 6 rounds from the start solves z for 6 and meets the target
+    fresh = run(long, tmp_path / "fresh")
+    assert fresh["epsilon_final"] == pytest.approx(target, rel=1e-3) and not fresh["privacy"]["extended_past_target"]
+
+
+@pytest.mark.parametrize("level", ["client", "sample"])
+def test_a_killed_target_run_resumed_with_more_rounds_keeps_its_noise(
+    make_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str
+) -> None:
+    short = make_spec(*SMALL, *LEVELS[level], "fl.rounds=4")
+    _, partial = interrupted_copy(short, tmp_path, monkeypatch, 2)
+    longer = make_spec(*SMALL, *LEVELS[level], "fl.rounds=6")
+    assert run(longer, partial)["resumed_from_round"] == 2
+    full = _check(short, tmp_path / "full")
+    resumed = _check(longer, partial)
+    assert resumed["privacy"]["noise_multiplier"] == full["privacy"]["noise_multiplier"]
+    before = pd.read_csv(tmp_path / "full" / "metrics.csv")["epsilon"].iloc[:2].tolist()
+    assert pd.read_csv(partial / "metrics.csv")["epsilon"].iloc[:2].tolist() == before  # the rows it kept, unchanged
+
+
+def test_a_resume_with_the_same_rounds_spends_what_the_uninterrupted_run_spends(
+    make_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(*SMALL, *LEVELS["client"], "privacy.adaptive_clip=true", "privacy.clip_count_stddev=1",
+                     "fl.rounds=4")  # fmt: skip
+    _, partial = interrupted_copy(spec, tmp_path, monkeypatch, 2)
+    run(spec, partial)
+    full, resumed = _check(spec, tmp_path / "full"), _check(spec, partial)
+    assert resumed["epsilon_final"] == full["epsilon_final"]
+    cols = ["round", "epsilon", "noise_multiplier", "clip", "test_acc"]
+    pd.testing.assert_frame_equal(
+        pd.read_csv(partial / "metrics.csv")[cols], pd.read_csv(tmp_path / "full" / "metrics.csv")[cols]
+    )
+
+
+def test_a_grown_sweep_leaves_its_jobs_budgets_and_each_new_job_solves_its_own(
+    make_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    line = ["fedrun", "-m", *SMALL, *LEVELS["client"], "fl.rounds=3", "output.plots=false", "hydra.sweep.dir=sw"]
+    assert main_exit_code(monkeypatch, [*line, "seed=0,1"]) == 0
+    before = {p.name: p.joinpath("metrics.csv").read_text() for p in (tmp_path / "sw").iterdir() if p.is_dir()}
+    assert main_exit_code(monkeypatch, [*line, "seed=0,1,2"]) == 0
+    jobs = [p for p in (tmp_path / "sw").iterdir() if p.joinpath("summary.json").is_file()]
+    assert len(jobs) == 3
+    for job in jobs:
+        seed = json.loads(job.joinpath("summary.json").read_text())["seed"]
+        _check(make_spec(*SMALL, *LEVELS["client"], "fl.rounds=3", f"seed={seed}"), job)
+        if job.name in before:
+            assert job.joinpath("metrics.csv").read_text() == before[job.name]  # grown around, never re-run
