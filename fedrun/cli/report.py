@@ -43,7 +43,7 @@ from fedrun.cli.help import version_line
 from fedrun.cli.report_axes import ROWS_HELP, table_axes
 from fedrun.cli.report_clients import CLIENTS_LINE, clients
 from fedrun.core.errors import DataError
-from fedrun.papers.layouts import LAYOUT_METRIC, LAYOUTS, render
+from fedrun.papers.layouts import layout, layout_names, render
 from fedrun.report import output
 from fedrun.report.collect import FOREIGN, Unreadable, collect_runs
 from fedrun.report.listing import listing, n_note
@@ -63,7 +63,6 @@ from fedrun.report.select import select_best
 from fedrun.report.tables import LOWER_IS_BETTER, METRICS, make_table
 
 ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
-LAYOUT_SPLIT = {"fedima": ["ima.enabled"]}  # keys a layout's cell shows side by side, not pooled
 
 
 # subcommand -> its one line in ``fedrun-report --help``
@@ -136,7 +135,7 @@ def parse_args(argv: list[str], command: str = "") -> argparse.Namespace:
         ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a cell averages over (default: seed)")
         ap.add_argument("--split", action="store_true", help="keys that vary inside a cell become columns")
         ap.add_argument("--metric", default="last_k", choices=sorted(METRICS), help="cell value (default: last_k)")
-        ap.add_argument("--layout", choices=sorted(LAYOUTS), help="a paper's table format (fedrun.papers.layouts)")
+        ap.add_argument("--layout", metavar="NAME", help=f"a paper's table format: {', '.join(layout_names())}")
         ap.add_argument("--select", metavar="KEY", help="hyperparameter to pick per row/column by best mean over seeds")
     ap.add_argument("--out", type=Path, default=None, help=OUT_HELP + "; files: PREFIX.md/.csv/.tex")
     ap.add_argument("--force", action="store_true", help=FORCE_HELP)
@@ -356,10 +355,11 @@ def _table(
     for key in rows + cols:
         if key not in runs:
             raise ValueError(f"no config key '{key}' in these runs; try one of: {', '.join(sorted(runs.columns)[:30])}")
-    split = [k for k in LAYOUT_SPLIT.get(args.layout or "", []) if k in runs]
+    record = layout(args.layout) if args.layout is not None else None
+    split = [k for k in (record.split if record else ()) if k in runs]
     chosen_md = ""
     if args.select:
-        score = "summary." + (LAYOUT_METRIC[args.layout] if args.layout else METRICS[args.metric].split(".", 1)[1])
+        score = "summary." + (record.metric if record else METRICS[args.metric].split(".", 1)[1])
         group = rows + cols + split
         runs, chosen = select_best(runs, args.select, [k for k in group if k != args.select], score)
         head = f"\n\nChosen {args.select} (best mean over seeds of {score}):\n"
@@ -369,7 +369,7 @@ def _table(
     group = rows + cols + split
     check_pooling(runs, group, over)
     counts = cell_counts(runs, group)
-    if args.layout:
+    if record:
         from fedrun.papers.order import paper_sorted
 
         table = render(args.layout, paper_sorted(runs), rows, cols)

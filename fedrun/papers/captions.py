@@ -13,11 +13,11 @@ from typing import Any
 
 import pandas as pd
 
+from fedrun.papers.layouts import STD, layout
 from fedrun.report.tables import LOWER_IS_BETTER, common_n
 from fedrun.storage.rundir import METRICS_FILE
 from fedrun.storage.status import Status
 
-STD = "mean ± sample standard deviation (n-1 denominator)"
 DEFAULT_LAST_K = 10  # fedrun.config.schema.EvalConfig.last_k
 
 
@@ -114,41 +114,19 @@ def table_caption(metric: str, runs: pd.DataFrame, counts: list[int], over: list
     return f"{metric_name(metric, runs)}; {STD} over {n_text(counts, over)}{tail}."
 
 
-LAYOUT_CAPTION = {
-    "fedima": "test accuracy (%), {last_k} without (with) IMA; mean over seeds",
-    "fedgam": "train / test accuracy (%) after the last round, mean over seeds; σ: population standard deviation"
-    " (n denominator) of the test accuracy across the settings",
-    "fedcos": "test accuracy (%) after the last round, mean over seeds; (gain) over the same method without FedCos",
-    "fedcos_bestlast": "best and last-round test accuracy (%), mean over seeds; (gain) over the same method without"
-    " FedCos",
-    "fedlaw": "test accuracy (%), {last_k}; " + STD + " over seeds",
-    "fedlaw_gws": "test accuracy (%), {last_k}; " + STD + " over seeds",
-    "fedlaw_corr": f"Pearson r of the accumulated aggregation weights lambda with each client factor; {STD} over seeds",
-    "fedsam": "Train: training accuracy (%); Validation: mean (standard deviation across clients) of the clients'"
-    " test accuracy (%); Round: first round reaching eval.target (- = never); mean over seeds",
-    "rounds": "first round reaching eval.target, mean over seeds (- = not reached by every seed)",
-    "fedprox": "loss: training loss over every client's training data, acc: test accuracy (%), both after the last"
-    " round; " + STD + " over seeds (the curves: fedrun-report curves --metric train_loss / test_acc)",
-}
-
-
-def layout_caption(layout: str, runs: pd.DataFrame, counts: list[int], over: list[str], bold: bool = True) -> str:
-    """The caption of a paper layout; ``bold`` as in :func:`table_caption` (fedlaw_corr has no best value)."""
-    tail = " The best value of each column in bold." if bold and layout != "fedlaw_corr" else ""
-    text = LAYOUT_CAPTION[layout]
+def layout_caption(name: str, runs: pd.DataFrame, counts: list[int], over: list[str], bold: bool = True) -> str:
+    """The caption of a paper layout: its record's caption text, then n; ``bold`` as in :func:`table_caption`
+    (a layout without a best value, as fedlaw_corr, says nothing of bold)."""
+    record = layout(name)
+    tail = " The best value of each column in bold." if bold and record.best else ""
+    text = record.caption
     if "{last_k}" in text:
         text = text.replace("{last_k}", last_k_text(runs))
     return f"{text}; {n_text(counts, over)}.{tail}"
 
 
-def layout_direction(layout: str, columns: list[str]) -> dict[str, str | None]:
-    """Per column: ``max`` (accuracy), ``min`` (rounds, spreads across settings) or None (no best: r values)."""
-    out: dict[str, str | None] = {}
-    for c in columns:
-        if layout == "fedlaw_corr":
-            out[c] = None
-        elif layout == "rounds" or c.endswith(("Round", " loss")) or c == "loss" or c.startswith("σ"):
-            out[c] = "min"
-        else:
-            out[c] = "max"
-    return out
+def layout_direction(name: str, columns: list[str]) -> dict[str, str | None]:
+    """Per column: which value is best, by the layout's rule (``max``: accuracy, ``min``: rounds, losses, spreads
+    across settings), or None for a layout without a best value (FedLAW's r values)."""
+    record = layout(name)
+    return {c: record.direction(c) if record.best else None for c in columns}

@@ -11,12 +11,16 @@ rounds          rounds to reach ``eval.target`` (FedIMA Table II)
 fedprox         the last round's training loss (metrics.csv train_loss) and test accuracy, mean ± std over seeds
                 (FedProx Figure 1 is a figure: fedrun-reproduce draws its curves beside the table)
 Cells of runs that did not complete show their status instead of a number; missing summary keys show "-".
+
+Each layout is one :class:`Layout` record (its function, caption, metric, best values), registered with
+:func:`register_layout` beside its function; fedrun/papers/captions.py and fedrun/cli/report.py read the record.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,20 +31,62 @@ from fedrun.storage.rundir import METRICS_FILE
 from fedrun.storage.status import Status
 
 S = "summary."
-LAYOUT_METRIC = {
-    "fedima": "test_acc_last_k",
-    "fedgam": "test_acc_final",
-    "fedcos": "test_acc_final",
-    "fedcos_bestlast": "test_acc_final",
-    "fedlaw": "test_acc_last_k",
-    "fedlaw_gws": "test_acc_last_k",
-    "fedlaw_corr": "test_acc_last_k",
-    "fedsam": "test_acc_final",
-    "rounds": "test_acc_last_k",
-    "fedprox": "test_acc_final",
-}
+STD = "mean ± sample standard deviation (n-1 denominator)"  # the std convention every caption states
 SIGMA = {"fl.local_epochs": "σ(E)", "fl.participation": "σ(C)"}
 SHORT = {"fl.local_epochs": "E", "algorithm.gamma": "γ"}  # FedLAW's column names
+
+
+Render = Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]
+
+
+def default_direction(column: str) -> str:
+    """Which value of a column is best: ``min`` for rounds ("... Round"), losses ("loss", "... loss") and spreads
+    across settings ("σ(E)"), ``max`` for the rest (accuracies)."""
+    return "min" if column.endswith(("Round", " loss")) or column == "loss" or column.startswith("σ") else "max"
+
+
+def lowest(column: str) -> str:
+    """Every column's best value is its lowest (rounds to a target)."""
+    return "min"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A paper's table format, ``fedrun-report table --layout NAME``: one registration (:func:`register_layout`)
+    holding how it tables runs and what the report says of it. A layout states its name, render function and
+    caption, and of the rest only what differs from the defaults."""
+
+    name: str
+    render: Render  # (runs: one row per run, row keys, column keys) -> the table, string cells
+    caption: str  # what a cell is, in words; "{last_k}" becomes the k the runs used (captions.last_k_text)
+    metric: str = "test_acc_last_k"  # the summary field it tables: --select keeps the value with its best mean
+    best: bool = True  # whether a column has a best value (bold in the .tex); FedLAW's r values have none
+    direction: Callable[[str], str | None] = default_direction  # column -> "max" / "min" / None, when best
+    split: tuple[str, ...] = ()  # config keys a cell shows side by side instead of pooling (FedIMA: ima.enabled)
+
+
+LAYOUTS: dict[str, Layout] = {}  # every layout, the papers' own and those added by register_layout, by name
+
+
+def register_layout(record: Layout) -> Layout:
+    """Add a table layout (``fedrun-report table --layout NAME``; docs/extending.md). A name taken already is
+    refused."""
+    if record.name in LAYOUTS:
+        raise ValueError(f"layout {record.name}: a layout of that name exists")
+    LAYOUTS[record.name] = record
+    return record
+
+
+def layout_names() -> list[str]:
+    """The registered layouts' names, sorted: ``--layout``'s choices, read when a command runs."""
+    return sorted(LAYOUTS)
+
+
+def layout(name: str) -> Layout:
+    """The layout registered as ``name``; ValueError naming the valid ones for another name."""
+    if name not in LAYOUTS:
+        raise ValueError(f"layout: unknown '{name}'; valid: {', '.join(LAYOUTS)}")
+    return LAYOUTS[name]
 
 
 def _values(grp: pd.DataFrame, key: str, scale: float = 100.0) -> np.ndarray:
@@ -128,6 +174,16 @@ def fedima(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
     return _grid(runs, rows, cols, cell)
 
 
+register_layout(
+    Layout(
+        "fedima",
+        fedima,
+        "test accuracy (%), {last_k} without (with) IMA; mean over seeds",
+        split=("ima.enabled",),
+    )
+)
+
+
 def fedgam(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
     """Train and test (final round) per setting; sigma over the settings when the column is E or C."""
     sigma = SIGMA.get(cols[0]) if len(cols) == 1 else None
@@ -145,6 +201,17 @@ def fedgam(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
         nums = tests.apply(pd.to_numeric, errors="coerce")
         table[sigma] = [f"{v:.2f}" if not np.isnan(v) else "-" for v in nums.std(axis=1, ddof=0)]
     return table
+
+
+register_layout(
+    Layout(
+        "fedgam",
+        fedgam,
+        "train / test accuracy (%) after the last round, mean over seeds; σ: population standard deviation"
+        " (n denominator) of the test accuracy across the settings",
+        metric="test_acc_final",
+    )
+)
 
 
 def base_method(label: str) -> str | None:
@@ -183,9 +250,35 @@ def fedcos(runs: pd.DataFrame, rows: list[str], cols: list[str], best_last: bool
     return _grid(runs, rows, cols, cell)
 
 
+def fedcos_bestlast(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """FedCos with Best and Last columns."""
+    return fedcos(runs, rows, cols, best_last=True)
+
+
+register_layout(
+    Layout(
+        "fedcos",
+        fedcos,
+        "test accuracy (%) after the last round, mean over seeds; (gain) over the same method without FedCos",
+        metric="test_acc_final",
+    )
+)
+register_layout(
+    Layout(
+        "fedcos_bestlast",
+        fedcos_bestlast,
+        "best and last-round test accuracy (%), mean over seeds; (gain) over the same method without FedCos",
+        metric="test_acc_final",
+    )
+)
+
+
 def fedlaw(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
     """Last-10 mean ± std over seeds (FedLAW: seeds 8, 9, 10)."""
     return _grid(runs, rows, cols, lambda g: {"": _bad(g) or mean_std(_values(g, "test_acc_last_k"))})
+
+
+register_layout(Layout("fedlaw", fedlaw, "test accuracy (%), {last_k}; " + STD + " over seeds"))
 
 
 def fedlaw_gws(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
@@ -198,6 +291,9 @@ def fedlaw_gws(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataF
     key = cols[-1]
     table.columns = [c.replace(f"{key.split('.')[-1]}=", f"{SHORT.get(key, key)}=") for c in table.columns]
     return table
+
+
+register_layout(Layout("fedlaw_gws", fedlaw_gws, "test accuracy (%), {last_k}; " + STD + " over seeds"))
 
 
 def fedlaw_corr(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
@@ -234,6 +330,16 @@ def fedlaw_corr(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.Data
     return out.fillna("-")
 
 
+register_layout(
+    Layout(
+        "fedlaw_corr",
+        fedlaw_corr,
+        f"Pearson r of the accumulated aggregation weights lambda with each client factor; {STD} over seeds",
+        best=False,
+    )
+)
+
+
 def _rounds(grp: pd.DataFrame) -> str:
     col = S + "round_to_target"
     if col not in grp:
@@ -259,9 +365,30 @@ def fedsam(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
     return _grid(runs, rows, cols, cell)
 
 
+register_layout(
+    Layout(
+        "fedsam",
+        fedsam,
+        "Train: training accuracy (%); Validation: mean (standard deviation across clients) of the clients'"
+        " test accuracy (%); Round: first round reaching eval.target (- = never); mean over seeds",
+        metric="test_acc_final",
+    )
+)
+
+
 def rounds(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
     """Rounds to reach ``eval.target`` (mean over seeds; "-" = not reached by every seed)."""
     return _grid(runs, rows, cols, lambda g: {"": _bad(g) or _rounds(g)})
+
+
+register_layout(
+    Layout(
+        "rounds",
+        rounds,
+        "first round reaching eval.target, mean over seeds (- = not reached by every seed)",
+        direction=lowest,
+    )
+)
 
 
 def _last_train_loss(grp: pd.DataFrame) -> np.ndarray:
@@ -290,41 +417,21 @@ def fedprox(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFram
     return _grid(runs, rows, cols, cell)
 
 
-LAYOUTS: dict[str, Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]] = {
-    "fedima": fedima,
-    "fedgam": fedgam,
-    "fedcos": fedcos,
-    "fedcos_bestlast": lambda r, rows, cols: fedcos(r, rows, cols, best_last=True),
-    "fedlaw": fedlaw,
-    "fedlaw_gws": fedlaw_gws,
-    "fedlaw_corr": fedlaw_corr,
-    "fedsam": fedsam,
-    "rounds": rounds,
-    "fedprox": fedprox,
-}
-
-
-Layout = Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]
-
-
-def register_layout(name: str) -> Callable[[Layout], Layout]:
-    """Add a table layout (``fedrun-report table --layout NAME``): the decorated function turns the runs' frame, the
-    row keys and the column keys into the table (docs/extending.md). A name taken already is refused."""
-
-    def add(layout: Layout) -> Layout:
-        if name in LAYOUTS:
-            raise ValueError(f"layout {name}: a layout of that name exists")
-        LAYOUTS[name] = layout
-        return layout
-
-    return add
+register_layout(
+    Layout(
+        "fedprox",
+        fedprox,
+        "loss: training loss over every client's training data, acc: test accuracy (%), both after the last"
+        " round; " + STD + " over seeds (the curves: fedrun-report curves --metric train_loss / test_acc)",
+        metric="test_acc_final",
+    )
+)
 
 
 def render(name: str, runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
     """The table of layout ``name``; raises ValueError for an unknown layout or config key."""
-    if name not in LAYOUTS:
-        raise ValueError(f"layout: unknown '{name}'; valid: {', '.join(LAYOUTS)}")
+    chosen = layout(name)
     for key in rows + cols:
         if key not in runs:
             raise ValueError(f"no config key '{key}' in these runs")
-    return LAYOUTS[name](runs, rows, cols)
+    return chosen.render(runs, rows, cols)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from fedrun.core.errors import ConfigError
 from tests.conftest import REPO
@@ -172,13 +173,90 @@ def test_the_report_subcommand_of_the_extending_page_runs(monkeypatch, tmp_path:
         report.register_subcommand("count", "again")(lambda argv: 0)
 
 
-def test_the_table_layout_of_the_extending_page_tables_runs(monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
-    from fedrun.papers import layouts
-    from fedrun.report.collect import load_runs
+# two real runs (FedAvg, 2 rounds of 3 clients on 300 samples), as tests/cli/test_sweeps.py makes a sweep in-process
+TINY_SWEEP = [
+    "experiment=smoke",
+    "data.max_train_samples=300",
+    "data.max_test_samples=100",
+    "fl.clients=3",
+    "fl.rounds=2",
+    "eval.last_k=2",
+    "model.hidden=[16]",
+    "hardware.engine=sequential",
+    "hardware.threads=1",
+    "output.plots=false",
+    "checkpoint.every=0",
+]
 
-    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))
-    _load(monkeypatch, _titled("extending.md")["fedrun/papers/layout_best.py"], "layout_best_example", tmp_path)
-    table = layouts.render("best", load_runs([_sweep(tmp_path / "sweep")]), ["algorithm"], [])
-    assert table["summary.test_acc_best"].round(6).to_dict() == {"fedavg": 50.0, "fedprox": 90.0}
-    with pytest.raises(ValueError, match="layout best: a layout of that name exists"):
-        layouts.register_layout("best")(lambda runs, rows, cols: runs)
+
+def _real_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[float, dict]:
+    """Run FedAvg at fl.lr 0.01 and 0.3 under tmp_path/sweep; {lr: its summary.json}."""
+    from tests.conftest import main_exit_code
+
+    monkeypatch.chdir(tmp_path)
+    where = [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"cache_dir={tmp_path / 'cache'}"]
+    assert main_exit_code(monkeypatch, ["fedrun", "-m", *TINY_SWEEP, "fl.lr=0.01,0.3", *where]) == 0
+    out = {}
+    for job in (tmp_path / "sweep").iterdir():
+        if (job / "summary.json").is_file():
+            lr = yaml.safe_load((job / "config.yaml").read_text())["fl"]["lr"]
+            out[lr] = json.loads((job / "summary.json").read_text())
+    assert sorted(out) == [0.01, 0.3] and all(s["status"] == "completed" and s["last_k"] == 2 for s in out.values())
+    return out
+
+
+def _md_rows(text: str) -> dict[str, str]:
+    """The body rows of the first Markdown table in ``text``: {first cell: second cell}."""
+    lines = [ln for ln in text.split("\n\n", 1)[0].splitlines() if ln.startswith("|")][2:]
+    return {cells[1].strip(): cells[2].strip() for cells in (ln.split("|") for ln in lines)}
+
+
+def test_the_table_layout_of_the_extending_page_runs_through_fedrun_report(  # noqa: ANN001
+    monkeypatch, tmp_path: Path, capsys
+) -> None:
+    """The page's module, registered as written: ``fedrun-report table --layout peak`` on two real runs prints and
+    writes its cells, its caption (the k the runs used, n) and, in the .tex, its best cell bold; ``--select`` picks
+    by its metric. Before the Layout record, the caption and the metric were dicts keyed by the built-in names:
+    such a layout stopped with a KeyError in papers/captions.py."""
+    from fedrun.cli import report
+    from fedrun.papers import layouts
+
+    summaries = _real_sweep(monkeypatch, tmp_path)
+    capsys.readouterr()
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))  # the example's registration ends with the test
+    _load(monkeypatch, _titled("extending.md")["fedrun/papers/layout_peak.py"], "layout_peak_example", tmp_path)
+    cell = {lr: f"{100 * s['test_acc_best']:.2f} ({100 * s['test_acc_last_k']:.2f})" for lr, s in summaries.items()}
+    caption = (
+        "best test accuracy (%) over the evaluated rounds (in brackets: mean of the last 2 evaluated rounds);"
+        " mean over seeds; n = 1 runs (seed) per cell."
+    )
+    sweep = str(tmp_path / "sweep")
+
+    assert report.main(["table", sweep, "--layout", "peak", "--rows", "fl.lr", "--out", str(tmp_path / "lr")]) == 0
+    out = capsys.readouterr().out
+    assert _md_rows(out) == {str(lr): text for lr, text in cell.items()}
+    md = (tmp_path / "lr.md").read_text()
+    assert _md_rows(md) == _md_rows(out) and f"\n\n{caption}\n" in md
+    tex = (tmp_path / "lr.tex").read_text()
+    assert "\\caption{" + caption.replace("%", "\\%") + " The best value of each column in bold.}" in tex
+    top, low = sorted(summaries, key=lambda lr: summaries[lr]["test_acc_best"], reverse=True)
+    assert summaries[top]["test_acc_best"] > summaries[low]["test_acc_best"]  # the two runs differ
+    assert f"{top} & \\textbf{{{cell[top]}}} \\\\" in tex and f"{low} & {cell[low]} \\\\" in tex
+
+    # --select keeps, per cell, the fl.lr with the best mean of the layout's metric, summary.test_acc_best
+    select = ["--rows", "algorithm", "--select", "fl.lr", "--out", str(tmp_path / "s")]
+    assert report.main(["table", sweep, "--layout", "peak", *select]) == 0
+    out = capsys.readouterr().out
+    assert _md_rows(out) == {"fedavg": cell[top]}
+    assert "Chosen fl.lr (best mean over seeds of summary.test_acc_best):" in out
+
+    # the registry is --layout's list, read when the table is made: another name is one line, exit 2
+    assert report.main(["table", sweep, "--layout", "peek"]) == 2
+    assert capsys.readouterr().err == "fedrun-report: error: layout: unknown 'peek'; valid: " + (
+        "fedima, fedgam, fedcos, fedcos_bestlast, fedlaw, fedlaw_gws, fedlaw_corr, fedsam, rounds, fedprox, peak\n"
+    )
+    with pytest.raises(SystemExit):
+        report.main(["table", "--help"])
+    assert "fedsam, peak, rounds" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(ValueError, match="layout peak: a layout of that name exists"):
+        layouts.register_layout(layouts.Layout("peak", layouts.fedlaw, "again"))

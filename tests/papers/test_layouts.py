@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from fedrun.cli.report import main as report_main
+from fedrun.papers import layouts
+from fedrun.papers.captions import layout_caption, layout_direction
 from fedrun.papers.layouts import base_method, render
 from fedrun.report.collect import load_runs
 from fedrun.report.select import select_best
+from tests.report.fake_runs import fake_run
 
 
 def runs(rows: list[dict]) -> pd.DataFrame:
@@ -178,3 +184,55 @@ def test_select_picks_the_best_mean_over_seeds_per_setting() -> None:
     assert len(kept) == 2 + 2 + 1  # two seeds of each chosen value, FedAvg untouched
     t = render("fedlaw", kept, ["tags.method"], ["partition.alpha"])
     assert t.loc["FedProx", "alpha=0.1"] == "70.00 ± 0.00" and t.loc["FedAvg", "alpha=0.1"] == "60.00"
+
+
+# ---- the Layout record: one registration, read by captions.py and fedrun-report ----------------------------------
+
+
+def test_the_papers_layouts_are_records_in_the_registry() -> None:
+    assert list(layouts.LAYOUTS) == [
+        "fedima", "fedgam", "fedcos", "fedcos_bestlast", "fedlaw", "fedlaw_gws", "fedlaw_corr", "fedsam", "rounds",
+        "fedprox",
+    ]  # fmt: skip
+    assert all(name == record.name for name, record in layouts.LAYOUTS.items())
+    final = {"fedgam", "fedcos", "fedcos_bestlast", "fedsam", "fedprox"}  # the rest table the last-k mean
+    assert {n for n, r in layouts.LAYOUTS.items() if r.metric == "test_acc_final"} == final
+    assert {r.metric for n, r in layouts.LAYOUTS.items() if n not in final} == {"test_acc_last_k"}
+    assert [n for n, r in layouts.LAYOUTS.items() if not r.best] == ["fedlaw_corr"]
+    assert [n for n, r in layouts.LAYOUTS.items() if r.split] == ["fedima"]
+    assert layout_direction("rounds", ["E=1", "x Round"]) == {"E=1": "min", "x Round": "min"}
+    assert layout_direction("fedlaw_corr", ["E=1"]) == {"E=1": None}
+    assert "The best value" not in layout_caption("fedlaw_corr", pd.DataFrame(), [2], ["seed"])
+
+
+def test_a_new_layout_states_only_what_differs_and_captions_read_its_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))
+    plain = layouts.register_layout(layouts.Layout("plain", layouts.fedlaw, "test accuracy (%), {last_k}"))
+    assert (plain.metric, plain.best, plain.split) == ("test_acc_last_k", True, ())
+    cols = ["acc", "E=1 loss", "loss", "x Round", "σ(E)", "lossy"]
+    assert layout_direction("plain", cols) == dict(zip(cols, ["max", "min", "min", "min", "min", "max"], strict=True))
+    three = pd.DataFrame({"status": ["completed"], "eval.last_k": [10], "summary.last_k": [3]})
+    assert layout_caption("plain", three, [2], ["seed"]) == (
+        "test accuracy (%), mean of all 3 evaluated rounds (fewer than eval.last_k = 10); n = 2 runs (seed) per cell."
+        " The best value of each column in bold."
+    )
+    assert layout_caption("plain", three, [2], ["seed"], bold=False).endswith("per cell.")
+    layouts.register_layout(layouts.Layout("flat", layouts.fedlaw, "r values", best=False, direction=lambda c: "min"))
+    assert layout_direction("flat", cols) == dict.fromkeys(cols)
+    assert layout_caption("flat", three, [2], ["seed"]) == "r values; n = 2 runs (seed) per cell."
+    with pytest.raises(ValueError, match="^layout plain: a layout of that name exists$"):
+        layouts.register_layout(layouts.Layout("plain", layouts.rounds, "again"))
+    with pytest.raises(ValueError, match="^layout: unknown 'nope'; valid: fedima, fedgam, .*, plain, flat$"):
+        layout_caption("nope", three, [2], ["seed"])
+
+
+def test_fedrun_report_shows_a_layouts_split_keys_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """FedIMA's record splits ima.enabled: the cell is "without (with)"; the fedlaw layout pools it, an error."""
+    for i, (flag, acc) in enumerate([(False, 0.5), (True, 0.6), (False, 0.7), (True, 0.8)]):
+        cfg = {"algorithm.name": "fedavg", "tags.method": "FedAvg", "ima.enabled": flag, "seed": i // 2}
+        fake_run(tmp_path / f"r{i}", cfg, curve=[acc, acc])
+    args = ["table", str(tmp_path), "--rows", "tags.method", "--out", str(tmp_path / "out")]
+    assert report_main([*args, "--layout", "fedima"]) == 0
+    assert "| FedAvg        | 60.00 (70.00) |" in capsys.readouterr().out
+    assert report_main([*args, "--layout", "fedlaw"]) == 2
+    assert "ima.enabled" in capsys.readouterr().err
