@@ -47,7 +47,8 @@ def per_sample_grads(
     def one(p: Tensors, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return loss(p, {"x": x[None], "y": y[None]}, ctx)
 
-    return vmap(grad_and_value(one), in_dims=(None, 0, 0))(params, batch["x"], batch["y"])  # type: ignore[no-any-return]
+    out: tuple[Tensors, torch.Tensor] = vmap(grad_and_value(one), in_dims=(None, 0, 0))(params, batch["x"], batch["y"])
+    return out
 
 
 def clip_and_sum(grads: Tensors, clip: float, weight: torch.Tensor | None = None) -> Tensors:

@@ -80,11 +80,11 @@ def flops_per_sample(algorithm: Algorithm, fed: FederatedData, params: Tensors, 
             n_i = torch.tensor(float(fed.sizes[cid]), dtype=next(iter(params.values())).dtype, device=fed.device)
             ctx = ClientContext(params, extras, algorithm.client_init(params), lr, n_i)
             with FlopCounterMode(display=False) as counter:
-                algorithm.local_grad(params, batch, ctx)  # type: ignore[arg-type]
+                algorithm.local_grad(params, batch, ctx)
             total = 0.0 + counter.get_total_flops()
         except Exception:  # noqa: BLE001 - any method-specific need (a proxy set, a state): the model's cost instead
             buffers = clone(model.buffers) if model.buffers else None
             with torch.no_grad(), FlopCounterMode(display=False) as counter:
                 model.logits(params, batch["x"], buffers)
             total = 3.0 * counter.get_total_flops()
-    return total / int(idx.numel())
+    return float(total) / int(idx.numel())

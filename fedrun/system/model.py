@@ -160,7 +160,8 @@ class SystemModel:
 
     def planned_steps(self, clients: np.ndarray, fl: FLConfig) -> np.ndarray:
         """The local steps each of ``clients`` runs with its full plan."""
-        return self.full_steps(fl)[clients]
+        out: np.ndarray = self.full_steps(fl)[clients]
+        return out
 
     def client_seconds(
         self, workers: np.ndarray, steps: np.ndarray, fl: FLConfig, down: float, up: float
@@ -175,12 +176,14 @@ class SystemModel:
             self._terms = (key, down_s, per_sample, up_s, full_steps, full)
         _, down_s, per_sample, up_s, full_steps, full = self._terms
         if bool((full_steps[workers] == steps).all()):  # (everyone ran its full plan: the times of the terms above)
-            return full[workers]
-        return (
+            whole: np.ndarray = full[workers]
+            return whole
+        out: np.ndarray = (
             down_s[workers]
             + samples_for_steps_array(self.sizes[workers], fl, steps) * per_sample[workers]
             + up_s[workers]
         )
+        return out
 
     def close(self, plan: RoundPlan, target: int, seconds: np.ndarray) -> RoundClose:
         """Who of the workers (``seconds``: their simulated times, in plan order) reports: those within the

@@ -145,7 +145,7 @@ class AsyncServer:
         every = self.settings.eval_every_seconds
         if every is None or rnd == self.fl.rounds - 1:
             return default
-        return math.floor(self.queue.clock / every) > math.floor(self.queue.last_update / every)
+        return bool(math.floor(self.queue.clock / every) > math.floor(self.queue.last_update / every))
 
     def state_dict(self) -> Tree:
         return self.queue.to_tree()

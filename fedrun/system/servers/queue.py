@@ -103,7 +103,8 @@ class EventQueue:
         rng = self.keyed_draw("sample", seed)
         # up to 10,000 numpy draws the set by Floyd's algorithm whatever ``shuffle`` says, and the set is sorted
         # here, so its shuffle (an RNG pass whose order nothing reads) is skipped; above, ``shuffle`` picks the method
-        return idle[np.sort(rng.choice(len(idle), n, replace=False, shuffle=len(idle) > 10_000))]
+        out: np.ndarray = idle[np.sort(rng.choice(len(idle), n, replace=False, shuffle=len(idle) > 10_000))]
+        return out
 
     def keyed_draw(self, purpose: str, seed: int) -> Any:
         """This dispatch batch's ``np_rng(seed, "sample", batch)`` (``purpose`` "sample") or
@@ -276,7 +277,7 @@ class EventQueue:
             raise ResumeError(f"{where}: damaged async event queue ({e}); delete it to restart the run") from None
         heapq.heapify(heap)
         dispatches, seq = (int(x) for x in counters.tolist())
-        return cls(float(clock[0]), float(clock[1]), dispatches, seq, heap, batches)  # type: ignore[arg-type]
+        return cls(float(clock[0]), float(clock[1]), dispatches, seq, heap, batches)
 
 
 def _rows(v: Any) -> Any:

@@ -24,7 +24,8 @@ class QSGD(Compressor):
         low = level.floor()
         u = torch.stack([torch.rand(x.shape[1], generator=ctx.generator(self.name, int(c))) for c in ctx.clients])
         xi = (low + (u.to(x.device) < level - low).to(x.dtype)) / s
-        return norm * x.sign() * xi
+        out: torch.Tensor = norm * x.sign() * xi
+        return out
 
     def bits_per_client(self, dim: int) -> float | None:
         return 32.0 + dim * (1 + math.ceil(math.log2(self.cfg.levels + 1)))
