@@ -184,9 +184,20 @@ class Capability:
         return ""
 
     @classmethod
-    def identity(cls, node: dict[str, Any]) -> dict[str, Any] | None:
-        """The section's part of a run's identity (fedrun/config/identity.py); None: it drops out (at defaults,
-        so that runs of before the capability existed keep theirs)."""
+    def tag(cls, settings: Any) -> str:
+        """A few characters for the run's folder name ("dp-fedavg-eps8", "topk0.01-ef"); "" when off."""
+        return ""
+
+    @classmethod
+    def resolve(cls, settings: Any, spec: Any) -> Any:
+        """Its settings made definite from the rest of the validated run (a default the method decides); as they are
+        by default. A ConfigError names the bare key of its section."""
+        return settings
+
+    @classmethod
+    def identity(cls, node: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any] | None:
+        """The section's part of a run's identity (fedrun/config/identity.py; ``raw``: the whole config); None: it
+        drops out (at defaults, so that runs of before the capability existed keep theirs)."""
         return node
 
     @classmethod
@@ -293,6 +304,18 @@ class Capability:
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """summary.json's entries when the run stops, from its metrics rows."""
         return {}
+
+    def lines(self, summary: dict[str, Any]) -> list[tuple[str, str]]:
+        """(what, value) rows of the run's summary table, from its summary (``summary.json``'s ``capability_lines``)."""
+        return []
+
+    def brief(self, summary: dict[str, Any]) -> str:
+        """A few words for a sweep's line of the run ("personalised 77.57%", "eps 4.85"; "": none)."""
+        return ""
+
+    def step_word(self) -> str | None:
+        """What one step of the run loop is, when not a round (an async server's "server update")."""
+        return None
 
 
 def active(spec: Any) -> list[tuple[type[Capability], Any]]:
@@ -413,7 +436,18 @@ class Capabilities:
         return out
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Each capability's summary.json entries, and ``capability_lines``: the rows it adds to the summary table."""
         out: dict[str, Any] = {}
         for c in self.caps:
             out.update(c.summarize(rows))
-        return out
+        lines = [[what, value] for c in self.caps for what, value in c.lines(out)]
+        brief = ", ".join(b for c in self.caps if (b := c.brief(out)))
+        return {
+            **out,
+            **({"capability_lines": lines} if lines else {}),
+            **({"capability_brief": brief} if brief else {}),
+        }
+
+    def step_word(self) -> str:
+        """What one step of the run loop is: "round", or the driver's word."""
+        return next((w for c in self.caps if (w := c.step_word()) is not None), "round")

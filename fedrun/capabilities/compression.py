@@ -45,7 +45,11 @@ class Compression(Capability):
         return f"{name}{' ' + what if what else ''}{ef}"
 
     @classmethod
-    def identity(cls, node: dict[str, Any]) -> dict[str, Any] | None:
+    def tag(cls, settings: CompressionSettings) -> str:
+        return cls.words(settings).replace(" +EF", "-ef").replace(" ", "").replace("=", "")
+
+    @classmethod
+    def identity(cls, node: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any] | None:
         """No compression drops out: the runs of before the section existed keep their identity."""
         defaults = {f.name: f.default for f in fields(CompressionSettings)}
         return None if all(node.get(k, v) == v for k, v in defaults.items()) else node
@@ -64,3 +68,14 @@ class Compression(Capability):
 
     def upload_stages(self) -> list[UploadStage]:
         return [self.compressor]
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """The bytes the run's clients uploaded in its evaluated rounds' rows, and the compressor's share of dense."""
+        dim = sum(p.numel() for p in self.run.model.init_params().values())
+        bits = self.compressor.bits_per_client(dim)
+        ratio = (bits / (32.0 * dim)) if bits is not None else 1.0
+        return {"compression": {"name": self.settings.name, "bits_of_dense": ratio}}
+
+    def lines(self, summary: dict[str, Any]) -> list[tuple[str, str]]:
+        ratio = summary["compression"]["bits_of_dense"]
+        return [("uploads", f"{self.words(self.settings)}: {ratio:.3g} of the dense model update's bits")]

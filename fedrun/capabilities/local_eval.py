@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedrun.capabilities.base import Capability, DataSplit, RunView, StateView
-from fedrun.config.registry import CAPABILITIES
+from fedrun.config.registry import ALGORITHMS, CAPABILITIES
+from fedrun.core.errors import ConfigError
 from fedrun.core.tree import Tensors
 from fedrun.data.local_test import LocalTest, Unseen, make_local_test
-from fedrun.metrics.local_settings import LocalEvalSettings
+from fedrun.metrics.local_settings import AUTO, LocalEvalSettings
 from fedrun.metrics.personal import LocalEvaluation, resume_clients_csv
 from fedrun.storage.rundir import RunDir
 
@@ -43,10 +44,25 @@ class LocalEval(Capability):
         return f"local test ({settings.local_test}{ft}{unseen})"
 
     @classmethod
-    def identity(cls, node: dict[str, Any]) -> dict[str, Any] | None:
-        """Each key at its default drops out of the ``eval`` section (added later: older runs keep their identity)."""
-        defaults = {f.name: f.default for f in fields(LocalEvalSettings)}
-        return {k: v for k, v in node.items() if not (k in defaults and v == defaults[k])}
+    def resolve(cls, settings: LocalEvalSettings, spec: Any) -> LocalEvalSettings:
+        """``auto``: a local test split for a method with a model per client (``personal``), else none."""
+        try:
+            return settings.resolved(bool(spec.algorithm.obj.personal))
+        except ConfigError as e:
+            raise ConfigError(f"eval.{e.field}", e.message) from None
+
+    @classmethod
+    def identity(cls, node: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any] | None:
+        """Each key at its off value drops out of the ``eval`` section (added later: older runs keep their identity);
+        ``auto`` counts as what it resolves to for the run's method, so ``none`` and an ``auto`` that means none are
+        one run."""
+        out = dict(node)
+        if out.get("local_test", AUTO) == AUTO:
+            name = (raw.get("algorithm") or {}).get("name")
+            personal = name in ALGORITHMS.names() and bool(ALGORITHMS.get(name).obj.personal)
+            out["local_test"] = "split" if personal else "none"
+        off = {f.name: f.default for f in fields(LocalEvalSettings)} | {"local_test": "none"}
+        return {k: v for k, v in out.items() if not (k in off and v == off[k])}
 
     @classmethod
     def extra_clients(cls, settings: LocalEvalSettings) -> int:
@@ -94,6 +110,28 @@ class LocalEval(Capability):
             self.start(None, rnd)
         assert self.evaluation is not None
         return self.evaluation(self.run.algorithm, model, state.clients, rnd, lr)
+
+    def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """The clients' own models on their local test splits in the last evaluated round: mean, weighted mean and
+        worst-10% accuracy, beside the global model's mean there (``local_acc_*_final``)."""
+        last = rows[-1] if rows else {}
+        keys = ("local_acc_mean", "local_acc_wmean", "local_acc_worst10", "local_global_acc_mean", "unseen_acc_mean")
+        return {f"{k}_final": float(last[k]) for k in keys if k in last}
+
+    def lines(self, summary: dict[str, Any]) -> list[tuple[str, str]]:
+        if "local_acc_mean_final" not in summary:
+            return []
+        pct = lambda k: f"{100 * summary[k]:.2f}%" if k in summary else "-"  # noqa: E731
+        own = f"{pct('local_acc_mean_final')} / {pct('local_acc_wmean_final')} / {pct('local_acc_worst10_final')}"
+        out = [("personalised: mean / weighted / worst 10%", own)]
+        out.append(("global model on the local tests (mean)", pct("local_global_acc_mean_final")))
+        if "unseen_acc_mean_final" in summary:
+            out.append(("unseen clients' accuracy (mean)", pct("unseen_acc_mean_final")))
+        return out
+
+    def brief(self, summary: dict[str, Any]) -> str:
+        m = summary.get("local_acc_mean_final")
+        return "" if m is None else f"personalised {100 * m:.2f}%"
 
     @property
     def test_parts(self) -> list[np.ndarray]:

@@ -9,6 +9,8 @@ budget spent as a metrics column that never decreases, and what the run's summar
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 from fedrun.algorithms.base import Algorithm
@@ -74,6 +76,14 @@ class Privacy(Capability):
             else f"z {settings.noise_multiplier:g}"
         )
         return f"{title} ({noise})"
+
+    @classmethod
+    def tag(cls, settings: PrivacySettings) -> str:
+        if not settings.on:
+            return ""
+        title = MECHANISMS.get(settings.mode).obj.title.lower().replace(" ", "-")
+        t = settings.target_epsilon
+        return f"{title}-eps{t:g}" if t is not None else f"{title}-z{settings.noise_multiplier:g}"
 
     def __init__(self, settings: PrivacySettings, run: RunView) -> None:
         super().__init__(settings, run)
@@ -156,3 +166,28 @@ class Privacy(Capability):
             out["epsilon_final"] = float(rows[-1]["epsilon"])
             out["delta"] = self.settings.delta
         return out
+
+    def lines(self, summary: dict[str, Any]) -> list[tuple[str, str]]:
+        if "epsilon_final" not in summary:
+            return []
+        m, eps = self.mechanism, summary["epsilon_final"]
+        spent = f"epsilon {eps:.4g} at delta {self.settings.delta:g} ({m.title}, z = {m.z:.4g})"
+        out = [("privacy spent", spent)]
+        if summary["privacy"].get("extended_past_target"):
+            target, solved = self.settings.target_epsilon, m.solved_for
+            out.append(("privacy target", f"epsilon {target:g} over {solved} rounds: exceeded by the extension"))
+        return out
+
+    def brief(self, summary: dict[str, Any]) -> str:
+        return f"eps {summary['epsilon_final']:.3g}" if "epsilon_final" in summary else ""
+
+    def start(self, run_dir: Path | None, start: int) -> None:
+        """A run longer than the rounds its noise was solved for (an extension) says so when it starts."""
+        m = self.mechanism
+        if m.solved_for is not None and self.run.spec.fl.rounds > m.solved_for:
+            print(
+                f"fedrun: privacy: the noise (z={m.z:.6g}) was solved for privacy.target_epsilon="
+                f"{self.settings.target_epsilon:g} over {m.solved_for} rounds; {self.run.spec.fl.rounds} rounds spend"
+                f" epsilon {m.epsilon(self.run.spec.fl.rounds):.4g} (summary.json says so)",
+                file=sys.stderr,
+            )

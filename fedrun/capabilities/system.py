@@ -90,7 +90,13 @@ class System(Capability):
         return "system: " + ", ".join(p for p in parts if p) if any(parts) else "simulated clock"
 
     @classmethod
-    def identity(cls, node: dict[str, Any]) -> dict[str, Any] | None:
+    def tag(cls, settings: SystemSettings) -> str:
+        if settings.ideal:
+            return ""
+        return settings.server if settings.asynchronous else "system"
+
+    @classmethod
+    def identity(cls, node: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any] | None:
         """The async servers' keys drop out with synchronous rounds, the whole section at the ideal system: the
         runs of before either existed keep their identity."""
         out = dict(node)
@@ -192,3 +198,12 @@ class System(Capability):
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {"sim_clock": self.now}  # the simulated clock at the end (seconds)
+
+    def lines(self, summary: dict[str, Any]) -> list[tuple[str, str]]:
+        return [("simulated clock", f"{summary['sim_clock']:,.1f} s ({self.words(self.settings)})")]
+
+    def brief(self, summary: dict[str, Any]) -> str:
+        return f"clock {summary['sim_clock']:,.1f} s"
+
+    def step_word(self) -> str | None:
+        return "server update" if self.server is not None else None

@@ -20,7 +20,9 @@ from fedrun.storage.summary import Summary
 
 def print_summary(s: Summary, console: Console) -> None:
     """The summary table of a single run that ran."""
-    t = Table(title=f"fedrun: {s.algorithm} / {s.data} / {s.model} / {s.partition}  ({s.status})")
+    words = s.fields.get("capabilities")  # what the run is beyond its method (fedrun/capabilities/), in words
+    what = f"{s.algorithm} / {s.data} / {s.model} / {s.partition}" + (f", {words}" if isinstance(words, str) else "")
+    t = Table(title=f"fedrun: {what}  ({s.status})")
     t.add_column("metric")
     t.add_column("value", justify="right")
     pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
@@ -30,6 +32,10 @@ def print_summary(s: Summary, console: Console) -> None:
     t.add_row("best test accuracy (round)", f"{pct(s.test_acc_best)} ({best_round})")
     if "round_to_target" in s.fields:
         t.add_row("round reaching target", str(s.round_to_target or "never"))
+    lines = s.fields.get("capability_lines")  # each capability's rows: epsilon spent, personalised accuracy...
+    for row in lines if isinstance(lines, list) else []:
+        if isinstance(row, list) and len(row) == 2:
+            t.add_row(str(row[0]), str(row[1]))
     t.add_row("rounds", str(s.rounds_completed))
     t.add_row("wall time", f"{s.wall_time_s or 0.0:.1f} s")
     t.add_row("client samples/s", f"{s.samples_per_s or 0.0:,.0f}")

@@ -1,7 +1,7 @@
 """``fedrun-report``: tables and figures from run directories, one subcommand each (``fedrun-report --help``).
 
 fedrun-report table outputs/multirun/2026-11-22/10-00-00   (its sweep's keys: the first the rows, the others columns)
-fedrun-report table DIR --table rows=algorithm cols=partition.alpha --metric best
+fedrun-report table DIR --metric best   (the cell; default: local_mean for personalised runs, else last_k)
 fedrun-report table DIR --rows algorithm --over seed,fl.rounds   (also average over fl.rounds; else it is an error)
 fedrun-report table DIR --rows algorithm --split   (every key that varies inside a cell becomes a column)
 fedrun-report table DIR --layout fedlaw --rows tags.method --cols partition.alpha   (a paper's cell format)
@@ -60,7 +60,7 @@ from fedrun.report.pooling import (
 )
 from fedrun.report.provenance import standin_note
 from fedrun.report.select import select_best
-from fedrun.report.tables import LOWER_IS_BETTER, METRICS, make_table
+from fedrun.report.tables import LOWER_IS_BETTER, METRICS, default_metric, make_table
 
 ANALYSIS_COMMANDS = ("line", "plane", "landscape", "coherence", "diagnostics")
 
@@ -134,7 +134,7 @@ def parse_args(argv: list[str], command: str = "") -> argparse.Namespace:
         ap.add_argument("--table", nargs="*", default=[], metavar="rows=K cols=K", help="alternative rows=/cols= form")
         ap.add_argument("--over", default=",".join(DEFAULT_OVER), help="keys a cell averages over (default: seed)")
         ap.add_argument("--split", action="store_true", help="keys that vary inside a cell become columns")
-        ap.add_argument("--metric", default="last_k", choices=sorted(METRICS), help="cell value (default: last_k)")
+        ap.add_argument("--metric", choices=sorted(METRICS), help="cell value (default: local_mean or last_k)")
         ap.add_argument("--layout", metavar="NAME", help=f"a paper's table format: {', '.join(layout_names())}")
         ap.add_argument("--select", metavar="KEY", help="hyperparameter to pick per row/column by best mean over seeds")
     ap.add_argument("--out", type=Path, default=None, help=OUT_HELP + "; files: PREFIX.md/.csv/.tex")
@@ -355,7 +355,7 @@ def _table(
     for key in rows + cols:
         if key not in runs:
             raise ValueError(f"no config key '{key}' in these runs; try one of: {', '.join(sorted(runs.columns)[:30])}")
-    record = layout(args.layout) if args.layout is not None else None
+    record, args.metric = layout(args.layout) if args.layout else None, args.metric or default_metric(runs)
     split = [k for k in (record.split if record else ()) if k in runs]
     chosen_md = ""
     if args.select:

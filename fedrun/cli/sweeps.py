@@ -19,6 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from fedrun.cli import hydra_patches
+from fedrun.config.sections import capability_tags
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
 from fedrun.report.sweep_console import Job, SweepConsole, table_command
@@ -87,8 +88,18 @@ def _join(*parts: Any) -> str:
     return "-".join(str(p) for p in parts if p is not None and str(p) != "")
 
 
+def _run_name(*, _root_: DictConfig) -> str:
+    """Resolver of ``hydra.run.dir``'s last part: the method and the data, then each capability in play by its tag
+    (``fedavg-fmnist-dp-fedavg-eps8-topk0.01-ef``): what the run is, in its folder's name."""
+    raw = OmegaConf.to_container(OmegaConf.masked_copy(_root_, [str(k) for k in _root_ if k != "hydra"]), resolve=True)
+    assert isinstance(raw, dict)
+    name = f"{_root_.algorithm.name}-{_root_.data.name}"
+    return "-".join([name, *capability_tags(raw)])
+
+
 def register_resolvers() -> None:
     OmegaConf.register_new_resolver(RESOLVER, _job_dir, replace=True)
+    OmegaConf.register_new_resolver("fedrun.run_name", _run_name, replace=True)
     OmegaConf.register_new_resolver("fedrun.join", _join, replace=True)
 
 

@@ -96,7 +96,7 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
         out.pop("corrupt")
     for cap in capabilities():  # each capability's part (the ideal system and no compression drop out whole)
         if isinstance(out.get(cap.section), dict):
-            part = cap.identity(out[cap.section])
+            part = cap.identity(out[cap.section], raw)
             if part is None:
                 out.pop(cap.section)
             else:

@@ -104,3 +104,31 @@ def section_choices() -> dict[str, list[str]]:
     """``{"<section>.<key>": its valid values}`` of every key whose choices are a registry (``system.server``,
     ``privacy.mode``, ``compression.name``...): the reference pages and ``fedrun --help`` list them from here."""
     return {f"{c.section}.{k}": list(v) for c in capabilities() for k, v in c.choices().items()}
+
+
+def capability_tags(raw: Mapping[str, Any]) -> list[str]:
+    """Each capability's short tag for the run's folder name, from the composed config ``raw`` (a section that does
+    not build gives none: validation, after naming the folder, says what is wrong with it)."""
+    tags = []
+    for cap in capabilities():
+        try:
+            node = raw.get(cap.section) or {}
+            if cap.joins:
+                settings = build_params(
+                    cap.Settings,
+                    {k: v for k, v in dict(node).items() if k in _names(cap.Settings)},
+                    cap.section,
+                    ignore=(),
+                )
+            else:
+                settings = build_params(capability_class(cap), dict(node), cap.section, ignore=())
+            tag = cap.tag(settings)
+        except Exception:  # noqa: BLE001 - a bad section: no tag (validation names the error)
+            tag = ""
+        if tag:
+            tags.append(tag)
+    return tags
+
+
+def _names(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}

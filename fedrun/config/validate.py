@@ -61,9 +61,10 @@ def _hardware(node: Any) -> HardwareConfig:
 
 
 def check_capabilities(spec: RunSpec) -> None:
-    """Each capability's rules across sections (its ``check``), in order, and what it refuses before any data."""
+    """Each capability's settings made definite from the rest of the run (its ``resolve``), its rules across
+    sections (its ``check``), in order, and what it refuses before any data (its ``preflight``)."""
     for cap in sections.capabilities():
-        settings = spec.sections[cap.name]
+        settings = spec.sections[cap.name] = cap.resolve(spec.sections[cap.name], spec)
         cap.check(settings, spec)
         if cap.active(settings):
             cap.preflight(settings, spec)

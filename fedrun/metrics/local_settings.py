@@ -4,11 +4,14 @@ fine-tuning before evaluation, and clients that never train. They join the ``eva
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fedrun.config.registry import in_range, positive
 from fedrun.core.errors import ConfigError
+
+AUTO = "auto"  # eval.local_test's default: the method decides (fedrun/algorithms/base.py ``personal``)
 
 
 @dataclass(frozen=True)
@@ -16,9 +19,10 @@ class LocalEvalSettings:
     """Each client's model on its own local test split (``eval.local_test``): ``local_acc_*`` columns and
     clients.csv."""
 
-    # personalised evaluation (docs/personalised.md): none | split (each client's own data, PFLlib/FL-bench) |
-    # partition (the test set dealt out with each client's label distribution); local_acc_* columns, clients.csv
-    local_test: Literal["none", "split", "partition"] = "none"
+    # personalised evaluation (docs/personalised.md): auto (split for a method with a model per client, personal =
+    # True; else none) | none | split (each client's own data, PFLlib/FL-bench) | partition (the test set dealt out
+    # with each client's label distribution); local_acc_* columns, clients.csv
+    local_test: Literal["auto", "none", "split", "partition"] = "auto"
     local_test_fraction: float = 0.25  # split: the share of each client's samples held out (PFLlib's train_ratio 0.75)
     local_test_seed: int | None = None  # the draw of the local test splits (None: the run's seed)
     finetune_steps: int = 0  # k SGD steps of each client's model on its own training data before it is evaluated
@@ -49,6 +53,13 @@ class LocalEvalSettings:
                 "fine-tuned models are evaluated on local test splits; valid: 0, or"
                 " eval.local_test=split or partition with it",
             )
+
+    def resolved(self, personal: bool) -> LocalEvalSettings:
+        """``auto`` made definite for a method that keeps a model per client (``personal``: split) or not (none); the
+        checks run again on the result (fine-tuning and unseen clients need a split)."""
+        if self.local_test != AUTO:
+            return self
+        return dataclasses.replace(self, local_test="split" if personal else "none")
 
     @classmethod
     def of(cls, spec: Any) -> LocalEvalSettings:

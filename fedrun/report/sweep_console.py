@@ -50,6 +50,7 @@ class Job:
     status: str = "running"
     round: int = 0
     acc: float | None = None  # the last evaluated round's test accuracy; once ended, the run's last-k mean
+    brief: str = ""  # once ended, what its capabilities say of it in a few words (personalised accuracy, epsilon)
     started: float = 0.0
     seconds: float | None = None
 
@@ -145,6 +146,8 @@ class SweepConsole:
             skipped = job.status == "skipping"
             job.status = "skipped" if skipped and status in ENDED else status
             job.acc = summary.test_acc_last_k if summary is not None else None
+            brief = summary.fields.get("capability_brief") if summary is not None else None
+            job.brief = brief if isinstance(brief, str) else ""
             job.seconds = None if skipped else time.monotonic() - job.started
             if summary is not None and summary.rounds_completed is not None:
                 job.round = summary.rounds_completed
@@ -153,7 +156,7 @@ class SweepConsole:
 
     def line(self, job: Job) -> str:
         """A job's end line: ``[3/4] algorithm=fedprox,seed=0-3fa2c1d0: completed, acc 81.20% (12.5 s)``."""
-        acc = "" if job.acc is None else f", acc {100 * job.acc:.2f}%"
+        acc = ("" if job.acc is None else f", acc {100 * job.acc:.2f}%") + (f", {job.brief}" if job.brief else "")
         if job.status == "skipped":
             return f"{self._tag(job)} {job.name}: skipped (already done{acc})"
         took = "" if job.seconds is None else f" ({job.seconds:.1f} s)"
@@ -207,7 +210,7 @@ class SweepConsole:
         now = time.monotonic()
         for j in shown:
             rounds = f"{j.round}/{j.rounds}" if j.rounds else str(j.round or "")
-            acc = "" if j.acc is None else f"{100 * j.acc:.2f}%"
+            acc = ("" if j.acc is None else f"{100 * j.acc:.2f}%") + (f" ({j.brief})" if j.brief else "")
             secs = j.seconds if j.seconds is not None else (now - j.started if j.status == "running" else None)
             style = {"completed": "green", "skipped": "dim", "running": "bold"}.get(j.status, "red")
             took = "" if secs is None else f"{secs:.0f} s"

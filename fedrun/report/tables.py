@@ -25,6 +25,16 @@ METRICS = {
     # personalised runs (eval.local_test): the last evaluated round's per-client statistic (report/personal.py)
     **{name: f"summary.{column}_final" for name, column in PERSONAL_METRICS.items()},
 }
+
+
+def default_metric(runs: pd.DataFrame) -> str:
+    """A table's cell value when none is asked: the clients' own models' mean accuracy (``local_mean``) when every
+    run has one (personalised runs), else the global model's last-k mean."""
+    column = METRICS["local_mean"]
+    personal = column in runs and len(runs) and bool(runs[column].notna().all())
+    return "local_mean" if personal else "last_k"
+
+
 PERCENT = {"last_k", "best", "final", "train", *PERSONAL_METRICS}
 LOWER_IS_BETTER = {"rounds_to_target"}
 

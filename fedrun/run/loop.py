@@ -114,7 +114,7 @@ def _run(
         extra = {"signal": signal_name(e), "checkpoint_round": last.done}
         outcome = Outcome(Status.INTERRUPTED, f"interrupted by {signal_name(e)}", extra)
     if state.rows and spec.output.plots:  # before summary.json says how the run ended
-        plot_curves(state.rows, rd.accuracy_plot, run_title(spec))
+        plot_curves(state.rows, rd.accuracy_plot, run_title(spec), experiment.capabilities.step_word())
     summary = final_summary(info, state, experiment, outcome, t0, t_loop, run_dir)
     rd.write_summary(summary)
     monitor.finish(summary)

@@ -301,20 +301,30 @@ def run_setting(run_dir: Path) -> str:
     return partition_title(str(part["name"]), params, (cfg.get("fl") or {}).get("clients", "?"), cfg.get("seed", "?"))
 
 
-def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """A run's ``accuracy.png``: test (and train) accuracy in % against the round (whole rounds), titled
-    ``title`` and, beneath, the setting read from the run's config.yaml beside ``path`` (:func:`run_setting`)."""
+# the curves of accuracy.png beyond the global model's test accuracy: (column, label), drawn when a run has them
+EXTRA_CURVES = (
+    ("train_acc", "train"),
+    ("local_acc_mean", "personalised, mean over clients"),
+    ("local_acc_worst10", "personalised, worst 10% of clients"),
+)
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path, title: str, step: str = "round") -> None:
+    """A run's ``accuracy.png``: the global model's test accuracy in % against the round (whole rounds; ``step``: what
+    one is, an async server's "server update"), with the training accuracy and the clients' own models' (personalised
+    runs: mean and worst 10% over the clients' local tests) when the run has them, titled ``title`` and, beneath, the
+    setting read from the run's config.yaml beside ``path`` (:func:`run_setting`)."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _plt()
     df = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     every = marker_every(len(df))
-    ax.plot(df["round"], 100 * df["test_acc"], label="test", markevery=every, **_style(0))
-    if "train_acc" in df:
-        ax.plot(df["round"], 100 * df["train_acc"], label="train", markevery=every, **_style(1))
+    ax.plot(df["round"], 100 * df["test_acc"], label="global model, test", markevery=every, **_style(0))
+    for i, (column, label) in enumerate((c for c in EXTRA_CURVES if c[0] in df), start=1):
+        ax.plot(df["round"], 100 * df[column], label=label, markevery=every, **_style(i))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round")
+    ax.set_xlabel(step)
     ax.set_ylabel("accuracy (%)")
     setting = run_setting(path.parent)
     ax.set_title(f"{title}\n{setting}" if setting else title, fontsize=10)
