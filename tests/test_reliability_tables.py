@@ -13,7 +13,7 @@ PAGE = REPO / "docs" / "reliability-tables.md"
 CATEGORIES = (
     "traversal", "symlink", "resume", "report", "yaml-bomb", "lock", "sweep-signal", "extend", "proxy",
     "zero-client", "names", "limits", "numeric", "data-keys", "concurrency", "foreign-files", "trackers",
-    "resources", "world-inputs", "trace", "changed-inputs",
+    "resources", "world-inputs", "trace", "changed-inputs", "capability-input", "privacy-budget",
 )  # fmt: skip
 ROW = re.compile(r"^\| `([a-z-]+)` \| [^|]+ \| `(tests/[\w/]+\.py)::(\w+)`.*\| (\d+) \|$")
 

@@ -211,6 +211,12 @@ class Capability:
         return []
 
     @classmethod
+    def client_numel(cls, settings: Any, params: int) -> int:
+        """Numbers of per-client state it keeps for each client, for a model of ``params`` numbers (the memory
+        estimate at validation, fedrun/config/resources.py; 0 when off)."""
+        return 0
+
+    @classmethod
     def transforms_uploads(cls, settings: Any) -> str | None:
         """The key that has it transform the clients' uploads (an upload stage) with ``settings``, else None."""
         return None

@@ -27,6 +27,11 @@ class Compression(Capability):
         return settings.name != NONE
 
     @classmethod
+    def client_numel(cls, settings: CompressionSettings, params: int) -> int:
+        """Error feedback keeps each client's residual: a row of the model update's size (more with extra parts)."""
+        return params if settings.error_feedback and settings.name != NONE else 0
+
+    @classmethod
     def transforms_uploads(cls, settings: CompressionSettings) -> str | None:
         return "compression.name" if settings.name != NONE else None
 

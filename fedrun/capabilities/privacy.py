@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from fedrun.algorithms.base import Algorithm
 from fedrun.capabilities.base import Capability, RoundCtx, RunView, StateView
+from fedrun.config.fit import model_buffers
 from fedrun.config.registry import CAPABILITIES
 from fedrun.config.validate import FLOAT_MAX
 from fedrun.core.errors import ConfigError
@@ -63,6 +64,8 @@ class Privacy(Capability):
                 f"{settings.clip!r} overflows {spec.hardware.precision} arithmetic in a clipped update or its noise;"
                 f" valid: 0 < clip <= {bound:.3g}",
             )
+        if model_buffers(spec):  # (checked again on the built model: a dataset without a registered signature)
+            raise ConfigError("privacy.mode", batchnorm_refusal(settings, spec))
         MECHANISMS.get(settings.mode).obj.check(settings, spec)
 
     @classmethod
@@ -88,12 +91,7 @@ class Privacy(Capability):
     def __init__(self, settings: PrivacySettings, run: RunView) -> None:
         super().__init__(settings, run)
         if run.model.buffers:
-            raise ConfigError(
-                "privacy.mode",
-                f"{settings.mode}: model={run.spec.model.name} has BatchNorm statistics, which the privacy analysis"
-                " does not cover (shared across samples, uploaded unclipped); valid: a model without BatchNorm (e.g."
-                " mlp, cnn) or privacy=none",
-            )
+            raise ConfigError("privacy.mode", batchnorm_refusal(settings, run.spec))
         self.mechanism = MECHANISMS.get(settings.mode).obj(settings, run)
 
     @classmethod
@@ -191,3 +189,11 @@ class Privacy(Capability):
                 f" epsilon {m.epsilon(self.run.spec.fl.rounds):.4g} (summary.json says so)",
                 file=sys.stderr,
             )
+
+
+def batchnorm_refusal(settings: PrivacySettings, spec: Any) -> str:
+    """Why a model with BatchNorm statistics cannot run under privacy, and what can."""
+    return (
+        f"{settings.mode}: model={spec.model.name} has BatchNorm statistics, which the privacy analysis does not cover"
+        " (shared across samples, uploaded unclipped); valid: a model without BatchNorm (e.g. mlp, cnn) or privacy=none"
+    )

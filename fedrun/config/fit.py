@@ -99,3 +99,27 @@ def check_model_fits_data(spec: Any) -> None:
     raise ConfigError(
         "model.name", f"model={m} does not fit data={d} ({data.describe()}): {why}; valid with data={d}: {valid}"
     )
+
+
+_BUFFERS: dict[tuple[str, str, DataSignature], tuple[str, ...]] = {}
+
+
+def model_buffers(spec: Any) -> tuple[str, ...] | None:
+    """The names of the buffers (BatchNorm statistics) of the run's model, built on PyTorch's meta device from the
+    dataset's registered signature (nothing allocated, kept for the process); None when the dataset registered no
+    signature or the model cannot be built (the fit check says why)."""
+    import torch
+
+    entry = DATASETS.get(spec.data.name)
+    if entry.signature is None:
+        return None
+    data = entry.signature(spec.data.params)
+    key = (spec.model.name, repr(spec.model.params), data)
+    if key not in _BUFFERS:
+        try:
+            with torch.device("meta"):
+                module = MODELS.get(spec.model.name).obj(spec.model.params, data.input_shape, data.num_classes)
+        except Exception:  # noqa: BLE001 - check_model_fits_data names why it cannot be built
+            return None
+        _BUFFERS[key] = tuple(name for name, _ in module.named_buffers())
+    return _BUFFERS[key]

@@ -4,9 +4,12 @@
 
 The estimate is a lower bound, so that no run that fits is refused: the model's parameters and buffers (counted
 on PyTorch's meta device, which allocates nothing) held ``2 + cohort`` times (the global model, the client's
-working copy, and each cohort client's upload, which the engines keep until they aggregate), plus the method's
-per-client state (what its ``client_init`` makes of the parameters, on the meta device) for every client that
-can have trained (``min(clients, rounds x cohort)``). Activations, data and optimiser buffers come on top.
+working copy, and each cohort client's upload, which the engines keep until they aggregate), plus every client's
+persistent state, held for all ``fl.clients`` from the start (fedrun/run/client_states.py stacks one row per
+client): what the method's ``client_init`` makes of the parameters (a personal model, control variates), its kept
+momentum buffer (``fl.keep_momentum``), and each capability's rows (error feedback's residuals:
+:meth:`~fedrun.capabilities.base.Capability.client_numel`), with the cohort's copy of them that a round reads and
+writes. Activations, data and optimiser buffers come on top.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedrun.config.registry import DATASETS
+from fedrun.config.sections import capabilities
 from fedrun.core.errors import ConfigError
 from fedrun.host.memory import GB, memory_ceiling
 from fedrun.host.threads import max_threads
@@ -87,8 +91,11 @@ def estimate(spec: Any) -> Need | None:
     params, state = counted
     width, fl = BYTES[spec.hardware.precision], spec.fl
     cohort = fl.clients if fl.train_all or fl.sampling == "bernoulli" else fl.cohort_size
-    holding = min(fl.clients, fl.rounds * cohort)
-    return Need(2 * params * width, cohort * params * width, holding * state * width)
+    state += params if fl.keep_momentum and fl.momentum else 0  # the kept momentum buffer
+    state += sum(
+        cap.client_numel(spec.sections[cap.name], params) for cap in capabilities() if cap.name in spec.sections
+    )
+    return Need(2 * params * width, cohort * params * width, (fl.clients + 2 * cohort) * state * width)
 
 
 def _count(spec: Any, data: Any) -> tuple[int, int] | None:
@@ -106,8 +113,8 @@ def _count(spec: Any, data: Any) -> tuple[int, int] | None:
 
 
 def _client_state(algorithm: type, params: dict[str, Any]) -> int:
-    """Elements of ``algorithm``'s ``client_init(params)`` on meta tensors; 0 when it needs more than the
-    parameters to tell (its set-up, a feature extractor): a lower bound."""
+    """Elements of ``algorithm``'s ``client_init(params)`` on meta tensors (a personal model, control variates); 0 when
+    it needs more than the parameters to tell (its set-up, its head's keys, a feature extractor): a lower bound."""
     import torch
 
     try:

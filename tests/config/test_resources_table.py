@@ -45,6 +45,20 @@ CASES = [
         "fp64-doubles-it", _r("model.hidden=[15000,15000]", "fl.clients=8", "hardware.precision=fp64"), 2,
         ("fl.participation: " + MEMORY,),
     ),
+    # round four (issue 49 point 5): every client's state counts, a capability's too, held for all fl.clients
+    Case(
+        "ditto-personal-models", _r("algorithm=ditto", "model.hidden=[3000,3000]", "fl.clients=1000",
+                                    "fl.participation=0.01"), 2, ("fl.clients: " + MEMORY, "of per-client state"),
+    ),
+    Case(
+        "error-feedback-residuals", _r("compression=topk", "compression.error_feedback=true", "model.hidden=[3000,3000]",
+                                       "fl.clients=1000", "fl.participation=0.01"),
+        2, ("fl.clients: " + MEMORY, "of per-client state"),
+    ),
+    Case(
+        "kept-momentum", _r("fl.momentum=0.9", "fl.keep_momentum=true", "model.hidden=[3000,3000]", "fl.clients=1000",
+                            "fl.participation=0.01"), 2, ("fl.clients: " + MEMORY, "of per-client state"),
+    ),
     Case("threads-100000", _r("hardware.threads=100000"), 2, ("hardware.threads: 100000 threads",)),
     Case("threads-one-over", _r(f"hardware.threads={max_threads() + 1}"), 2, (f"to {max_threads()}",)),
     Case("threads-2-to-40", _r("hardware.threads=1099511627776"), 2, ("hardware.threads: ",)),

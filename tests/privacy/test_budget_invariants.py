@@ -13,6 +13,7 @@ ran the new rounds with it, and reported the target as its spend (its epsilon co
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tests.run.run_util import interrupted_copy
 
 SMALL = ("experiment=smoke", "data.max_train_samples=600", "data.max_test_samples=100", "fl.clients=6",
          "fl.participation=0.5", "model.hidden=[8]", "hardware.threads=1", "checkpoint.every=1")  # fmt: skip
+CATEGORY = "privacy-budget"
 LEVELS = {
     "client": ("privacy=client", "privacy.target_epsilon=4"),
     # every client every round: the smallest client spends what the target was solved for
@@ -74,11 +76,8 @@ def _check(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-@pytest.mark.parametrize("accountant", ["rdp", "pld"])
-@pytest.mark.parametrize("level", ["client", "sample"])
-def test_an_extended_target_run_keeps_its_noise_and_reports_what_it_spent(
-    make_spec: Any, tmp_path: Path, level: str, accountant: str
-) -> None:
+def _extension(make_spec: Any, tmp_path: Path, level: str, accountant: str) -> None:
+    """A target run extended to twice its rounds keeps its noise and reports what it spent: above the target."""
     short = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=3")
     long = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=6")
     (tmp_path / "run").mkdir()
@@ -95,13 +94,11 @@ def test_an_extended_target_run_keeps_its_noise_and_reports_what_it_spent(
     assert fresh["epsilon_final"] == pytest.approx(target, rel=1e-3) and not fresh["privacy"]["extended_past_target"]
 
 
-@pytest.mark.parametrize("level", ["client", "sample"])
-def test_a_killed_target_run_resumed_with_more_rounds_keeps_its_noise(
-    make_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str
-) -> None:
-    short = make_spec(*SMALL, *LEVELS[level], "fl.rounds=4")
+def _killed_with_more_rounds(make_spec: Any, tmp_path: Path, monkeypatch: Any, level: str, accountant: str) -> None:
+    """A target run killed after round 2 of 4 and resumed with 6 rounds keeps its noise and its first rows."""
+    short = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=4")
     _, partial = interrupted_copy(short, tmp_path, monkeypatch, 2)
-    longer = make_spec(*SMALL, *LEVELS[level], "fl.rounds=6")
+    longer = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=6")
     assert run(longer, partial)["resumed_from_round"] == 2
     full = _check(short, tmp_path / "full")
     resumed = _check(longer, partial)
@@ -110,26 +107,26 @@ def test_a_killed_target_run_resumed_with_more_rounds_keeps_its_noise(
     assert pd.read_csv(partial / "metrics.csv")["epsilon"].iloc[:2].tolist() == before  # the rows it kept, unchanged
 
 
-def test_a_resume_with_the_same_rounds_spends_what_the_uninterrupted_run_spends(
-    make_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spec = make_spec(*SMALL, *LEVELS["client"], "privacy.adaptive_clip=true", "privacy.clip_count_stddev=1",
-                     "fl.rounds=4")  # fmt: skip
+def _resumed(make_spec: Any, tmp_path: Path, monkeypatch: Any, level: str, accountant: str) -> None:
+    """A run killed after round 2 and resumed as it was spends, and records, what the uninterrupted run does (at
+    client level with adaptive clipping: the clip is state too)."""
+    adaptive = ("privacy.adaptive_clip=true", "privacy.clip_count_stddev=1") if level == "client" else ()
+    spec = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", *adaptive, "fl.rounds=4")
     _, partial = interrupted_copy(spec, tmp_path, monkeypatch, 2)
     run(spec, partial)
     full, resumed = _check(spec, tmp_path / "full"), _check(spec, partial)
     assert resumed["epsilon_final"] == full["epsilon_final"]
-    cols = ["round", "epsilon", "noise_multiplier", "clip", "test_acc"]
+    cols = ["round", "epsilon", "noise_multiplier", "test_acc", *(["clip"] if adaptive else [])]
     pd.testing.assert_frame_equal(
         pd.read_csv(partial / "metrics.csv")[cols], pd.read_csv(tmp_path / "full" / "metrics.csv")[cols]
     )
 
 
-def test_a_grown_sweep_leaves_its_jobs_budgets_and_each_new_job_solves_its_own(
-    make_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _grown_sweep(make_spec: Any, tmp_path: Path, monkeypatch: Any, level: str, accountant: str) -> None:
+    """A sweep of two seeds grown to three: its jobs' budgets untouched, the new job's its own."""
     monkeypatch.chdir(tmp_path)
-    line = ["fedrun", "-m", *SMALL, *LEVELS["client"], "fl.rounds=3", "output.plots=false", "hydra.sweep.dir=sw"]
+    line = ["fedrun", "-m", *SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=3",
+            "output.plots=false", "hydra.sweep.dir=sw"]  # fmt: skip
     assert main_exit_code(monkeypatch, [*line, "seed=0,1"]) == 0
     before = {p.name: p.joinpath("metrics.csv").read_text() for p in (tmp_path / "sw").iterdir() if p.is_dir()}
     assert main_exit_code(monkeypatch, [*line, "seed=0,1,2"]) == 0
@@ -137,6 +134,45 @@ def test_a_grown_sweep_leaves_its_jobs_budgets_and_each_new_job_solves_its_own(
     assert len(jobs) == 3
     for job in jobs:
         seed = json.loads(job.joinpath("summary.json").read_text())["seed"]
-        _check(make_spec(*SMALL, *LEVELS["client"], "fl.rounds=3", f"seed={seed}"), job)
+        _check(
+            make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=3", f"seed={seed}"), job
+        )
         if job.name in before:
             assert job.joinpath("metrics.csv").read_text() == before[job.name]  # grown around, never re-run
+
+
+@dataclass(frozen=True)
+class BudgetCase:
+    """One row of the table: a scenario at a level with an accountant."""
+
+    id: str
+    scenario: str
+    level: str
+    accountant: str
+
+
+SCENARIOS = {"extension": _extension, "killed-more-rounds": _killed_with_more_rounds, "resumed": _resumed,
+             "grown-sweep": _grown_sweep}  # fmt: skip
+CASES = [
+    # each level on each accountant at least once (PLD's sample level costs the most: a budget per client)
+    BudgetCase("extension-client-rdp", "extension", "client", "rdp"),
+    BudgetCase("extension-sample-rdp", "extension", "sample", "rdp"),
+    BudgetCase("extension-client-pld", "extension", "client", "pld"),
+    BudgetCase("killed-more-rounds-client-rdp", "killed-more-rounds", "client", "rdp"),
+    BudgetCase("killed-more-rounds-sample-rdp", "killed-more-rounds", "sample", "rdp"),
+    BudgetCase("killed-more-rounds-sample-pld", "killed-more-rounds", "sample", "pld"),
+    BudgetCase("resumed-client", "resumed", "client", "rdp"),
+    BudgetCase("resumed-sample", "resumed", "sample", "rdp"),
+    BudgetCase("grown-sweep-client", "grown-sweep", "client", "rdp"),
+    # the red team's next round: a sweep grown at sample level
+    BudgetCase("grown-sweep-sample", "grown-sweep", "sample", "rdp"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_privacy_budget(make_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: BudgetCase) -> None:
+    scenario = SCENARIOS[case.scenario]
+    if case.scenario == "extension":
+        scenario(make_spec, tmp_path, case.level, case.accountant)
+    else:
+        scenario(make_spec, tmp_path, monkeypatch, case.level, case.accountant)
