@@ -119,6 +119,9 @@ class Algorithm:
     # (k, lr): the k SGD steps of size lr on a client's own data that make its personalised model at evaluation
     # (Per-FedAvg: one step of alpha); eval.finetune_steps, when set, overrides it. (0, None): none
     adaptation: tuple[int, float | None] = (0, None)
+    # True when the method's authors report each client's best local model so far as judged on its local *test*
+    # split (LG-FedAvg's main_lg.py): the per-client evaluation then adds local_best_acc_* (selection on test data)
+    select_on_test: bool = False
     # sample-level DP (privacy.mode=sample): the per-sample clipped, noised gradient that replaces autograd's in
     # :meth:`local_grad` (fedrun/privacy/sample.py sets it on a method that does not override local_grad)
     dp_sgd: Callable[..., tuple[Tensors, torch.Tensor]] | None = None
@@ -217,6 +220,16 @@ class Algorithm:
         """The parameters client i is evaluated with on its local test split, given the global model and its
         persistent state (one client's row; vmapped over the clients): the global model for FedAvg."""
         return params
+
+    def own_logits(self, own: Tensors, x: torch.Tensor, buffers: Tensors | None = None) -> torch.Tensor:
+        """The logits of a client's own model ``own`` (what :meth:`personal_model` returned) on inputs ``x``: the
+        model's forward pass, for every method but an output mixture (APFL ``form=code``)."""
+        return self.model.logits(own, x, buffers)
+
+    def own_loss(self, own: Tensors, batch: Batch) -> torch.Tensor:
+        """The loss of a client's own model (fine-tuning it at evaluation): the model's cross-entropy, or that of
+        :meth:`own_logits` where a method overrides it."""
+        return self.model.loss(own, batch)
 
     def personal_keys(self) -> list[str] | None:
         """The parameters in which :meth:`personal_model` may differ from the global model (FedPer: the head);

@@ -44,6 +44,8 @@ _OFF: dict[str, dict[str, Any]] = {
         "local_test_seed": None,
         "finetune_steps": 0,
         "finetune_lr": None,
+        "finetune_epochs": 0,
+        "finetune_momentum": 0.0,
         "unseen_clients": 0,
     },
 }

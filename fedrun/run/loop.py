@@ -165,7 +165,8 @@ def local_evaluation(experiment: Experiment, run_dir: Path | None, start: int) -
     csv = run_dir / CLIENTS_FILE if run_dir is not None else None
     if csv is not None:
         resume_clients_csv(csv, start)
-    finetune, seed = (ev.finetune_steps, ev.finetune_lr, experiment.spec.fl.batch_size), experiment.spec.seed
+    fl, seed = experiment.spec.fl, experiment.spec.seed
+    finetune = (ev.finetune_steps, ev.finetune_lr, fl.batch_size, ev.finetune_epochs, ev.finetune_momentum)
     out = LocalEvaluation(experiment.model, experiment.fed, local, ev.batch_size, finetune, seed, csv)
     if experiment.unseen is not None:
         unseen = experiment.unseen
