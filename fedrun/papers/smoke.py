@@ -98,9 +98,7 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     if "ed" in ima_schedules(cfg, swept):  # IMA's ed schedule lowers local epochs and refuses local steps
         shrink["fl.local_steps"], shrink["fl.local_epochs"] = "null", 1
     alg = cfg.get("algorithm") or {}
-    if (
-        alg.get("name") == "fedrep"
-    ):  # one step would leave FedRep's head none (refused): one head epoch, then the body's
+    if alg.get("name") == "fedrep":  # one step would leave FedRep's head none (refused): a head epoch, the body's
         shrink["fl.local_steps"], shrink["fl.local_epochs"] = "null", int(alg.get("rep_epochs", 1)) + 1
     if cfg["partition"].get("clients_per_domain"):
         shrink["partition.clients_per_domain"] = smoke_clients(cfg, swept) // len(cfg["data"]["domains"])
