@@ -106,6 +106,22 @@ def test_every_algorithm_matches_sequential_fp32(
     assert vec.waste == (0.0 if name == "fedbn" else pytest.approx(expected_waste(exp, rounds=2, chunk=2)))
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("algorithm=apfl", "algorithm.form=code"),
+        ("algorithm=pfedme", "algorithm.score=code"),
+        ("algorithm=ditto", "algorithm.prox=implicit"),
+        ("algorithm=lg_fedavg", "algorithm.warm_rounds=1", "algorithm.warm_lr=0.2"),  # the split in round 1 of 2
+    ],
+    ids=lambda o: " ".join(o),
+)
+def test_the_personalised_code_forms_match_sequential(options: tuple[str, ...], experiment: Callable[..., Experiment]):
+    exp = experiment(*options, *HARD)
+    vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=2)
+    assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
+
+
 def expected_waste(exp: Experiment, rounds: int, chunk: int) -> float:
     """Share of padded sample slots when each round's cohort is sorted by size and cut into chunks.
 
