@@ -142,3 +142,16 @@ def test_pfedme_code_scoring_evaluates_w_i_after_local_training(make_spec: Calla
         state = unstack(rows, i)
         assert_trees_equal(algo.personal_model(code, state), {k: u[i] for k, u in uploads.items()})
         assert not torch.equal(state["w"]["1.weight"], state["theta"]["1.weight"])  # theta_i, the paper's, differs
+
+
+def test_ima_wrapping_a_method_keeps_its_predictor_and_selection() -> None:
+    from fedrun.algorithms.ima import IMA
+    from fedrun.config.schema import IMAConfig
+
+    apfl = make_algo("apfl", alpha=0.3, form="code")
+    w = apfl.model.init_params()
+    own, x = apfl.personal_model(w, {"v": _moved(w, 1.0)}), tiny_batch()["x"]
+    wrapped = IMA(apfl, IMAConfig(enabled=True))
+    assert torch.equal(wrapped.own_logits(own, x), apfl.own_logits(own, x))
+    assert torch.equal(wrapped.own_loss(own, tiny_batch()), apfl.own_loss(own, tiny_batch()))
+    assert IMA(make_algo("lg_fedavg", select_on_test=True), IMAConfig(enabled=True)).select_on_test
