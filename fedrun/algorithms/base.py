@@ -127,6 +127,9 @@ class Algorithm:
     # clipped noisy sum replaces (McMahan et al. 2018; FedOpt: Reddi et al. 2021 sec. 5). Declared by each such method
     # in its own class body, not inherited (:meth:`declares`): a subclass that changes either must not pass unseen
     client_level_dp: bool = False
+    # True when the method's authors report each client's best local model so far as judged on its local *test*
+    # split (LG-FedAvg's main_lg.py): the per-client evaluation then adds local_best_acc_* (selection on test data)
+    select_on_test: bool = False
 
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         self.hp = hp
@@ -225,6 +228,16 @@ class Algorithm:
         """The parameters client i is evaluated with on its local test split, given the global model and its
         persistent state (one client's row; vmapped over the clients): the global model for FedAvg."""
         return params
+
+    def own_logits(self, own: Tensors, x: torch.Tensor, buffers: Tensors | None = None) -> torch.Tensor:
+        """The logits of a client's own model ``own`` (what :meth:`personal_model` returned) on inputs ``x``: the
+        model's forward pass, for every method but an output mixture (APFL ``form=code``)."""
+        return self.model.logits(own, x, buffers)
+
+    def own_loss(self, own: Tensors, batch: Batch) -> torch.Tensor:
+        """The loss of a client's own model (fine-tuning it at evaluation): the model's cross-entropy, or that of
+        :meth:`own_logits` where a method overrides it."""
+        return self.model.loss(own, batch)
 
     def personal_keys(self) -> list[str] | None:
         """The parameters in which :meth:`personal_model` may differ from the global model (FedPer: the head);

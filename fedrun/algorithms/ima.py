@@ -109,6 +109,16 @@ class IMA(Algorithm):
     def personal_model(self, params: Tensors, client_state: Tree) -> Tensors:
         return self.inner.personal_model(params, client_state)
 
+    @property
+    def select_on_test(self) -> bool:  # type: ignore[override]
+        return self.inner.select_on_test
+
+    def own_logits(self, own: Tensors, x: torch.Tensor, buffers: Tensors | None = None) -> torch.Tensor:
+        return self.inner.own_logits(own, x, buffers)
+
+    def own_loss(self, own: Tensors, batch: Batch) -> torch.Tensor:
+        return self.inner.own_loss(own, batch)
+
     def personal_keys(self) -> list[str] | None:
         return self.inner.personal_keys()
 

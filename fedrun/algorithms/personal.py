@@ -18,6 +18,7 @@ import torch
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo, sgd_step
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.schema import FLConfig
+from fedrun.core.errors import ConfigError
 from fedrun.core.tree import Tensors, Tree, nbytes, weighted_mean
 from fedrun.models.base import FunctionalModel
 
@@ -48,6 +49,19 @@ class SplitModel(FedAvg):
         names = [k for k, _ in self.model.module.named_parameters()]
         self.private = [k for k in names if k in set(private)]
         self.shared = [k for k in names if k not in set(private)]
+
+    def keep_split(self, private: list[str], personal: str, shared: str) -> None:
+        """:meth:`keep`, refusing a split with an empty side in one line naming ``algorithm.head``: with nothing
+        shared the method is local training, with nothing personal it is FedAvg, and neither says so."""
+        self.keep(private)
+        layers = ", ".join(self.model.layers())
+        for side, keys, other in ((personal, self.private, "FedAvg"), (shared, self.shared, "algorithm=local")):
+            if not keys:
+                raise ConfigError(
+                    "algorithm.head",
+                    f"the split leaves the {side} empty (that is {other}); valid: a split with layers on both"
+                    f" sides, of {layers}",
+                )
 
     def client_init(self, params: Tensors) -> Tree:
         """Every client starts its personal parts from the initial model's."""

@@ -96,7 +96,8 @@ class LocalEval(Capability):
         csv = RunDir(run_dir).clients_file if run_dir is not None else None
         if csv is not None:
             resume_clients_csv(csv, start)
-        finetune, seed, batch = (s.finetune_steps, s.finetune_lr, spec.fl.batch_size), spec.seed, spec.eval.batch_size
+        finetune = (s.finetune_steps, s.finetune_lr, spec.fl.batch_size, s.finetune_epochs, s.finetune_momentum)
+        seed, batch = spec.seed, spec.eval.batch_size
         out = LocalEvaluation(run.model, run.fed, self.local, batch, finetune, seed, csv)
         if self.unseen is not None:
             unseen: Unseen = self.unseen

@@ -27,6 +27,8 @@ class LocalEvalSettings:
     local_test_seed: int | None = None  # the draw of the local test splits (None: the run's seed)
     finetune_steps: int = 0  # k SGD steps of each client's model on its own training data before it is evaluated
     finetune_lr: float | None = None  # the fine-tuning lr (None: the round's local lr)
+    finetune_epochs: int = 0  # or E passes over its training data, shuffled, without replacement (FedBABU: 5)
+    finetune_momentum: float = 0.0  # the fine-tuning's SGD momentum (0: plain SGD; FedBABU: 0.9)
     unseen_clients: int = 0  # U more clients of the same partition that never train: unseen_acc_* (new clients)
 
     def __post_init__(self) -> None:
@@ -41,15 +43,22 @@ class LocalEvalSettings:
         )
         positive("finetune_steps", self.finetune_steps, allow_zero=True)
         positive("finetune_lr", self.finetune_lr)
+        positive("finetune_epochs", self.finetune_epochs, allow_zero=True)
+        in_range("finetune_momentum", self.finetune_momentum, 0.0, 1.0, hi_open=True)
+        if self.finetune_steps and self.finetune_epochs:
+            raise ConfigError("finetune_epochs", "fine-tune by steps or by epochs; valid: 0 with eval.finetune_steps")
+        if self.finetune_momentum and not (self.finetune_steps or self.finetune_epochs):
+            why = "no fine-tuning to apply it to; valid: 0, or with eval.finetune_steps or eval.finetune_epochs"
+            raise ConfigError("finetune_momentum", why)
         positive("unseen_clients", self.unseen_clients, allow_zero=True)
         if self.unseen_clients and self.local_test == "none":
             raise ConfigError(
                 "unseen_clients",
                 "unseen clients are evaluated on local test splits; valid: 0, or eval.local_test=split or partition",
             )
-        if self.finetune_steps and self.local_test == "none":
+        if (self.finetune_steps or self.finetune_epochs) and self.local_test == "none":
             raise ConfigError(
-                "finetune_steps",
+                "finetune_steps" if self.finetune_steps else "finetune_epochs",
                 "fine-tuned models are evaluated on local test splits; valid: 0, or"
                 " eval.local_test=split or partition with it",
             )

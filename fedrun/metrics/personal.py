@@ -17,11 +17,16 @@ Aggregates over the clients that have local test samples: ``_mean`` (unweighted)
 test size), ``_std`` (ddof 0), ``_worst10``/``_best10`` (the mean accuracy of the worst/best ceil(K/10)
 clients). Per-client values go to ``clients.csv`` (round, client, test_samples, global_acc, acc).
 
-Fine-tuning draws its minibatches uniformly with replacement from the client's training samples, keyed by
-(seed, "finetune", round, client), so a resumed run fine-tunes exactly as an uninterrupted one; it is plain SGD
-on the cross-entropy (no momentum), in eval mode (no dropout), at ``eval.finetune_lr`` or the round's local lr.
-A method whose personalised model is such a fine-tuning (Per-FedAvg: one step of alpha) declares it
-(:attr:`Algorithm.adaptation`); ``eval.finetune_steps`` > 0 overrides it.
+Fine-tuning (``eval.finetune_steps`` with replacement, or ``eval.finetune_epochs`` without, with
+``eval.finetune_momentum``) is :mod:`fedrun.metrics.finetune`'s, in eval mode (no dropout), at
+``eval.finetune_lr`` or the round's local lr. A method whose personalised model is such a fine-tuning
+(Per-FedAvg: one step of alpha) declares it (:attr:`Algorithm.adaptation`); ``eval.finetune_*`` override it.
+A client's own model is scored through the method's :meth:`Algorithm.own_logits` (an output mixture for
+APFL's ``form=code``).
+
+A method whose authors select each client's best local model on its test data (:attr:`Algorithm.select_on_test`:
+LG-FedAvg's ``select_on_test``) also gets ``local_best_acc_*``: every client's best accuracy so far over the
+evaluated rounds (clients.csv's ``best_acc``), restored from clients.csv when a run resumes.
 """
 
 from __future__ import annotations
@@ -38,10 +43,10 @@ from torch.func import vmap
 
 from fedrun.algorithms.base import Algorithm
 from fedrun.core import autodiff
-from fedrun.core.rng import np_rng
 from fedrun.core.tree import Tensors, Tree, tree_map, unstack
 from fedrun.data.federated import FederatedData
 from fedrun.data.local_test import LocalTest
+from fedrun.metrics.finetune import FineTune, sgd, tune_plan
 from fedrun.metrics.head_eval import head_hits, hits_and_features, linear_head
 from fedrun.models.base import FunctionalModel
 
@@ -132,7 +137,7 @@ class LocalEvaluation:
         fed: FederatedData,
         local: LocalTest,
         batch_size: int,
-        finetune: tuple[int, float | None, int],
+        finetune: tuple[Any, ...],
         seed: int,
         clients_csv: Path | None = None,
         train_parts: list[np.ndarray] | None = None,
@@ -143,8 +148,10 @@ class LocalEvaluation:
             self.train_parts = [torch.as_tensor(p, dtype=torch.long, device=fed.device) for p in train_parts]
         self.unseen: LocalEvaluation | None = None  # eval.unseen_clients: the clients that never train
         self.first_id = 0  # the first client's id (the unseen clients': after the trained ones)
-        self.k, self.ft_lr, self.ft_batch = finetune
-        self.configured = (self.k, self.ft_lr)  # eval.finetune_*; (0, None): the method's own adaptation
+        # eval.finetune_* as (steps, lr, batch[, epochs, momentum]); none on: the method's own adaptation
+        self.configured = FineTune.of(finetune)
+        self.ft = self.configured
+        self.best: np.ndarray | None = None  # select_on_test: each client's best accuracy so far
         self.split = fed.train if local.on_train else fed.test
         self.sizes = local.sizes
         dev = fed.device
@@ -192,26 +199,16 @@ class LocalEvaluation:
         return self._inputs[0]
 
     # ---- fine-tuning ------------------------------------------------------------------------------------------
-    def finetune_batches(self, clients: list[int], rnd: int) -> torch.Tensor:
-        """[k, c, B] training-sample indices: each client's k minibatches, drawn with replacement."""
-        rows = []
-        for cid in clients:
-            part = self.train_parts[cid]
-            key = np_rng(self.seed, "finetune", rnd, self.first_id + cid)
-            draw = key.integers(0, int(part.numel()), size=(self.k, self.ft_batch))
-            rows.append(part[torch.as_tensor(draw, device=part.device)])
-        return torch.stack(rows, 1)
-
-    def finetuned(self, stacked: Tensors, clients: list[int], rnd: int, lr: float) -> Tensors:
-        """k SGD steps of each client's model (stacked [c]) on its own training data, one vmap per step."""
-        if not self.k:
+    def finetuned(self, stacked: Tensors, clients: list[int], rnd: int, lr: float, loss: Any = None) -> Tensors:
+        """Each client's model (stacked [c]) fine-tuned on its own training data (:mod:`fedrun.metrics.finetune`),
+        one vmap per step; ``loss``: the objective (the model's cross-entropy by default)."""
+        if not self.ft.on:
             return stacked
-        step_lr = self.ft_lr if self.ft_lr is not None else lr
-        grad = vmap(autodiff.grad(self.model.loss))
-        for b in self.finetune_batches(clients, rnd):
-            g = grad(stacked, self.fed.batch(b))
-            stacked = {k: p - step_lr * g[k] for k, p in stacked.items()}
-        return stacked
+        plan = tune_plan(self.ft, [self.train_parts[c] for c in clients], self.seed, rnd,
+                         [self.first_id + c for c in clients])  # fmt: skip
+        step_lr = self.ft.lr if self.ft.lr is not None else lr
+        grad = vmap(autodiff.grad(loss or self.model.loss))
+        return sgd(stacked, plan, self.fed.batch, grad, step_lr, self.ft.momentum)
 
     # ---- the clients' own models ------------------------------------------------------------------------------
     def own_models(self, algo: Algorithm, params: Tensors, rows: Tree, c: int) -> Tensors:
@@ -232,14 +229,16 @@ class LocalEvaluation:
             if self.model.buffers:
                 hits[ch.clients] = self._hits_one_by_one(algo, params, rows, ch, rnd, lr)
                 continue
-            stacked = self.finetuned(self.own_models(algo, params, rows, len(ch.clients)), ch.clients, rnd, lr)
+            own = bool(algo.personal and rows)  # the method's models (its predictor), else copies of w
+            forward, loss = (algo.own_logits, algo.own_loss) if own else (self.model.logits, None)
+            stacked = self.finetuned(self.own_models(algo, params, rows, len(ch.clients)), ch.clients, rnd, lr, loss)
             with torch.inference_mode():
                 if inputs is None:
                     b = self.fed.batch(ch.idx, self.split)
                 else:
                     x = inputs.index_select(0, ch.pos.reshape(-1))
                     b = {"x": x.reshape(*ch.pos.shape, *x.shape[1:]), "y": self.flat_y[ch.pos]}
-                logits = vmap(self.model.logits)(stacked, b["x"])
+                logits = vmap(forward)(stacked, b["x"])
                 hits[ch.clients] = ((logits.argmax(-1) == b["y"]) & ch.mask).sum(1).cpu().numpy()
         return hits
 
@@ -264,30 +263,55 @@ class LocalEvaluation:
         out = np.zeros(len(ch.clients))
         for j, cid in enumerate(ch.clients):
             state = unstack(rows, j) if rows else {}
-            own = algo.personal_model(params, state) if algo.personal and state else params
-            buffers = {**self.model.buffers, **(algo.personal_buffers(state) if algo.personal and state else {})}
-            if self.k:
-                step_lr = self.ft_lr if self.ft_lr is not None else lr
-                for b in self.finetune_batches([cid], rnd)[:, 0]:
-                    g = autodiff.grad(self.model.loss)(own, {**self.fed.batch(b), "buffers": buffers})
-                    own = {k: p - step_lr * g[k] for k, p in own.items()}
+            mine = bool(algo.personal and state)
+            own = algo.personal_model(params, state) if mine else params
+            buffers = {**self.model.buffers, **(algo.personal_buffers(state) if mine else {})}
+            forward, loss = (algo.own_logits, algo.own_loss) if mine else (self.model.logits, self.model.loss)
+            if self.ft.on:
+                step_lr = self.ft.lr if self.ft.lr is not None else lr
+                plan = tune_plan(self.ft, [self.train_parts[cid]], self.seed, rnd, [self.first_id + cid]).client(0)
+                batch = lambda i, bufs=buffers: {**self.fed.batch(i), "buffers": bufs}  # noqa: E731
+                own = sgd(own, plan, batch, autodiff.grad(loss), step_lr, self.ft.momentum)
             n = int(self.sizes[cid])
             with torch.inference_mode():
                 b = self.fed.batch(ch.idx[j, :n], self.split)
-                out[j] = int((self.model.logits(own, b["x"], buffers).argmax(1) == b["y"]).sum())
+                out[j] = int((forward(own, b["x"], buffers).argmax(1) == b["y"]).sum())
         return out
+
+    # ---- selection on test data (LG-FedAvg's authors) -------------------------------------------------------
+    def best_so_far(self, acc: np.ndarray) -> np.ndarray:
+        """Each client's best accuracy over the evaluated rounds so far, this one's ``acc`` included."""
+        if self.best is None:
+            self.best = self.restored_best()
+        self.best = np.fmax(self.best, acc)
+        return self.best.copy()
+
+    def restored_best(self) -> np.ndarray:
+        """Each client's best accuracy in the rounds clients.csv holds (a resumed run's; NaN where none)."""
+        best = np.full(len(self.sizes), np.nan)
+        if self.clients_csv is None or not self.clients_csv.is_file():
+            return best
+        rows = pd.read_csv(self.clients_csv)
+        if "unseen" in rows:
+            rows = rows[rows["unseen"] != 1]
+        got = rows.groupby("client")["acc"].max()
+        best[got.index.to_numpy()] = got.to_numpy()
+        return best
 
     # ---- one evaluation -----------------------------------------------------------------------------------------
     def __call__(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> dict[str, float]:
         """metrics.csv's local_* (and unseen_*) columns of round ``rnd`` (0-based); appends the round's rows to
         clients.csv (the unseen clients' too, numbered after the others, with ``unseen`` = 1)."""
-        self.k, self.ft_lr = self.configured if self.configured[0] else algo.adaptation
+        self.ft = self.configured if self.configured.on else FineTune(*algo.adaptation, self.configured.batch)
         g_acc, acc = self.accuracies(algo, params, states, rnd, lr)
         out = {**spread_stats(acc, self.sizes, "local_acc"), **spread_stats(g_acc, self.sizes, "local_global_acc")}
         rows = {"client": np.arange(len(self.sizes)), "test_samples": self.sizes, "global_acc": g_acc, "acc": acc}
+        if algo.select_on_test:
+            rows["best_acc"] = self.best_so_far(acc)
+            out |= spread_stats(rows["best_acc"], self.sizes, "local_best_acc")
         if self.unseen is not None:
             ev = self.unseen
-            ev.k, ev.ft_lr = self.k, self.ft_lr
+            ev.ft = self.ft
             u_global, u_acc = ev.accuracies(algo, params, None, rnd, lr)  # the global model, fine-tuned when k > 0
             out |= {
                 **spread_stats(u_acc, ev.sizes, "unseen_acc"),
@@ -295,6 +319,8 @@ class LocalEvaluation:
             }
             new = {"client": ev.first_id + np.arange(len(ev.sizes)), "test_samples": ev.sizes, "global_acc": u_global,
                    "acc": u_acc}  # fmt: skip
+            if "best_acc" in rows:
+                new["best_acc"] = np.full(len(ev.sizes), np.nan)  # never selected: they have no model of their own
             rows = {k: np.concatenate([v, new[k]]) for k, v in rows.items()}
             rows["unseen"] = np.repeat([0, 1], [len(self.sizes), len(ev.sizes)])
         if self.clients_csv is not None:
@@ -305,10 +331,10 @@ class LocalEvaluation:
     def accuracies(self, algo: Algorithm, params: Tensors, states: Any, rnd: int, lr: float) -> tuple[Any, Any]:
         """(the global model's, each client's own model's) accuracy per client, NaN for a client without samples."""
         personal = algo.personal and states is not None
-        layer = linear_head(self.model, algo.personal_keys()) if personal and not self.k else None
+        layer = linear_head(self.model, algo.personal_keys()) if personal and not self.ft.on else None
         self.model.module.eval()
         try:
-            whole = layer is None and (personal or self.k > 0) and not self.model.buffers  # own models by vmap
+            whole = layer is None and (personal or self.ft.on) and not self.model.buffers  # own models by vmap
             inputs = self.local_inputs() if whole else None
             if layer is not None:  # the clients differ only in a linear head: one forward pass (head_eval.py)
                 hits, feats = hits_and_features(self.model, params, self.fed, self.split, self.flat, self.batch_size,
@@ -321,7 +347,7 @@ class LocalEvaluation:
             if layer is not None:
                 own = self.head_own_hits(algo, params, states, feats, layer)
             else:
-                own = self.own_hits(algo, params, states, rnd, lr, inputs) if personal or self.k else g_hits
+                own = self.own_hits(algo, params, states, rnd, lr, inputs) if personal or self.ft.on else g_hits
         finally:
             self.model.module.train()
         with np.errstate(invalid="ignore", divide="ignore"):

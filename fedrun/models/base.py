@@ -132,8 +132,8 @@ class FunctionalModel:
             layers = self.layers()
             return list(declared) if declared is not None else layers[-1:]
         modules = dict(self.module.named_modules())
-        for name in head:
-            if name not in modules or not any(True for _ in modules[name].parameters()):
+        for name in head:  # "" is the root module: the whole model, not a layer of it
+            if not name or name not in modules or not any(True for _ in modules[name].parameters()):
                 valid = ", ".join(self.layers())
                 raise ConfigError(field, f"{name!r} names no layer of the model; valid: a list of {valid}")
         return list(head)

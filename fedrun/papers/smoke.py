@@ -73,7 +73,7 @@ CLASSES = {"cifar100": 100, "emnist": 62, "pacs": 7, "shakespeare": 80}  # other
 def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     """Shrink a preset (``cfg``, composed) by ``SMOKE``: 2 rounds of at most 5 clients (whole groups per domain),
     each 1 local step of batch <= 4 whatever its epochs (a swept ``fl.local_epochs`` keeps its columns; IMA's ``ed``
-    schedule, which lowers epochs, gets 1 epoch instead), a
+    schedule, which lowers epochs, gets 1 epoch instead; FedRep one epoch more than its ``rep_epochs``), a
     300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
     probe) on one thread (batches this small gain nothing from more, and on a busy CPU threads waiting for each
     other cost 10x), no checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``).
@@ -97,6 +97,9 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     }
     if "ed" in ima_schedules(cfg, swept):  # IMA's ed schedule lowers local epochs and refuses local steps
         shrink["fl.local_steps"], shrink["fl.local_epochs"] = "null", 1
+    alg = cfg.get("algorithm") or {}
+    if alg.get("name") == "fedrep":  # one step would leave FedRep's head none (refused): a head epoch, the body's
+        shrink["fl.local_steps"], shrink["fl.local_epochs"] = "null", int(alg.get("rep_epochs", 1)) + 1
     if cfg["partition"].get("clients_per_domain"):
         shrink["partition.clients_per_domain"] = smoke_clients(cfg, swept) // len(cfg["data"]["domains"])
     system = cfg.get("system") or {}

@@ -34,11 +34,15 @@ from tests.conftest import refused_in_one_line
 SPLIT = (*SMALL, "eval.local_test=split")
 
 
-def test_fedper_with_an_empty_head_is_fedavg_bit_for_bit(make_spec: Callable[..., RunSpec]) -> None:
-    fedavg, _, _ = train(make_spec(*SMALL, "algorithm=fedavg", "fl.momentum=0.5", "fl.weight_decay=0.001"))
-    fedper, _, _ = train(make_spec(*SMALL, "algorithm=fedper", "algorithm.head=[]", "fl.momentum=0.5",
-                                   "fl.weight_decay=0.001"))  # fmt: skip
-    assert_trees_equal(fedper, fedavg)
+def test_a_split_model_keeping_nothing_local_steps_as_fedavg_bit_for_bit() -> None:
+    # the machinery's reduction (a split with an empty side is refused at the config: test_bad_input_... below)
+    fedavg, fedper = make_algo("fedavg"), make_algo("fedper")
+    fedper.keep([])
+    w = fedavg.model.init_params()
+    a = fedavg.client_step(w, None, tiny_batch(), ctx_for(fedavg, w))
+    b = fedper.client_step(w, None, tiny_batch(), ctx_for(fedper, w))
+    assert_trees_equal(b[0], a[0])
+    assert set(fedper.client_finish(w, b[0], ctx_for(fedper, w), torch.tensor(1))[0]["params"]) == set(w)
 
 
 def test_fedper_keeps_the_head_on_the_clients_and_averages_the_body(make_spec: Callable[..., RunSpec]) -> None:
@@ -82,7 +86,7 @@ def test_ditto_with_a_huge_lambda_keeps_the_personal_model_at_fedavgs_global_mod
     make_spec: Callable[..., RunSpec],
 ) -> None:
     fedavg, _, ref_log = train(make_spec(*SMALL, "algorithm=fedavg"))
-    ditto, _, log = train(make_spec(*SMALL, "algorithm=ditto", "algorithm.lam=1e12"))
+    ditto, _, log = train(make_spec(*SMALL, "algorithm=ditto", "algorithm.lam=1e12", "algorithm.prox=implicit"))
     assert_trees_equal(ditto, fedavg)  # the global model is FedAvg's, whatever lambda
     v = log[-1]["states"].rows["v"]
     for k, w in log[-1]["start"].items():  # v = w^t (to fp32 rounding), the model the clients last received
@@ -90,8 +94,9 @@ def test_ditto_with_a_huge_lambda_keeps_the_personal_model_at_fedavgs_global_mod
             torch.testing.assert_close(v[k][i], w, rtol=1e-6, atol=1e-8)
 
 
-def test_ditto_with_lambda_zero_trains_v_locally() -> None:
-    algo = make_algo("ditto", lam=0.0)
+@pytest.mark.parametrize("prox", ["explicit", "implicit"])
+def test_ditto_with_lambda_zero_trains_v_locally(prox: str) -> None:
+    algo = make_algo("ditto", lam=0.0, prox=prox)
     params = algo.model.init_params()
     ctx = ctx_for(algo, params, lr=0.1)
     _, _, state, _ = algo.client_step(params, None, tiny_batch(), ctx)
@@ -170,6 +175,24 @@ def test_fedbn_without_batchnorm_is_refused(make_spec: Callable[..., RunSpec]) -
         (["eval.local_test=split", "eval.finetune_steps=-1"], "eval.finetune_steps: must be >= 0"),
         (["eval.finetune_steps=3"], "eval.finetune_steps: fine-tuned models are evaluated on local test splits"),
         (["eval.local_test=shuffle"], "eval.local_test: invalid value 'shuffle'; valid: none, split, partition"),
+        (["eval.finetune_epochs=1"], "eval.finetune_epochs: fine-tuned models are evaluated on local test splits"),
+        (
+            ["eval.local_test=split", "eval.finetune_steps=2", "eval.finetune_epochs=1"],
+            "eval.finetune_epochs: fine-tune by steps or by epochs",
+        ),
+        (["eval.local_test=split", "eval.finetune_momentum=0.9"], "eval.finetune_momentum: no fine-tuning to apply"),
+        (
+            ["eval.local_test=split", "eval.finetune_steps=2", "eval.finetune_momentum=1"],
+            "eval.finetune_momentum: must be in [0.0, 1.0)",
+        ),
+        (
+            ["algorithm=ditto", "algorithm.prox=exact"],
+            "algorithm.prox: invalid value 'exact'; valid: explicit, implicit",
+        ),
+        (["algorithm=apfl", "algorithm.form=fedtorch"], "algorithm.form: invalid value 'fedtorch'; valid: paper, code"),
+        (["algorithm=pfedme", "algorithm.score=w"], "algorithm.score: invalid value 'w'; valid: theta, code"),
+        (["algorithm=lg_fedavg", "algorithm.warm_rounds=-1"], "algorithm.warm_rounds: must be >= 0"),
+        (["algorithm=lg_fedavg", "algorithm.warm_lr=0"], "algorithm.warm_lr: must be > 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -227,7 +250,7 @@ def test_every_registered_model_declares_its_classifier_as_the_head(name: str) -
     weights = dict(model.module.named_parameters())
     assert head and weights[head[0]].shape[0] == 10  # the classifier: one output per class
     for method in ("fedper", "fedrep", "lg_fedavg", "fedbabu"):  # every method that splits it takes it
-        algo = make_algo(method, model)
+        algo = make_algo(method, model, FLConfig(local_epochs=2))
         assert set(algo.private) | set(algo.shared) <= set(weights)
 
 
@@ -261,3 +284,33 @@ def test_pfedme_server_mixes_with_beta() -> None:
     info = RoundInfo(0, 2, torch.tensor([0, 1]), torch.tensor([1.0, 1.0]), torch.tensor([1, 1]), 0.1)
     new, _, _ = algo.aggregate(w, {}, {"params": up}, torch.tensor([0.5, 0.5], dtype=torch.float64), info)
     assert_trees_equal(new, {k: t + 4.0 for k, t in w.items()}, atol=1e-12)  # (1 - 2) w + 2 (w + 2)
+
+
+# A split or a round that trains nothing of one side (issue 50, point 3): refused in one line naming the keys, exit 2,
+# the run dir left with Hydra's record and the error only (no metrics, checkpoint, partition or summary).
+NOTHING_TRAINED = [
+    (["algorithm=fedrep"], "algorithm.rep_epochs: 1 of fl.local_epochs=1 leaves the personal head no epoch"),
+    (["algorithm=fedrep", "fl.local_epochs=3", "algorithm.rep_epochs=3"], "of fl.local_epochs=3 leaves the personal"),
+    (["algorithm=fedrep", "fl.local_steps=2"], "algorithm.rep_epochs: 1 body epoch(s) of the largest client"),
+    (["algorithm=fedrep", "fl.local_epochs=2", "model.hidden=[]"], "algorithm.head: the split leaves the shared body"),
+    (["algorithm=fedper", 'algorithm.head=["1","3"]'], "algorithm.head: the split leaves the shared body empty"),
+    (["algorithm=fedper", "algorithm.head=[]"], "algorithm.head: the split leaves the personal head empty (that is"),
+    (["algorithm=fedper", 'algorithm.head=[""]'], "algorithm.head: '' names no layer of the model; valid: a list of"),
+    (["algorithm=lg_fedavg", "algorithm.head=[]"], "algorithm.head: the split leaves the global layers empty"),
+    (["algorithm=lg_fedavg", 'algorithm.head=["1","3"]'], "algorithm.head: the split leaves the local layers empty"),
+]
+
+
+@pytest.mark.parametrize(("args", "words"), NOTHING_TRAINED)
+def test_a_split_or_round_that_trains_nothing_is_refused_and_nothing_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str], words: str
+) -> None:
+    refused_in_one_line(tmp_path, monkeypatch, capsys, [*SMALL, *args], words)
+    assert {p.name for p in (tmp_path / "run").iterdir()} <= {".hydra", "error.txt"}
+
+
+def test_fedrep_at_the_authors_epochs_is_accepted(make_spec: Callable[..., RunSpec]) -> None:
+    # scripts/FedRep_cifar10_2shards.sh: --local_ep 11 --local_rep_ep 1 (10 head epochs, then 1 on the body)
+    algo = make_algo("fedrep", fl=FLConfig(local_epochs=11, batch_size=6))
+    ctx = ctx_for(algo, algo.model.init_params())._replace(size=torch.tensor(6.0, dtype=torch.float64))
+    assert float(algo.head_steps(ctx)) == 10

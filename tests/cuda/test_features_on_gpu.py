@@ -34,7 +34,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "dropout": ("system.dropout=0.3",),
     "fedbuff": ("system=fedbuff", "system.buffer=2", "system.concurrency=3"),
     "ditto": ("algorithm=ditto", *LOCAL),
-    "fedrep": ("algorithm=fedrep", *LOCAL),
+    "fedrep": ("algorithm=fedrep", "fl.local_epochs=2", *LOCAL),
     "pfedme": ("algorithm=pfedme", *LOCAL),
     "finetune": ("algorithm=fedavg", *LOCAL, "eval.finetune_steps=2"),
 }

@@ -89,6 +89,8 @@ def test_every_algorithm_matches_sequential_fp32(
 ) -> None:
     # the dataclass defaults, so a method registered without a conf/algorithm file is covered too
     hard = [o for o in HARD if name != "fednova" or "keep_momentum" not in o]  # FedNova refuses kept momentum
+    if name == "fedrep":  # FedRep refuses a round that leaves its head no epoch (one epoch, one of them the body's)
+        hard.append("fl.local_epochs=2")
     if name == "fedbn":  # needs BatchNorm: ResNet-8 normalising by batch statistics (no running statistics: vmappable)
         small = [o for o in SMALL if not o.startswith("model.")]
         # fixed local steps: no padded batch, whose padding would enter the batch statistics on the vectorised engine;
@@ -102,6 +104,22 @@ def test_every_algorithm_matches_sequential_fp32(
     assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
     assert vec.stats["chunks"] == 4  # 2 rounds x ceil(4 clients / 2)
     assert vec.waste == (0.0 if name == "fedbn" else pytest.approx(expected_waste(exp, rounds=2, chunk=2)))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("algorithm=apfl", "algorithm.form=code"),
+        ("algorithm=pfedme", "algorithm.score=code"),
+        ("algorithm=ditto", "algorithm.prox=implicit"),
+        ("algorithm=lg_fedavg", "algorithm.warm_rounds=1", "algorithm.warm_lr=0.2"),  # the split in round 1 of 2
+    ],
+    ids=lambda o: " ".join(o),
+)
+def test_the_personalised_code_forms_match_sequential(options: tuple[str, ...], experiment: Callable[..., Experiment]):
+    exp = experiment(*options, *HARD)
+    vec = VectorisedEngine(exp.algorithm, exp.fed, exp.spec.fl, exp.spec.seed, chunk=2)
+    assert_same_run(exp, vec, rounds=2, rtol=1e-4, atol=2e-5)
 
 
 def expected_waste(exp: Experiment, rounds: int, chunk: int) -> float:

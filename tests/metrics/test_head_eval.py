@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedrun.config.schema import RunSpec
+from fedrun.metrics.finetune import FineTune
 from fedrun.metrics.head_eval import linear_head
 from fedrun.run.experiment import build_experiment
 from fedrun.run.state import fresh_state
@@ -21,7 +22,9 @@ from tests.metrics.test_personal import SMALL
 def test_the_head_shortcut_counts_what_the_full_forward_pass_counts(
     method: str, make_spec: Callable[..., RunSpec]
 ) -> None:
-    exp = build_experiment(make_spec(*SMALL, f"algorithm={method}", "eval.local_test=partition", "eval.batch_size=64"))
+    epochs = ("fl.local_epochs=2",) if method == "fedrep" else ()  # FedRep needs a head epoch
+    exp = build_experiment(make_spec(*SMALL, f"algorithm={method}", "eval.local_test=partition", "eval.batch_size=64",
+                                     *epochs))  # fmt: skip
     state = fresh_state(exp)
     gen = torch.Generator().manual_seed(0)
     rows = state.clients.rows["p_head" if method == "fedrod" else "personal"]
@@ -29,7 +32,7 @@ def test_the_head_shortcut_counts_what_the_full_forward_pass_counts(
         rows[k].add_(torch.randn(rows[k].shape, generator=gen))
     ev = local_evaluation(exp, None, 0)
     assert ev is not None and linear_head(exp.model, exp.algorithm.personal_keys()) == "3"
-    ev.k, ev.ft_lr = 0, None
+    ev.ft = FineTune()
     fast = ev.accuracies(exp.algorithm, state.params, state.clients, 0, 0.1)[1]
     exp.model.module.eval()
     slow = ev.own_hits(exp.algorithm, state.params, state.clients, 0, 0.1) / ev.sizes  # a forward pass per client

@@ -116,3 +116,26 @@ def test_fedlaw_table3_proxy_size_is_one_key(make_spec) -> None:
     assert make_spec("experiment=fedlaw_table3_fmnist_mlp", "proxy.per_class=10").proxy.per_class == 10
     text = (EXPERIMENTS / "fedlaw_table3_fmnist_mlp.yaml").read_text()
     assert "proxy.per_class=10: the one-key option" in text and "server_valid_ratio=0.02" in text
+
+
+def test_lg_fedavg_mnist_is_the_authors_run(make_spec) -> None:
+    # issue 50 point 1, from pliang279/LG-FedAvg: README's MNIST commands (main_fed.py, then main_lg.py --epochs 200
+    # --num_layers_keep 3 --load_fed best_400.pt --lr 0.05 --local_bs 10 --frac 0.1 --num_users 100), models/Nets.py
+    # MLP (layer_input 784-512, layer_hidden1 512-256, layer_hidden2 256-256, layer_hidden3 256-128, layer_out 128-10,
+    # weight_keys in that order: the last 3 global), Update.py (momentum 0.5; train's default lr 0.1, which
+    # main_fed.py never overrides), main_lg.py (uniform mean over m, best local model per user on its test data)
+    from fedrun.run.experiment import build_experiment
+
+    spec = make_spec("experiment=lg_fedavg_mnist_mlp", "data.standin=true")
+    hp, fl = spec.algorithm.params, spec.fl
+    assert (hp.warm_rounds, hp.warm_lr, hp.select_on_test) == (400, 0.1, True)
+    assert (fl.rounds, fl.clients, fl.participation, fl.local_epochs, fl.batch_size) == (600, 100, 0.1, 1, 10)
+    assert (fl.lr, fl.momentum, fl.weight_decay, fl.weighting) == (0.05, 0.5, 0.0, "uniform")
+    assert spec.partition.name == "shards" and spec.partition.params.shards_per_client == 2
+    assert (spec.eval.local_test, spec.eval.every) == ("partition", 1)
+    algo = build_experiment(spec).algorithm
+    shapes = dict(algo.model.module.named_parameters())
+    glob = [tuple(shapes[k].shape) for k in algo.shared if k.endswith("weight")]
+    local = [tuple(shapes[k].shape) for k in algo.private if k.endswith("weight")]
+    assert glob == [(256, 256), (128, 256), (10, 128)]  # layer_hidden2, layer_hidden3, layer_out
+    assert local == [(512, 784), (256, 512)]  # layer_input, layer_hidden1

@@ -65,6 +65,15 @@ def test_ima_epoch_schedule_keeps_epochs(make_spec) -> None:
     assert f"fl.local_steps={SMOKE['local_steps']}" in smoke_overrides(preset_cfg("fedima_table3_cifar10_cnn"), {})
 
 
+def test_fedrep_keeps_a_head_epoch(make_spec) -> None:
+    """One local step would leave FedRep's head no step, which it refuses: one head epoch and its body epochs."""
+    cfg = preset_cfg("smoke", "algorithm=fedrep", "algorithm.rep_epochs=2")
+    shrunk = smoke_overrides(cfg, {})
+    assert "fl.local_steps=null" in shrunk and "fl.local_epochs=3" in shrunk
+    spec = make_spec("experiment=smoke", "algorithm=fedrep", "algorithm.rep_epochs=2", *shrunk)
+    assert spec.fl.local_steps is None and spec.fl.local_epochs == 3
+
+
 def first_job(cmd: list[str], last: bool = False) -> list[str]:
     """A ``fedrun -m`` command's first (or last) job: one value of each swept key, no hydra.* keys."""
     pick = (lambda v: v.split(",")[-1]) if last else (lambda v: v.split(",")[0])
