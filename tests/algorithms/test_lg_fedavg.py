@@ -89,16 +89,16 @@ def test_a_kill_across_the_split_resumes_bit_for_bit(
     whole.mkdir()
     cut.mkdir()
     run(make_spec(*over), whole)
-    real = loop.train_round
+    real = loop.train_step
 
     def killed_in_round_4(experiment, state, rnd):  # noqa: ANN001, ANN202
         if rnd == 3:
             raise KeyboardInterrupt
         return real(experiment, state, rnd)
 
-    monkeypatch.setattr(loop, "train_round", killed_in_round_4)
+    monkeypatch.setattr(loop, "train_step", killed_in_round_4)
     assert run(make_spec(*over), cut)["status"] == "interrupted"
-    monkeypatch.setattr(loop, "train_round", real)
+    monkeypatch.setattr(loop, "train_step", real)
     assert run(make_spec(*over), cut)["resumed_from_round"] == 3
     timings = list(TIMING_COLUMNS)
     pd.testing.assert_frame_equal(

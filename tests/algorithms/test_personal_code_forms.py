@@ -21,7 +21,7 @@ from fedrun.config.schema import RunSpec
 from fedrun.core.tree import unstack
 from fedrun.models.base import FunctionalModel
 from fedrun.run.experiment import build_experiment
-from fedrun.run.loop import local_evaluation
+from tests.metrics.local_eval_util import local_evaluation
 from fedrun.run.state import fresh_state
 
 

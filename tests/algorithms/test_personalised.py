@@ -174,7 +174,7 @@ def test_fedbn_without_batchnorm_is_refused(make_spec: Callable[..., RunSpec]) -
         (["eval.local_test=split", "eval.local_test_fraction=1"], "eval.local_test_fraction: must be in (0.0, 1.0)"),
         (["eval.local_test=split", "eval.finetune_steps=-1"], "eval.finetune_steps: must be >= 0"),
         (["eval.finetune_steps=3"], "eval.finetune_steps: fine-tuned models are evaluated on local test splits"),
-        (["eval.local_test=shuffle"], "eval.local_test: invalid value 'shuffle'; valid: none, split, partition"),
+        (["eval.local_test=shuffle"], "eval.local_test: invalid value 'shuffle'; valid: auto, none, split, partition"),
         (["eval.finetune_epochs=1"], "eval.finetune_epochs: fine-tuned models are evaluated on local test splits"),
         (
             ["eval.local_test=split", "eval.finetune_steps=2", "eval.finetune_epochs=1"],

@@ -20,7 +20,7 @@ from fedrun.core.tree import Tensors
 from fedrun.metrics.finetune import FineTune, sgd, tune_plan
 from fedrun.models.base import FunctionalModel
 from fedrun.run.experiment import build_experiment
-from fedrun.run.loop import local_evaluation
+from tests.metrics.local_eval_util import local_evaluation
 from fedrun.run.state import fresh_state
 from tests.metrics.test_personal import SMALL
 
