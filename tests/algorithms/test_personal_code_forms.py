@@ -21,8 +21,8 @@ from fedrun.config.schema import RunSpec
 from fedrun.core.tree import unstack
 from fedrun.models.base import FunctionalModel
 from fedrun.run.experiment import build_experiment
-from tests.metrics.local_eval_util import local_evaluation
 from fedrun.run.state import fresh_state
+from tests.metrics.local_eval_util import local_evaluation
 
 
 def _moved(params: dict[str, torch.Tensor], by: float) -> dict[str, torch.Tensor]:

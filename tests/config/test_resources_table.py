@@ -51,8 +51,9 @@ CASES = [
                                     "fl.participation=0.01"), 2, ("fl.clients: " + MEMORY, "of per-client state"),
     ),
     Case(
-        "error-feedback-residuals", _r("compression=topk", "compression.error_feedback=true", "model.hidden=[3000,3000]",
-                                       "fl.clients=1000", "fl.participation=0.01"),
+        "error-feedback-residuals",
+        _r("compression=topk", "compression.error_feedback=true", "model.hidden=[3000,3000]", "fl.clients=1000",
+           "fl.participation=0.01"),
         2, ("fl.clients: " + MEMORY, "of per-client state"),
     ),
     Case(

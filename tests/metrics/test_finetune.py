@@ -20,8 +20,8 @@ from fedrun.core.tree import Tensors
 from fedrun.metrics.finetune import FineTune, sgd, tune_plan
 from fedrun.models.base import FunctionalModel
 from fedrun.run.experiment import build_experiment
-from tests.metrics.local_eval_util import local_evaluation
 from fedrun.run.state import fresh_state
+from tests.metrics.local_eval_util import local_evaluation
 from tests.metrics.test_personal import SMALL
 
 G = torch.Generator().manual_seed(0)
