@@ -123,10 +123,11 @@ class Algorithm:
     # builder so that every engine's batch carries the same draws: a method whose step needs per-step random inputs
     # declares it (DP-SGD's form of a method carries its noise: fedrun/privacy/mechanisms/sample.py); None: none
     batch_extras: Callable[[int, torch.Tensor, int], dict[str, torch.Tensor]] | None = None
-    # the method uploads its model alone and steps the server from the mean update, which client-level DP-FedAvg's
-    # clipped noisy sum replaces (McMahan et al. 2018; FedOpt: Reddi et al. 2021 sec. 5). Declared by each such method
-    # in its own class body, not inherited (:meth:`declares`): a subclass that changes either must not pass unseen
-    client_level_dp: bool = False
+    # the method uploads its model alone and steps the server from the weighted mean of the uploads, which a
+    # capability may replace: client-level DP-FedAvg's clipped noisy sum (McMahan et al. 2018; FedOpt: Reddi et al.
+    # 2021 sec. 5), a robust aggregate. Declared by each such method in its own class body, not inherited
+    # (:meth:`declares`): a subclass that changes the upload or the server step must not pass unseen
+    steps_from_mean: bool = False
     # True when the method's authors report each client's best local model so far as judged on its local *test*
     # split (LG-FedAvg's main_lg.py): the per-client evaluation then adds local_best_acc_* (selection on test data)
     select_on_test: bool = False

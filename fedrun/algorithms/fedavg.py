@@ -10,4 +10,4 @@ from fedrun.config.registry import ALGORITHMS
 class FedAvg(Algorithm):
     """Local SGD on cross-entropy; the server takes the weighted mean of the client models."""
 
-    client_level_dp = True
+    steps_from_mean = True

@@ -107,7 +107,7 @@ class ServerOpt(FedAvg):
 class ServerSGD(ServerOpt):
     """w^{t+1} = w^t + server_lr * Delta (FedCos, "FedOpt(1.5)")."""
 
-    client_level_dp = True
+    steps_from_mean = True
 
     hp: ServerSGDParams
 
@@ -122,7 +122,7 @@ class ServerSGD(ServerOpt):
 class FedAvgM(ServerOpt):
     """Server momentum (Hsu et al. 2019): v <- beta v + Delta, w <- w + server_lr v; or FedCos's EMA form."""
 
-    client_level_dp = True
+    steps_from_mean = True
 
     hp: FedAvgMParams
 
@@ -173,7 +173,7 @@ class Adaptive(ServerOpt):
 class FedAdagrad(Adaptive):
     """v <- v + Delta^2 (Reddi et al. Alg. 2)."""
 
-    client_level_dp = True
+    steps_from_mean = True
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v + d2
@@ -186,7 +186,7 @@ class FedAdagrad(Adaptive):
 class FedAdam(Adaptive):
     """v <- beta2 v + (1 - beta2) Delta^2 (Reddi et al. Alg. 2)."""
 
-    client_level_dp = True
+    steps_from_mean = True
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return self.hp.beta2 * v + (1 - self.hp.beta2) * d2
@@ -196,7 +196,7 @@ class FedAdam(Adaptive):
 class FedYogi(Adaptive):
     """v <- v - (1 - beta2) Delta^2 sign(v - Delta^2) (Reddi et al. Alg. 2)."""
 
-    client_level_dp = True
+    steps_from_mean = True
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v - (1 - self.hp.beta2) * d2 * torch.sign(v - d2)

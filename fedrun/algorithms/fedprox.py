@@ -31,7 +31,7 @@ class FedProx(FedAvg):
     """Local objective f_i(w) + (mu/2) ||w - w^t||^2 (FedProx paper, eq. 2); server as FedAvg."""
 
     hp: FedProxParams
-    client_level_dp = True
+    steps_from_mean = True
 
     def local_loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> torch.Tensor:
         loss = super().local_loss(params, batch, ctx)

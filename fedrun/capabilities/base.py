@@ -236,6 +236,12 @@ class Capability:
     def split_data(cls, settings: Any, spec: Any, split: DataSplit) -> None:
         """Take what it needs of the clients' data (local test splits) from ``split``, in place."""
 
+    @classmethod
+    def client_data(cls, settings: Any, spec: Any, data: Any, parts: list[np.ndarray]) -> Any:
+        """The dataset the clients train on (``data``: as loaded, or with FedLAW's corrupted labels), e.g. with some
+        clients' samples poisoned; ``data`` itself by default. The test split stays the loaded one."""
+        return data
+
     # -- a built run
     @classmethod
     def preflight(cls, settings: Any, spec: Any) -> None:

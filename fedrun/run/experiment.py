@@ -145,6 +145,8 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
         cls.split_data(settings, spec, split)
     parts = split.parts
     client_data, corrupted = apply_corruption(data, parts, spec.corrupt, spec.seed)
+    for cls, settings in on:  # (a data-poisoning attack's clients)
+        client_data = cls.client_data(settings, spec, client_data, parts)
     fed = FederatedData(client_data, split.train_parts, device, DTYPES[hw.precision], test=test)
     fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)

@@ -71,6 +71,11 @@ class UploadStage(ABC):
     ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
         """(the rows the server receives [m, d], the clients' new state rows or None, diagnostics for metrics.csv)."""
 
+    def replace_sum(self, rows: torch.Tensor, ctx: UploadContext) -> tuple[torch.Tensor, dict[str, float]] | None:
+        """The server's own aggregate of the received rows [m, d] in place of their weighted sum (a robust aggregation
+        rule), with its columns; None (the default): the weighted sum stands."""
+        return None
+
     def apply_sum(self, total: torch.Tensor, ctx: UploadContext) -> tuple[torch.Tensor, dict[str, float]]:
         """A hook on the weighted sum sum_i p_i delta_i the server forms (central DP noise); unchanged by default."""
         return total, {}

@@ -119,9 +119,10 @@ class UploadPipeline:
     def run_stages(
         self, delta: torch.Tensor, rows: Tree | None, ctx: UploadContext
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
-        """(delta [m, d] through every stage, then the stages' hook on the weighted sum; the new rows by stage;
-        diagnostics). A changed sum sum_i p_i delta_i is spread back over the rows as delta_i + (total' - total),
-        which the weighted mean (sum_i p_i = 1) turns into total'."""
+        """(delta [m, d] through every stage, then a stage's own aggregate in place of the weighted sum (a robust rule),
+        then the stages' hook on the weighted sum; the new rows by stage; diagnostics). A changed sum sum_i p_i delta_i
+        is spread back over the rows as delta_i + (total' - total), which the weighted mean (sum_i p_i = 1) turns into
+        total'."""
         sent, new_rows, diag = delta, {}, {}
         for stage in self.stages:
             state = rows[stage.name][ctx.part] if stage.stateful and rows else None
@@ -130,10 +131,17 @@ class UploadPipeline:
             if stage.stateful and state is not None:
                 new_rows[stage.name] = state
         summed = [s for s in self.stages if type(s).apply_sum is not UploadStage.apply_sum]
-        if not summed:
+        replaced = [s for s in self.stages if type(s).replace_sum is not UploadStage.replace_sum]
+        if not summed and not replaced:
             return sent, new_rows, diag
         w = ctx.weights.to(sent.device, torch.float64).unsqueeze(1)
         total = (w * sent.double()).sum(0).to(sent.dtype)
+        for stage in replaced:  # (a robust aggregate: the weighted mean of the spread rows is it)
+            got = stage.replace_sum(sent, ctx)
+            if got is not None:
+                new_total, d = got
+                diag.update(d)
+                sent, total = sent + (new_total.to(sent) - total), new_total.to(sent)
         for stage in summed:
             new_total, d = stage.apply_sum(total, ctx)
             diag.update(d)

@@ -70,12 +70,12 @@ class ClientLevel(Mechanism):
     @classmethod
     def check(cls, settings: PrivacySettings, spec: Any) -> None:
         """The method must upload its model alone and step the server from the mean update, which the clipped noisy
-        sum replaces: it declares so itself (:attr:`Algorithm.client_level_dp`)."""
+        sum replaces: it declares so itself (:attr:`Algorithm.steps_from_mean`)."""
         algo = spec.algorithm.obj
-        if not algo.declares("client_level_dp"):
+        if not algo.declares("steps_from_mean"):
             from fedrun.config.registry import ALGORITHMS
 
-            ok = [n for n in ALGORITHMS.names() if ALGORITHMS.get(n).obj.declares("client_level_dp")]
+            ok = [n for n in ALGORITHMS.names() if ALGORITHMS.get(n).obj.declares("steps_from_mean")]
             raise ConfigError(
                 "algorithm.name",
                 f"{spec.algorithm.name} uploads more than its model or aggregates otherwise than by the mean update,"
