@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrun.papers.targets import Method, Target
+from fedrun.papers.targets import BY_NAME, Method, Target
 from fedrun.report.provenance import STANDIN
 from fedrun.storage.status import Status
 
@@ -54,6 +54,22 @@ def load_cells(paper: str | None = None) -> pd.DataFrame:
     cells["value"] = pd.to_numeric(cells["value"], errors="coerce")
     cells["spread"] = pd.to_numeric(cells["spread"], errors="coerce")
     return cells
+
+
+def no_cells(target: Target) -> str | None:
+    """Why ``target`` has no scorecard (its paper ships no published cells in ``fedrun/papers/cells/``), or None."""
+    if target.paper in PAPERS:
+        return None
+    return f"scorecard: none; fedrun ships no published cells of {target.paper} ({target.note})"
+
+
+def no_scorecard(name: str) -> str | None:
+    """Why ``fedrun-report scorecard NAME`` prints no card (an unknown target, or one without published cells),
+    in one line; None when it has one."""
+    target = BY_NAME.get(name)
+    if target is None:
+        return f"--paper: unknown target '{name}'; valid: {', '.join(BY_NAME)}"
+    return no_cells(target)
 
 
 def setting_pairs(setting: str) -> list[tuple[str, str]]:
