@@ -115,6 +115,9 @@ def table_caption(metric: str, runs: pd.DataFrame, counts: list[int], over: list
 
 
 LAYOUT_CAPTION = {
+    "pfllib": "accuracy (%) of the clients' models on their own test splits (correct over samples), best round; "
+    + STD
+    + " over seeds",
     "fedima": "test accuracy (%), {last_k} without (with) IMA; mean over seeds",
     "fedgam": "train / test accuracy (%) after the last round, mean over seeds; σ: population standard deviation"
     " (n denominator) of the test accuracy across the settings",

@@ -60,6 +60,7 @@ STEP_SEC_PER_SAMPLE = {
     "fedcos_cnn": 1.56e-04,
     "lenet": 3.04e-04,
     "ima_cnn": 5.26e-04,
+    "pfllib_cnn": 1.15e-03,  # issue 50, load average ~9.8 (ima_cnn measured 6.5e-4 beside it)
     "simplecnn": 6.14e-04,
     "alexnet_cifar": 8.22e-04,
     "cnn": 1.01e-03,

@@ -8,6 +8,8 @@ fedlaw_gws      the same cells, the last --cols key across and the rest down (Fe
 fedlaw_corr     Pearson r of accumulated lambda with data size / heterogeneity per setting (FedLAW Table 11)
 fedsam          Train, Validation "mean (std across clients)", Round (rounds to target, "-" = never)
 rounds          rounds to reach ``eval.target`` (FedIMA Table II)
+pfllib          the best round of local_acc_wmean (the clients' models on their own test splits, correct over
+                samples), mean ± std over seeds (PFLlib's leaderboard)
 fedprox         the last round's training loss (metrics.csv train_loss) and test accuracy, mean ± std over seeds
                 (FedProx Figure 1 is a figure: fedrun-reproduce draws its curves beside the table)
 Cells of runs that did not complete show their status instead of a number; missing summary keys show "-".
@@ -38,6 +40,7 @@ LAYOUT_METRIC = {
     "fedsam": "test_acc_final",
     "rounds": "test_acc_last_k",
     "fedprox": "test_acc_final",
+    "pfllib": "local_acc_wmean_best",
 }
 SIGMA = {"fl.local_epochs": "σ(E)", "fl.participation": "σ(C)"}
 SHORT = {"fl.local_epochs": "E", "algorithm.gamma": "γ"}  # FedLAW's column names
@@ -188,6 +191,12 @@ def fedlaw(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
     return _grid(runs, rows, cols, lambda g: {"": _bad(g) or mean_std(_values(g, "test_acc_last_k"))})
 
 
+def pfllib(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """The best round of local_acc_wmean, mean ± std over seeds (PFLlib's leaderboard: "the best average
+    performance", the mean and std of three trials)."""
+    return _grid(runs, rows, cols, lambda g: {"": _bad(g) or mean_std(_values(g, "local_acc_wmean_best"))})
+
+
 def fedlaw_gws(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
     """FedLAW Tables 1/9: the ``fedlaw`` cells with the last column key (gamma) across; the other column keys
     (alpha, model) and the row keys that take more than one value go down."""
@@ -301,6 +310,7 @@ LAYOUTS: dict[str, Callable[[pd.DataFrame, list[str], list[str]], pd.DataFrame]]
     "fedsam": fedsam,
     "rounds": rounds,
     "fedprox": fedprox,
+    "pfllib": pfllib,
 }
 
 

@@ -39,7 +39,8 @@ LOWER_IS_BETTER = {"round_to_target"}
 PERCENT = {"round_to_target": 1.0}  # metrics not in [0, 1] (others are scaled by 100)
 # pFedMe (Table 1, Synthetic rows): the cells' published values are empty: the table is an image in the paper and
 # in CharlieDinh/pFedMe's README, and no text of it could be read here (docs/personalised.md); the runs are recorded
-PAPERS = ("FedIMA", "FedGAM", "FedCos", "FedLAW", "FedSAM", "pFedMe")
+# PFLlib: its benchmark page's leaderboard (TsingZ0/PFLlib docs/benchmark.html), the Fashion-MNIST columns
+PAPERS = ("FedIMA", "FedGAM", "FedCos", "FedLAW", "FedSAM", "pFedMe", "PFLlib")
 CELL_COLUMNS = ["paper", "table", "row", "column", "value", "spread", "metric", "preset", "setting"]
 
 
