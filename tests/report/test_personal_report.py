@@ -86,3 +86,17 @@ def test_clients_without_clients_csv_is_one_line_and_exit_2(tmp_path: Path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no run has a clients.csv" in err[0]
     assert not (tmp_path / "c.png").exists()
+
+
+def test_the_runs_fields_hold_each_columns_last_and_best_round(tmp_path: Path) -> None:
+    # PFLlib's and pFedMe's tables report the best round of the clients' accuracy: summary.<column>_best
+    from fedrun.report.personal_metrics import personal_fields
+
+    d = personal_run(tmp_path, "fedper", 0)
+    rows = pd.read_csv(d / "metrics.csv")
+    rows["local_acc_mean"] = [0.7, 0.6]  # the best round is the first
+    rows["local_acc_worst10"] = [float("nan"), float("nan")]  # never evaluated: no field
+    rows.to_csv(d / "metrics.csv", index=False)
+    fields = personal_fields(d)
+    assert fields["summary.local_acc_mean_best"] == 0.7 and fields["summary.local_acc_mean_final"] == 0.6
+    assert "summary.local_acc_worst10_best" not in fields
