@@ -24,7 +24,7 @@ SEEDS = Path(os.environ.get("FEDRUN_SEEDS", "/work/shared/seeds"))
 needs_texts = pytest.mark.skipif(not (SEEDS / "fedlaw.txt").is_file(), reason=f"papers' texts not in {SEEDS}")
 
 
-# PFLlib's "paper" is its benchmark page (TsingZ0/PFLlib docs/benchmark.html), read from a fetched copy of the repository
+# PFLlib's "paper" is its benchmark page (TsingZ0/PFLlib docs/benchmark.html), read from a fetched copy of its repo
 PFLLIB_GIT = Path(os.environ.get("FEDRUN_PFLLIB_GIT", "/work/.mirror/TsingZ0+PFLlib/repo"))
 
 

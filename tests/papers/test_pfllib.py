@@ -13,7 +13,8 @@ import pytest
 from fedrun.config.schema import RunSpec
 from fedrun.papers.card import render
 from fedrun.papers.claims import orders
-from fedrun.papers.layouts import LAYOUT_METRIC, render as layout
+from fedrun.papers.layouts import LAYOUT_METRIC
+from fedrun.papers.layouts import render as layout
 from fedrun.papers.scorecard import load_cells, scorecard
 from fedrun.papers.targets import BY_NAME, PFLLIB_FMNIST
 from fedrun.report.personal_metrics import personal_fields

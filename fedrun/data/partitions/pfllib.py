@@ -76,8 +76,8 @@ def _pathological(
         per = len(idx_c) / len(takers)
         if p.balance:
             counts = [int(per)] * (len(takers) - 1)
-        else:  # floats, as PFLlib passes them: the generator's stream is the same
-            counts = rs.randint(max(per / 10, least / num_classes), per, len(takers) - 1).tolist()
+        else:  # PFLlib passes the float bounds, which randint truncates: int() draws the same stream
+            counts = rs.randint(int(max(per / 10, least / num_classes)), int(per), len(takers) - 1).tolist()
         counts.append(len(idx_c) - sum(counts))
         start = 0
         for i, k in zip(takers, counts, strict=True):
