@@ -143,7 +143,7 @@ def test_centered_clipping_with_a_huge_radius_is_the_mean_and_moves_at_most_tau(
     big = CenteredClipping(CenteredClippingParams(tau=1e9))(x, ServerView(previous=torch.ones(30)))
     torch.testing.assert_close(big.value, x.mean(0))
     centre = torch.zeros(30)
-    small = CenteredClipping(CenteredClippingParams(tau=0.5, iterations=1))(x, ServerView(previous=centre))
+    small = CenteredClipping(CenteredClippingParams(tau=0.5, clip_iterations=1))(x, ServerView(previous=centre))
     assert float((small.value - centre).norm()) <= 0.5 + 1e-6
 
 

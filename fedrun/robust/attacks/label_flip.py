@@ -56,3 +56,9 @@ class LabelFlip(DataAttack):
         if attacker is not None:
             flipped = torch.where(attacker.reshape(*attacker.shape, *([1] * (y.dim() - attacker.dim()))), flipped, y)
         return {**batch, "y": flipped}
+
+    def poison_client(
+        self, x: torch.Tensor, y: torch.Tensor, num_classes: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One attacker's training samples with every label flipped (inputs untouched)."""
+        return x, flip_labels(y, num_classes, self.hp.source, self.hp.target)

@@ -16,8 +16,11 @@ class MeanParams:
 
 
 def weighted_mean(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """sum_i p_i x_i over the rows of ``x`` [m, d]."""
-    return p @ x
+    """sum_i p_i x_i over the rows of ``x`` [m, d], accumulated in float64 and returned in ``x``'s dtype: the
+    arithmetic of the upload pipeline's weighted sum (fedrun/upload/pipeline.py), so that the mean rule in a run
+    is, bit for bit, the run without a defence."""
+    w = p.to(x.device, torch.float64).unsqueeze(1)
+    return (w * x.double()).sum(0).to(x.dtype)
 
 
 @DEFENCES.register("mean", MeanParams)
@@ -25,5 +28,6 @@ class Mean(Defence):
     name = "mean"
 
     def __call__(self, x: torch.Tensor, view: ServerView) -> Aggregate:
-        p = view.p(x)
-        return Aggregate(weighted_mean(x, p), weights=p)
+        m = x.shape[0]
+        p = view.weights if view.weights is not None else torch.full((m,), 1.0 / m, dtype=torch.float64)
+        return Aggregate(weighted_mean(x, p), weights=p.to(x.device, x.dtype))
