@@ -417,12 +417,12 @@ def measure_stragglers(spec: Any, reps: int) -> dict[str, Any]:
 
     import torch
 
-    from fedrun.config.schema import SystemConfig
     from fedrun.data.federated import num_local_steps
     from fedrun.engines.sampling import sample_clients
     from fedrun.engines.vectorised import VectorisedEngine
     from fedrun.run import experiment as runner
     from fedrun.system.model import SystemModel
+    from fedrun.system.settings import SystemSettings as SystemConfig
 
     fl = dataclasses.replace(spec.fl, local_epochs=2)
     exp = runner.build_experiment(dataclasses.replace(spec, fl=fl))
@@ -466,19 +466,21 @@ COMPRESSION_SETTINGS = {  # the upload pipeline's stages timed against the round
 
 def measure_compression(spec: Any, reps: int) -> dict[str, Any]:
     """Workload (a)'s round-0 cohort on the vectorised engine, and the upload pipeline on its uploads for each of
-    :data:`COMPRESSION_SETTINGS` (residuals read and written as in a run: ``run/rounds.py::upload_round``); best of
+    :data:`COMPRESSION_SETTINGS` (residuals read and written as in a run: ``Capabilities.uploads``); best of
     ``reps`` each, timed in turn."""
     import dataclasses
 
     import torch
 
-    from fedrun.config.schema import CompressionConfig
+    from fedrun.capabilities.base import Capabilities
     from fedrun.engines.sampling import sample_clients
     from fedrun.engines.vectorised import VectorisedEngine
     from fedrun.run import experiment as runner
-    from fedrun.run.rounds import aggregation_weights, upload_round
+    from fedrun.run.rounds import aggregation_weights
     from fedrun.run.state import fresh_state
+    from fedrun.upload.base import COMPRESSORS
     from fedrun.upload.pipeline import build_pipeline, upload_layout
+    from fedrun.upload.settings import CompressionSettings
 
     exp = runner.build_experiment(spec)
     fl = spec.fl
@@ -488,10 +490,13 @@ def measure_compression(spec: Any, reps: int) -> dict[str, Any]:
     weights = aggregation_weights(exp.fed.sizes[clients].to(torch.float64), fl.weighting)
     runs = {}
     for name, cfg in COMPRESSION_SETTINGS.items():
-        pipe = build_pipeline(dataclasses.replace(spec, compression=CompressionConfig(**cfg)))
+        settings = CompressionSettings(**cfg)  # type: ignore[arg-type]
+        pipe = build_pipeline([COMPRESSORS.get(settings.name).obj(settings)])
         assert pipe is not None
         pipe.bind(upload_layout(exp.algorithm, params, {}))
-        with_pipe = dataclasses.replace(exp, upload=pipe)
+        caps = Capabilities([])
+        caps.pipeline = pipe
+        with_pipe = dataclasses.replace(exp, capabilities=caps)
         runs[name] = (with_pipe, fresh_state(with_pipe))
     res = eng.train_cohort(0, params, {}, clients, {}, fl.lr)  # warm-up
     best: dict[str, float] = {k: float("inf") for k in ["train", *runs]}
@@ -501,7 +506,7 @@ def measure_compression(spec: Any, reps: int) -> dict[str, Any]:
         best["train"] = min(best["train"], time.perf_counter() - t0)
         for name, (e, st) in runs.items():
             t0 = time.perf_counter()
-            upload_round(e, st, 0, res, clients, weights)
+            e.capabilities.uploads(st, 0, res.uploads, clients, weights, e.view)
             best[name] = min(best[name], time.perf_counter() - t0)
     return {
         "cohort": len(clients),
@@ -535,7 +540,6 @@ def measure_personal(spec_of: Any, reps: int, clock: str = "wall") -> dict[str, 
     from fedrun.metrics.head_eval import hits_and_features, linear_head
     from fedrun.metrics.personal import hits_at
     from fedrun.run import experiment as runner
-    from fedrun.run.loop import local_evaluation
     from fedrun.run.state import fresh_state
 
     timer = time.process_time if clock == "cpu" else time.perf_counter
@@ -563,7 +567,9 @@ def measure_personal(spec_of: Any, reps: int, clock: str = "wall") -> dict[str, 
         gen = torch.Generator().manual_seed(0)
         for t in personal_tensors(state.clients.rows):  # every client's own model part
             t.add_(0.1 * torch.randn(t.shape, generator=gen).to(t))
-        ev = local_evaluation(exp, None, 0)
+        cap: Any = exp.capability("local_eval")
+        cap.start(None, 0)
+        ev = cap.evaluation
         assert ev is not None
         algo, params, lr, bs = exp.algorithm, state.params, spec.fl.lr, spec.eval.batch_size
         layer = linear_head(exp.model, algo.personal_keys())
@@ -615,11 +621,13 @@ def measure_dp(spec: Any, short_spec: Any, cnn_spec: Any, reps: int) -> dict[str
 
     import torch
 
-    from fedrun.config.schema import PrivacyConfig
+    from fedrun.capabilities.base import Capabilities
     from fedrun.engines.sampling import sample_clients
     from fedrun.engines.vectorised import VectorisedEngine
+    from fedrun.privacy.mechanisms.client import DPFedAvg, solved
+    from fedrun.privacy.settings import PrivacySettings
     from fedrun.run import experiment as runner
-    from fedrun.run.rounds import aggregation_weights, upload_round
+    from fedrun.run.rounds import aggregation_weights
     from fedrun.run.state import fresh_state
     from fedrun.upload.pipeline import build_pipeline, upload_layout
 
@@ -629,11 +637,13 @@ def measure_dp(spec: Any, short_spec: Any, cnn_spec: Any, reps: int) -> dict[str
     params = exp.model.init_params()
     weights = aggregation_weights(exp.fed.sizes[clients].to(torch.float64), "uniform")
     device_weights = weights.float().to(exp.device)  # FedAvg's mean runs where the uploads are (the GPU's too)
-    private = dataclasses.replace(spec, privacy=PrivacyConfig(mode="client", noise_multiplier=1.0, clip=1.0))
-    pipe = build_pipeline(private)
+    settings = PrivacySettings(mode="client", noise_multiplier=1.0, clip=1.0)
+    pipe = build_pipeline([DPFedAvg(solved(settings, fl, spec.seed))])
     assert pipe is not None
     pipe.bind(upload_layout(algo, params, {}))
-    dp_exp = dataclasses.replace(exp, upload=pipe, spec=private)
+    caps = Capabilities([])
+    caps.pipeline = pipe
+    dp_exp = dataclasses.replace(exp, capabilities=caps)
     dp_state = fresh_state(dp_exp)
     eng = VectorisedEngine(algo, exp.fed, fl, spec.seed)
     best = dict.fromkeys(["train", "aggregate", "dp_stage"], float("inf"))
@@ -647,7 +657,7 @@ def measure_dp(spec: Any, short_spec: Any, cnn_spec: Any, reps: int) -> dict[str
     for i in range(reps + 1):  # the first pass warms up
         res = timed("train", lambda: eng.train_cohort(0, params, {}, clients, {}, fl.lr))
         timed("aggregate", lambda r=res: algo.aggregate(params, {}, r.uploads, device_weights, None))
-        timed("dp_stage", lambda r=res: upload_round(dp_exp, dp_state, 0, r, clients, weights))
+        timed("dp_stage", lambda r=res: caps.uploads(dp_state, 0, r.uploads, clients, weights, dp_exp.view))
         if i == 0:
             best = dict.fromkeys(best, float("inf"))
     round_s = best["train"] + best["aggregate"]
@@ -672,6 +682,7 @@ def measure_dpsgd(spec: Any, reps: int) -> dict[str, Any]:
 
     from fedrun.engines.sampling import sample_clients
     from fedrun.engines.vectorised import VectorisedEngine
+    from fedrun.privacy.mechanisms.sample import with_dp_sgd
     from fedrun.privacy.sample import DPSGD, NoiseForBatches, dp_sgd_for
     from fedrun.run import experiment as runner
 
@@ -679,20 +690,21 @@ def measure_dpsgd(spec: Any, reps: int) -> dict[str, Any]:
     fl, algo = spec.fl, exp.algorithm
     clients = torch.as_tensor(sample_clients(fl, spec.seed, 0), dtype=torch.long)
     params = exp.model.init_params()
-    engine = VectorisedEngine(algo, exp.fed, fl, spec.seed)
     dim = sum(p.numel() for p in params.values())
     noise = NoiseForBatches(dim, 1.0, spec.seed, torch.float32, exp.fed.device)
     ways = {"step_plain": None, "step_dpsgd": dp_sgd_for(algo, 1.0), "step_dpsgd_vmap": DPSGD(1.0)}
+    engines = {  # DP-SGD's form of the method as a run trains it (fedrun/privacy/mechanisms/sample.py)
+        k: VectorisedEngine(algo if dp is None else with_dp_sgd(algo, dp, noise), exp.fed, fl, spec.seed)
+        for k, dp in ways.items()
+    }
     best = dict.fromkeys(ways, float("inf"))
     for i in range(reps + 1):  # the first pass warms up
-        for key, step in ways.items():
-            algo.dp_sgd, exp.fed.batch_extras = step, (noise if step is not None else None)
+        for key, engine in engines.items():
             t0 = time.perf_counter()
             res = engine.train_cohort(0, params, {}, clients, {}, fl.lr)
             if i > 0:
                 best[key] = min(best[key], time.perf_counter() - t0)
             assert int(res.steps.max()) == DP_STEPS
-    algo.dp_sgd, exp.fed.batch_extras = None, None
     chain = ways["step_dpsgd"].chain  # type: ignore[union-attr]
     return {"seconds": best, "cohort": len(clients), "book_keeping": chain is not None}
 

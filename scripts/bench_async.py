@@ -57,8 +57,11 @@ def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
     the mixing or the buffer's average), of writing metrics.csv and of the loop's state copies; the share outside
     training and evaluation and, of it, outside the update arithmetic too (the bookkeeping); one checkpoint
     save's wall seconds and size."""
-    from fedrun.run import async_rounds, loop, recorder, rounds
+    from fedrun.run import loop, recorder, rounds
     from fedrun.run.state import save_state
+    from fedrun.system.servers.base import AsyncServer
+    from fedrun.system.servers.fedasync import FedAsync
+    from fedrun.system.servers.fedbuff import FedBuff
 
     cpu = {"train": 0.0, "deltas": 0.0, "eval": 0.0, "server": 0.0, "rows": 0.0, "copies": 0.0, "loop": 0.0}
     seen: dict[str, Any] = {}
@@ -81,8 +84,10 @@ def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
     patches = [
         (loop, "_run", patched_loop),
         (rounds, "evaluate", timed("eval", rounds.evaluate)),
-        (async_rounds, "client_uploads", timed("deltas", async_rounds.client_uploads)),
-        (async_rounds, "server_step", timed("server", async_rounds.server_step)),
+        (AsyncServer, "uploads", timed("deltas", AsyncServer.uploads)),
+        (FedBuff, "uploads", timed("deltas", FedBuff.uploads)),
+        (FedAsync, "step", timed("server", FedAsync.step)),
+        (FedBuff, "step", timed("server", FedBuff.step)),
         (recorder, "write_metrics", timed("rows", recorder.write_metrics)),
         (loop, "finished_round", timed("copies", loop.finished_round)),
     ]
@@ -104,7 +109,7 @@ def measure_server(spec: Any, run_dir: Path) -> dict[str, Any]:
         "outside_share": outside / cpu["loop"],
         "bookkeeping_share": (outside - cpu["server"]) / cpu["loop"],
         "updates": spec.fl.rounds,
-        "clients_trained": state.events.seq if state.events is not None else None,
+        "clients_trained": driver.queue.seq if (driver := seen["experiment"].capabilities.driver) else None,
         "sim_clock": summary.get("sim_clock"),
         "test_acc_final": summary.get("test_acc_final"),
         "checkpoint_save_s": time.perf_counter() - t,
