@@ -176,6 +176,9 @@ class DefenceCapability(Capability):
             self.defence, self.pre, byzantine(settings, attack),
             torch.as_tensor(bad, dtype=torch.long) if bad is not None else None, self.root,
         )  # fmt: skip
+        if self.defence.stateful:  # the centre of the first round is zero (Karimireddy et al. 2021): the state's shape
+            dim = sum(t.numel() for t in run.model.init_params().values() if t.is_floating_point())
+            self.stage.previous = torch.zeros(dim, dtype=torch.float32, device=run.device)
 
     def root(self) -> torch.Tensor:
         """FLTrust's server update of the round (trained when the round was planned)."""
@@ -204,7 +207,8 @@ class DefenceCapability(Capability):
 
     def load_state_dict(self, tree: Tree, legacy: dict[str, Any]) -> None:
         prev = tree.get("previous")
-        self.stage.previous = prev.to(self.run.device) if isinstance(prev, torch.Tensor) else None
+        if isinstance(prev, torch.Tensor):
+            self.stage.previous = prev.to(self.run.device)
         skipped = tree.get("skipped")
         self.stage.skipped = int(skipped) if isinstance(skipped, torch.Tensor) else 0
 

@@ -91,9 +91,12 @@ def check_unused_keys(
             if key in mine or getattr(settings, key, f.default) == f.default:
                 continue
             owners = [n for n, p in contributors if p is not None and key in getattr(p, "__dataclass_fields__", {})]
-            what = " or ".join(f"{section}.name={o}" if section != "defence" or o in DEFENCES.names()
-                               else f"defence.pre={o}" for o in owners)  # fmt: skip
+            rules = [o for o in owners if section != "defence" or o in DEFENCES.names()]
+            pres = [o for o in owners if o not in rules]
+            what = [f"{section}.name={'|'.join(rules)}"] if rules else []
+            what += [f"defence.pre={'|'.join(pres)}"] if pres else []
             picked = ", ".join(c for c in chosen if c != NONE) or NONE
             raise ConfigError(
-                f"{section}.{key}", f"is a setting of {', '.join(owners)}, not of {picked}; valid: {what}, or leave it"
+                f"{section}.{key}",
+                f"is a setting of {', '.join(owners)}, not of {picked}; valid: {' or '.join(what)}, or leave it unset",
             )

@@ -81,7 +81,8 @@ class DefenceStage(UploadStage):
     columns say how the rule treated them; None without an attack); ``root``: FLTrust's server update of the
     round, as the cohort's rows are laid out; ``previous``: the last aggregate (centered clipping's centre), the
     capability's checkpointed state. A cohort too small for the rule (Bernoulli sampling, dropouts) keeps w^t:
-    the aggregate is zero, the round's ``defence_skipped`` is 1, and one log line says why.
+    every upload becomes w^t (zero rows, before the sum), the round's ``defence_skipped`` is 1, and one log line
+    says why.
     """
 
     name = "defence"
@@ -100,23 +101,30 @@ class DefenceStage(UploadStage):
         self.root = root
         self.previous: torch.Tensor | None = None
         self.skipped = 0  # rounds that kept w^t (their cohort too small for the rule), the capability's state
+        self._skip: int | None = None  # the round :meth:`apply` found too small
 
     def apply(
         self, delta: torch.Tensor, state: torch.Tensor | None, ctx: UploadContext
     ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
-        return delta, None, {}
+        """The rows as received; in a round whose cohort is too small for the rule, zero rows (every upload w^t:
+        the method's mean keeps w^t), one log line and ``defence_skipped`` = 1."""
+        self._skip = None
+        if ctx.part != PARAMS:
+            return delta, None, {}
+        f = self.f_of(delta.shape[0])
+        why = refusal(self.defence, self.pre, delta.shape[0], f)
+        if why is None:
+            return delta, None, {}
+        log.warning("round %d: defence %s skipped, w^t kept: %s", ctx.rnd + 1, self.defence.name, why)
+        self.skipped += 1
+        self._skip = ctx.rnd
+        return torch.zeros_like(delta), None, {"defence_f": float(f), "defence_skipped": 1.0}
 
     def replace_sum(self, rows: torch.Tensor, ctx: UploadContext) -> tuple[torch.Tensor, dict[str, float]] | None:
-        if ctx.part != PARAMS:
+        if ctx.part != PARAMS or self._skip == ctx.rnd:
             return None
-        m = rows.shape[0]
-        f = self.f_of(m)
+        f = self.f_of(rows.shape[0])
         cols: dict[str, float] = {"defence_f": float(f), "defence_skipped": 0.0}
-        why = refusal(self.defence, self.pre, m, f)
-        if why is not None:  # w^t kept: the weighted mean of the shifted rows is zero
-            log.warning("round %d: defence %s skipped, w^t kept: %s", ctx.rnd + 1, self.defence.name, why)
-            self.skipped += 1
-            return torch.zeros_like(rows[0]), {**cols, "defence_skipped": 1.0}
         view = ServerView(
             f=f,
             weights=ctx.weights,

@@ -152,8 +152,8 @@ def test_label_flip_reverses_the_classes_of_the_attackers_rows_only() -> None:
     assert targeted["y"].tolist() == [[0, 1, 9], [7, 4, 5]]
     with pytest.raises(ConfigError, match=r"attack\.target: 12 is not a class; valid: 0\.\.9"):
         LabelFlip(LabelFlipParams(source=1, target=12)).check(10, (1, 28, 28))
-    with pytest.raises(ConfigError, match="source: source and target are set together"):
-        LabelFlipParams(source=1)
+    with pytest.raises(ConfigError, match=r"attack\.source: source and target are set together"):
+        LabelFlip(LabelFlipParams(source=1))
 
 
 def test_backdoor_triggers_and_relabels_a_fraction_of_each_attacker_batch() -> None:

@@ -24,8 +24,6 @@ class LabelFlipParams:
     def __post_init__(self) -> None:
         positive("source", self.source, allow_zero=True)
         positive("target", self.target, allow_zero=True)
-        if (self.source is None) != (self.target is None):
-            raise ConfigError("source", "source and target are set together (a targeted flip) or not at all")
 
 
 def flip_labels(
@@ -41,6 +39,12 @@ def flip_labels(
 class LabelFlip(DataAttack):
     name = "label_flip"
     hp: LabelFlipParams
+
+    def __init__(self, hp: LabelFlipParams) -> None:
+        # checked here, not in the params: ``attack.target`` is the backdoor's key too, set without a source
+        if (hp.source is None) != (hp.target is None):
+            raise ConfigError("attack.source", "source and target are set together (a targeted flip) or not at all")
+        super().__init__(hp)
 
     def check(self, num_classes: int, input_shape: tuple[int, ...]) -> None:
         for key in ("source", "target"):
