@@ -39,9 +39,9 @@ class BackdoorParams:
 
     target: int | None = None  # the backdoor's target class (None: 0; conf/attack/backdoor.yaml sets it)
     poison_fraction: float = 20 / 64  # Bagdasaryan et al. 2020: 20 backdoored inputs per batch of 64
-    pattern: Literal["checker", "square"] = "checker"
+    pattern: Literal["checker", "square"] = "checker"  # checker: every other pixel of the patch (fedrun's choice)
     size: int = 4  # the patch's side in pixels
-    corner: Literal["bottom_right", "top_left"] = "bottom_right"
+    corner: Literal["bottom_right", "top_left"] = "bottom_right"  # where the patch sits (BadNets: bottom right)
     replace: bool = False  # model replacement (Bagdasaryan et al. 2020 eq. (3)): the upload scaled by gamma
     gamma: float | None = None  # the scale of a replacement (scaling's key); None: n / eta (1 / (eta p_i))
 
