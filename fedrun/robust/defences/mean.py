@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView
+from fedrun.upload.pipeline import weighted_sum
 
 
 @dataclass
@@ -16,11 +17,10 @@ class MeanParams:
 
 
 def weighted_mean(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """sum_i p_i x_i over the rows of ``x`` [m, d], accumulated in float64 and returned in ``x``'s dtype: the
-    arithmetic of the upload pipeline's weighted sum (fedrun/upload/pipeline.py), so that the mean rule in a run
-    is, bit for bit, the run without a defence."""
-    w = p.to(x.device, torch.float64).unsqueeze(1)
-    return (w * x.double()).sum(0).to(x.dtype)
+    """sum_i p_i x_i over the rows of ``x`` [m, d], accumulated in float64 and returned in ``x``'s dtype: the upload
+    pipeline's weighted sum (:func:`fedrun.upload.pipeline.weighted_sum`), so that the mean rule in a run is, bit
+    for bit, the run without a defence."""
+    return weighted_sum(p, x)
 
 
 @DEFENCES.register("mean", MeanParams)
