@@ -12,10 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from fedrun.capabilities.attack import Attack
 from fedrun.config.location import CONF_DIR
 from fedrun.config.schema import RunSpec
+from fedrun.report.collect import load_runs
+from fedrun.report.tables import LOWER_IS_BETTER, make_table
 from fedrun.robust.attacks.sign_flip import SignFlip, SignFlipParams
 from fedrun.robust.base import ATTACKS
 from fedrun.robust.malicious import malicious_clients
@@ -118,6 +121,14 @@ def test_the_backdoor_poisons_a_share_of_each_attackers_samples_and_measures_asr
     rows, summary = finished_run(tmp_path, "run", spec)
     assert rows["asr"].between(0, 1).all() and summary["asr_final"] == rows["asr"].iloc[-1]
     assert summary["attack"]["malicious_clients"] == bad.tolist() and summary["attack"]["name"] == "backdoor"
+    # fedrun-report's tables show it beside the clean accuracy (in percent, lower is better)
+    (tmp_path / "run" / "config.yaml").write_text(OmegaConf.to_yaml(spec.raw))  # (the CLI writes it)
+    runs = load_runs([tmp_path / "run"])
+    table, long = make_table(runs, ["attack.name"], [], "asr")
+    assert long["mean"].iloc[0] == pytest.approx(100 * summary["asr_final"]) and "asr" in LOWER_IS_BETTER
+    assert make_table(runs, ["attack.name"], [], "last_k")[1]["mean"].iloc[0] == pytest.approx(
+        100 * summary["test_acc_last_k"]
+    )
 
 
 def test_no_attack_leaves_the_run_and_its_identity_as_before(make_spec: Callable[..., RunSpec]) -> None:
