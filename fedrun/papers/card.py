@@ -42,11 +42,16 @@ def headline(card: pd.DataFrame, claim: pd.DataFrame, target: Target) -> list[st
         f"Table {t}: {int((ran['table'] == t).sum())} of {n}"
         for t, n in pub.groupby("table", sort=False).size().items()
     )
-    if pub.empty:  # (pFedMe: the cells are named, their published values are not shipped)
-        return [
+    if pub.empty:  # (pFedMe, Robust: the cells are named, their published values are not shipped)
+        out = [
             f"cells run: {len(ran)}; not compared: fedrun ships none of the published values of {target.paper}'s"
             f" cells (fedrun/papers/cells/: their value column is empty; {target.note})"
         ]
+        judged = claim[claim["reproduced"].notna()]
+        if len(judged):  # the papers' claims in words (fedrun/papers/robust_claims.py)
+            held = int(judged["reproduced"].astype(bool).sum())
+            out.append(f"the papers' stated claims that hold on our runs: {held} of {len(judged)}")
+        return out
     text = f"cells run: {len(ran)} of {len(pub)} published ({per_table})"
     if target.budget_unknown:
         return [f"{text}; {UNKNOWN}: not judged ({target.budget_unknown})"]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedrun.papers import robust_claims
 from fedrun.papers.scorecard import LOWER_IS_BETTER, TOLERANCE
 
 PROPOSED = {
@@ -102,7 +103,10 @@ def _label(paper: str, p: pd.Series, b: pd.Series) -> str:
 
 def claims(card: pd.DataFrame, paper: str) -> pd.DataFrame:
     """One line per claim both of whose cells we ran: the paper's gain, ours (mean ± std over the shared seeds),
-    those seeds, and whether the claim is reproduced (None where the two cells share no seed)."""
+    those seeds, and whether the claim is reproduced (None where the two cells share no seed). The robust-FL
+    papers' claims are stated in words, not gains of a published table: :mod:`fedrun.papers.robust_claims`."""
+    if paper == robust_claims.PAPER:
+        return robust_claims.judge(card)
     have = card[(card["n"] > 0) & card["paper"].notna()] if not card.empty else card
     out: list[dict[str, Any]] = []
     for i, j in claim_pairs(paper, have):
