@@ -83,7 +83,7 @@ class Attack(Capability):
         if settings.fraction and round(settings.fraction * n) == 0:
             raise ConfigError(
                 "attack.fraction",
-                f"{settings.fraction:g} of fl.clients={n} rounds to no malicious client; valid: 0, or >= {0.5 / n:.3g}",
+                f"{settings.fraction:g} of fl.clients={n} rounds to no malicious client; valid: 0, or > {0.5 / n:.3g}",
             )
         attack = build_attack(settings)
         signature = DATASETS.get(spec.data.name).signature
