@@ -140,3 +140,20 @@ def test_no_attack_leaves_the_run_and_its_identity_as_before(make_spec: Callable
     assert config_key(raw) == config_key({k: v for k, v in raw.items() if k not in ("attack", "defence")})
     assert config_key(make_spec(*SMALL, "attack=alie").raw) != config_key(raw)
     assert build_experiment(spec).upload is None
+
+
+def test_a_backdoor_with_model_replacement_also_scales_the_attackers_uploads(
+    make_spec: Callable[..., RunSpec],
+) -> None:
+    plain = build_experiment(make_spec(*SMALL, "attack=backdoor"))
+    assert plain.upload is None  # a data attack alone: no upload stage
+    spec = make_spec(*SMALL, "attack=backdoor", "attack.replace=true")
+    assert Attack.transforms_uploads(spec.sections["attack"]) == "attack.name"
+    exp = build_experiment(spec)
+    assert exp.upload is not None
+    (stage,) = exp.upload.stages
+    assert isinstance(stage, AttackStage) and stage.attack.name == "scaling"
+    rows = torch.ones(10, 3)
+    sent, _, cols = stage.apply(rows, None, _ctx(list(range(10))))
+    bad = malicious_clients(spec.seed, 10, 0.2)
+    assert cols == {"attack_uploads": 2.0} and torch.equal(sent[bad], torch.full((2, 3), 10.0))  # n / eta, eta = 1
