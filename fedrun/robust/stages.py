@@ -61,8 +61,14 @@ class AttackStage(UploadStage):
         a = int(bad.sum())
         if a == 0:
             return delta, None, {"attack_uploads": 0.0}
-        at, honest_at = bad.nonzero().flatten().to(delta.device), (~bad).nonzero().flatten().to(delta.device)
-        own, honest = delta.index_select(0, at), delta.index_select(0, honest_at)
+        at = bad.nonzero().flatten().to(delta.device)
+        own = delta.index_select(0, at)
+        # the honest rows, copied only for an attack that reads them (an omniscient one)
+        honest = (
+            own[:0]
+            if self.attack.knowledge == "own"
+            else delta.index_select(0, (~bad).nonzero().flatten().to(delta.device))
+        )
         view = AttackView(
             n=delta.shape[0],
             weights=ctx.weights.index_select(0, at.to(ctx.weights.device)),
