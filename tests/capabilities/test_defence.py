@@ -116,3 +116,28 @@ def test_krum_keeps_accuracy_under_sign_flipping_where_fedavg_collapses(
     krum = run_in(tmp_path, "krum", make_spec(*over, "defence=krum"))
     assert krum["test_acc"].iloc[-1] > 0.5 and (krum["defence_kept_malicious"] == 0).all()
     assert fedavg["test_acc"].iloc[-1] < 0.3
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (
+            "attack=alie",
+            "defence=multi_krum",
+            "compression=topk",
+            "compression.ratio=0.1",
+            "compression.error_feedback=true",
+        ),
+        ("attack=sign_flip", "defence=median", "privacy=local", "privacy.noise_multiplier=0.5", "privacy.clip=1"),
+        ("attack=ipm", "defence=geomed", "algorithm=fedadam"),
+        ("attack=label_flip", "defence=krum", "defence.f=1", "system=dropout", "algorithm=fedprox"),
+        ("attack=backdoor", "defence=trimmed_mean", "privacy=sample", "privacy.noise_multiplier=0.5"),
+    ],
+    ids=["topk_ef", "local_dp", "fedadam", "dropout_fedprox", "dp_sgd"],
+)
+def test_it_composes_with_the_other_capabilities(
+    tmp_path: Path, make_spec: Callable[..., RunSpec], overrides: tuple[str, ...]
+) -> None:
+    rows, summary = finished_run(tmp_path, "run", make_spec(*SMALL, *overrides))
+    assert rows["test_acc"].notna().all() and "defence_f" in rows
+    assert summary["defence"]["name"] == overrides[1].split("=")[1] and summary["attack"]["malicious_clients"]
