@@ -296,12 +296,12 @@ def _scorecard(args: argparse.Namespace) -> int:
     """``--paper TARGET``: the scorecard of the runs under ``dirs`` (none: the shipped evidence records)."""
     from fedrun.papers.card import render_card
     from fedrun.papers.claims import orders
-    from fedrun.papers.scorecard import evidence_runs, scorecard
+    from fedrun.papers.scorecard import evidence_runs, no_scorecard, scorecard
     from fedrun.papers.targets import BY_NAME
 
-    target = BY_NAME.get(args.paper)
-    if target is None:
-        return _error(f"--paper: unknown target '{args.paper}'; valid: {', '.join(BY_NAME)}")
+    if (why := no_scorecard(args.paper)) is not None:  # unknown, or nothing published (a figure, fedrun's table)
+        return _error(why)
+    target = BY_NAME[args.paper]
     for d in args.dirs:
         if not d.is_dir():
             return _error(f"{d}: no such directory")

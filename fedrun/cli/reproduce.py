@@ -103,12 +103,10 @@ def curves_args(target: Target, out: Path) -> list[list[str]]:
 
 
 def no_cells(target: Target) -> str | None:
-    """Why ``target`` has no scorecard (its paper ships no published cells, fedrun/papers/cells/), or None."""
-    from fedrun.papers.scorecard import PAPERS
+    """Why ``target`` has no scorecard (fedrun/papers/scorecard.py's :func:`no_cells`), or None."""
+    from fedrun.papers.scorecard import no_cells as why_none
 
-    if target.paper in PAPERS:
-        return None
-    return f"scorecard: none; fedrun ships no published cells of {target.paper} ({target.note})"
+    return why_none(target)
 
 
 def scorecard_args(target: Target, out: Path) -> list[str]:

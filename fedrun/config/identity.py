@@ -43,6 +43,9 @@ _OFF: dict[str, dict[str, Any]] = {
 }
 
 
+_OFF["data"]["merge_test"] = False  # data.merge_test (PFLlib's merged train + test split, fedrun issue 50)
+
+
 def _schedule_declarers(raw: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """(section, its params class) for every part of ``raw`` whose class may declare ``derived_rounds``:
     the sections of the schema and each group's chosen component (an unknown name declares nothing)."""

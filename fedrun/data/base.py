@@ -51,6 +51,10 @@ class DataParams:
     # on-device augmentation of client training batches (see augment.py): none | crop_flip (torchvision
     # RandomCrop(pad 4) + RandomHorizontalFlip) | flip_crop_half (FL-Simulator: flip, then crop w.p. 1/2)
     augment: str = "none"
+    # the test split is appended to the training split before partitioning (PFLlib: its generators merge the two
+    # and split each client's share 75/25; pair with eval.local_test=split). The test split is kept for test_acc,
+    # which then scores images that are also in clients' data: the held-out measure is local_* (personalised.md)
+    merge_test: bool = False
 
     def __post_init__(self) -> None:
         if self.root == DATA_ROOT:  # built without Hydra composing it (a test, a mapping without root)
@@ -121,6 +125,21 @@ class Dataset:
         if max_test is not None and max_test < len(self.test):
             out.test = self.test.subset(np.sort(rng.choice(len(self.test), max_test, replace=False)))
         return out
+
+    def merged(self) -> Dataset:
+        """A copy whose training split is the training split followed by the test split (``data.merge_test``,
+        PFLlib's order: its generators extend the training images by the test images); the test split is kept."""
+
+        def cat(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+            return None if a is None or b is None else torch.cat([a, b])
+
+        t, s = self.train, self.test
+        if t.x.shape[1:] != s.x.shape[1:] or (t.domain is None) != (s.domain is None):
+            raise ConfigError(
+                "data.merge_test", f"{self.name}'s training and test splits differ in shape; valid: false"
+            )
+        train = Split(torch.cat([t.x, s.x]), torch.cat([t.y, s.y]), cat(t.domain, s.domain), cat(t.coarse, s.coarse))
+        return dataclasses.replace(self, train=train)
 
     def normalised(self, mode: str) -> Dataset:
         """A copy whose images are scaled as ``mode`` says: ``dataset`` keeps its mean/std, ``half`` uses

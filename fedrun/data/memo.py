@@ -7,7 +7,7 @@ loaded once per (name, loader parameters) and each job gets its own copy of the 
 edits its data in place cannot leak into the next. Only successful loads are kept: at most ``MAX_ENTRIES``
 (least recently used dropped first), none over ``MAX_BYTES`` (PACS at 224 px: copying 1.5 GB per job would
 cost more memory than reading it again costs time). Subsetting (``max_*_samples``) and ``longtail_rho`` are applied by
-the caller to the copy, so they are not part of the key.
+the caller to the copy, and ``merge_test`` here to the copy, so they are not part of the key.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from fedrun.data.base import Dataset, Split
 MAX_ENTRIES = 2
 MAX_BYTES = 512 * 2**20
 # applied after loading
-_PER_RUN = ("max_train_samples", "max_test_samples", "longtail_rho", "client_valid_ratio", "normalize", "augment")
+_PER_RUN = (
+    *("max_train_samples", "max_test_samples", "longtail_rho", "client_valid_ratio", "normalize", "augment"),
+    "merge_test",
+)
 _CACHE: OrderedDict[tuple[str, str], Dataset] = OrderedDict()
 
 
@@ -60,17 +63,22 @@ def nbytes(d: Dataset) -> int:
 
 
 def load_source(name: str, loader: Callable[[Any], Dataset], params: Any) -> Dataset:
-    """``loader(params)``, read once per process and key (up to ``MAX_BYTES``); a copy each call."""
+    """``loader(params)``, read once per process and key (up to ``MAX_BYTES``); a copy each call, its test split
+    appended to its training split when ``params.merge_test`` is set (:meth:`Dataset.merged`)."""
     key = cache_key(name, params)
     if key not in _CACHE:
         data = loader(params)
         if nbytes(data) > MAX_BYTES:
-            return data
+            return _merge(data, params)
         _CACHE[key] = data
         while len(_CACHE) > MAX_ENTRIES:
             _CACHE.popitem(last=False)
     _CACHE.move_to_end(key)
-    return copy_dataset(_CACHE[key])
+    return _merge(copy_dataset(_CACHE[key]), params)
+
+
+def _merge(data: Dataset, params: Any) -> Dataset:
+    return data.merged() if getattr(params, "merge_test", False) else data
 
 
 def clear() -> None:

@@ -16,7 +16,8 @@ import pandas as pd
 import yaml
 
 from fedrun.config import location
-from fedrun.papers.claims import claims
+from fedrun.papers import robust_claims
+from fedrun.papers.claims import RESOLVE_SE, claims
 from fedrun.papers.scorecard import TOLERANCE, load_evidence, published
 from fedrun.papers.setups import mixed, record_keys, record_lines
 from fedrun.papers.targets import Target
@@ -47,38 +48,59 @@ def headline(card: pd.DataFrame, claim: pd.DataFrame, target: Target) -> list[st
             f"cells run: {len(ran)}; not compared: fedrun ships none of the published values of {target.paper}'s"
             f" cells (fedrun/papers/cells/: their value column is empty; {target.note})"
         ]
-        judged = claim[claim["reproduced"].notna()]
-        if len(judged):  # the papers' claims in words (fedrun/papers/robust_claims.py)
+        if len(claim):  # the papers' claims in words (fedrun/papers/robust_claims.py)
+            judged = claim[claim["resolved"].astype(bool)]
             held = int(judged["reproduced"].astype(bool).sum())
-            out.append(f"the papers' stated claims that hold on our runs: {held} of {len(judged)}")
+            line = f"the papers' stated claims that hold: {held} of {len(judged)} resolved"
+            if len(judged) < len(claim):
+                rest = len(claim) - len(judged)
+                line += f"; {rest} not resolved (within {RESOLVE_SE:g} standard errors of its bound)"
+            out.append(line)
         return out
     text = f"cells run: {len(ran)} of {len(pub)} published ({per_table})"
     if target.budget_unknown:
         return [f"{text}; {UNKNOWN}: not judged ({target.budget_unknown})"]
     within = int(ran["reproduced"].sum())
     text += f"; within {TOLERANCE} points of the paper or our seed spread: {within} of {len(ran)}"
-    judged = claim[claim["reproduced"].notna()]
+    return [text, claims_line(claim)]
+
+
+def claims_line(claim: pd.DataFrame) -> str:
+    """Claims reproduced of those resolved, and how many are not resolved or share no seed."""
+    shared = claim[claim["seeds"].map(len) > 0]
+    resolved = shared[shared["resolved"].astype(bool)]
     line = (
-        f"claims reproduced: {int(judged['reproduced'].astype(bool).sum())} of {len(judged)} (the proposed method's"
-        f" gain over a baseline, on the seeds both rows ran: the paper's sign, and within {TOLERANCE} points of its"
-        " gain or our seed spread)"
+        f"claims reproduced: {int(resolved['reproduced'].astype(bool).sum())} of {len(resolved)} resolved (the"
+        f" proposed method's gain over a baseline, on the seeds both rows ran: beyond {RESOLVE_SE:g} standard errors,"
+        f" of the paper's sign and within {TOLERANCE} points of its gain)"
     )
-    if len(judged) < len(claim):
-        line += f"; {len(claim) - len(judged)} not judged (no seed run by both rows)"
-    return [text, line]
+    if len(resolved) < len(shared):
+        line += f"; {len(shared) - len(resolved)} not resolved (within {RESOLVE_SE:g} standard errors of zero)"
+    if len(shared) < len(claim):
+        line += f"; {len(claim) - len(shared)} not judged (no seed run by both rows)"
+    return line
+
+
+def _claim_verdict(c: pd.Series, unknown: bool) -> str:
+    if unknown:
+        return UNKNOWN
+    if c["seeds"] and not c["resolved"]:
+        return c["note"]
+    return _yes(c["reproduced"])
 
 
 def claims_table(claim: pd.DataFrame, unknown: bool) -> str:
+    """The claims: the paper's gain, ours ± its standard error over the shared seeds, the seeds, the verdict."""
     rows = [
         {
             "table": c["table"],
             "column": c["column"],
             "claim": c["claim"],
             "paper gain": _num(c["paper_gain"], "{:+.2f}"),
-            "our gain": _num(c["ours_gain"], "{:+.2f}")
-            + (f" ± {c['ours_std']:.2f}" if not math.isnan(c["ours_std"]) else ""),
+            "our gain ± s.e.": _num(c["ours_gain"], "{:+.2f}")
+            + (f" ± {c['ours_se']:.2f}" if not math.isnan(c["ours_se"]) else ""),
             "seeds": ", ".join(map(str, c["seeds"])) or c["note"],
-            "reproduced": _yes(c["reproduced"], unknown),
+            "reproduced": _claim_verdict(c, unknown),
         }
         for _, c in claim.iterrows()
     ]
@@ -161,7 +183,8 @@ def render(card: pd.DataFrame, order: pd.DataFrame, target: Target, records: lis
         return f"{head}\n\nno run of these runs is a cell of {target.name}'s tables"
     records = load_evidence() if records is None else records
     unknown = bool(target.budget_unknown)
-    claim = claims(card, target.paper)
+    # the robust-FL papers' claims are stated in words, not gains of a published table (papers/robust_claims.py)
+    claim = robust_claims.judge(card) if target.paper == robust_claims.PAPER else claims(card, target.paper)
     text = [head, "", *headline(card, claim, target), ""]
     if not claim.empty:
         text += ["Claims:", "", claims_table(claim, unknown), ""]

@@ -8,6 +8,8 @@ fedlaw_gws      the same cells, the last --cols key across and the rest down (Fe
 fedlaw_corr     Pearson r of accumulated lambda with data size / heterogeneity per setting (FedLAW Table 11)
 fedsam          Train, Validation "mean (std across clients)", Round (rounds to target, "-" = never)
 rounds          rounds to reach ``eval.target`` (FedIMA Table II)
+pfllib          the best round of local_acc_wmean (the clients' models on their own test splits, correct over
+                samples), mean ± std over seeds (PFLlib's leaderboard)
 fedprox         the last round's training loss (metrics.csv train_loss) and test accuracy, mean ± std over seeds
                 (FedProx Figure 1 is a figure: fedrun-reproduce draws its curves beside the table)
 Cells of runs that did not complete show their status instead of a number; missing summary keys show "-".
@@ -279,6 +281,24 @@ def fedlaw(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame
 
 
 register_layout(Layout("fedlaw", fedlaw, "test accuracy (%), {last_k}; " + STD + " over seeds"))
+
+
+def pfllib(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:
+    """The best round of local_acc_wmean, mean ± std over seeds (PFLlib's leaderboard: "the best average
+    performance", the mean and std of three trials)."""
+    return _grid(runs, rows, cols, lambda g: {"": _bad(g) or mean_std(_values(g, "local_acc_wmean_best"))})
+
+
+register_layout(
+    Layout(
+        "pfllib",
+        pfllib,
+        "accuracy (%) of the clients' models on their own test splits (correct over samples), best round; "
+        + STD
+        + " over seeds",
+        metric="local_acc_wmean_best",
+    )
+)
 
 
 def fedlaw_gws(runs: pd.DataFrame, rows: list[str], cols: list[str]) -> pd.DataFrame:

@@ -9,8 +9,10 @@ a cell of ours (a defence's row, an attack's column) against a reference cell, o
 - ``drop``: our cell is at least ``points`` below the reference ("the attack substantially lowers the accuracy").
 
 The thresholds are fedrun's reading of "close" (5 points) and "substantially" (10 points; 5 for ALIE's smaller
-perturbation), fixed before any run, the same for every claim of a kind; a claim holds when our mean paired
-difference over the shared seeds meets it.
+perturbation), fixed before any run, the same for every claim of a kind. As for the papers' gains
+(:mod:`fedrun.papers.claims`), our margin over the threshold (the mean over the shared seeds of the per-seed margin)
+must be *resolved*, beyond twice its standard error: the claim then holds or fails by its sign, and is otherwise
+*not resolved*, with the seeds that would resolve it at the measured spread.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from fedrun.papers.claims import CLAIM_COLUMNS, is_resolved, seeds_to_resolve, standard_error, unresolved_text
 
 PAPER = "Robust"  # fedrun/papers/cells/robust.csv's paper
 CLOSE, SUBSTANTIAL = 5.0, 10.0  # points: fedrun's reading of the papers' words
@@ -76,7 +80,6 @@ CLAIMS = (
     _c(ALIE, "Trimmed mean", "alie", ("Trimmed mean", "none"), "drop", CLOSE),
     _c(SUN, "Norm bounding", "backdoor", ("FedAvg", "backdoor"), "drop", SUBSTANTIAL, table=ASR),
 )
-COLUMNS = ["table", "column", "claim", "paper_gain", "ours_gain", "ours_std", "seeds", "reproduced", "note"]
 
 
 def _values(card: pd.DataFrame, table: str, row: str, column: str) -> dict[int, float]:
@@ -85,11 +88,12 @@ def _values(card: pd.DataFrame, table: str, row: str, column: str) -> dict[int, 
 
 
 def judge(card: pd.DataFrame, claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
-    """One line per claim both of whose cells we ran: our mean paired difference (cell - reference, points), its
-    sample std, the seeds both ran, and whether it holds."""
+    """One line per claim both of whose cells we ran (:data:`~fedrun.papers.claims.CLAIM_COLUMNS`): our mean paired
+    difference (cell - reference, points) as the gain, its spread and standard error over the shared seeds, whether
+    its margin over the claim's threshold is resolved, and whether the claim holds (None: not resolved)."""
     out: list[dict[str, Any]] = []
     if card.empty:
-        return pd.DataFrame(out, columns=COLUMNS)
+        return pd.DataFrame(out, columns=CLAIM_COLUMNS)
     for c in claims:
         mine, ref = _values(card, c.table, c.row, c.column), _values(card, c.table, c.ref_row, c.ref_column)
         if not mine or not ref:
@@ -97,18 +101,25 @@ def judge(card: pd.DataFrame, claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFram
         seeds = sorted(set(mine) & set(ref))
         d = np.array([mine[s] - ref[s] for s in seeds])
         gain = float(d.mean()) if seeds else float("nan")
-        holds = (gain >= -c.points) if c.kind == "within" else (gain <= -c.points)
+        std = float(d.std(ddof=1)) if len(d) > 1 else float("nan")
+        margin = gain + c.points if c.kind == "within" else -(gain + c.points)  # >= 0: the claim holds
+        resolved = bool(seeds) and is_resolved(margin, std, len(seeds))
+        needed = None if resolved or not seeds else seeds_to_resolve(margin, std)
+        note = "" if resolved else unresolved_text(len(seeds), needed, std) if seeds else "no seed run by both cells"
         out.append(
             {
                 "table": c.table,
                 "column": c.column,
                 "claim": c.words(),
-                "paper_gain": float("nan"),  # the papers' values are not shipped: the claim is the bound
+                "paper_gain": float("nan"),  # the papers' values are not shipped: the claim is its bound
                 "ours_gain": gain,
-                "ours_std": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
+                "ours_std": std,
+                "ours_se": standard_error(std, len(seeds)),
                 "seeds": seeds,
-                "reproduced": bool(holds) if seeds else None,
-                "note": "" if seeds else "no seed run by both cells",
+                "resolved": resolved,
+                "seeds_needed": needed,
+                "reproduced": bool(margin >= 0) if resolved else None,
+                "note": note,
             }
         )
-    return pd.DataFrame(out, columns=COLUMNS)
+    return pd.DataFrame(out, columns=CLAIM_COLUMNS)

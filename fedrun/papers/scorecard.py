@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrun.papers.targets import Method, Target
+from fedrun.papers.targets import BY_NAME, Method, Target
 from fedrun.report.provenance import STANDIN
 from fedrun.storage.status import Status
 
@@ -39,9 +39,10 @@ LOWER_IS_BETTER = {"round_to_target", "asr_last_k", "asr_final"}
 PERCENT = {"round_to_target": 1.0}  # metrics not in [0, 1] (others are scaled by 100)
 # pFedMe (Table 1, Synthetic rows): the cells' published values are empty: the table is an image in the paper and
 # in CharlieDinh/pFedMe's README, and no text of it could be read here (docs/personalised.md); the runs are recorded
+# PFLlib: its benchmark page's leaderboard (TsingZ0/PFLlib docs/benchmark.html), the Fashion-MNIST columns
 # Robust (issue 52, target robust-fmnist): no table of the papers' values could be read as text either; the papers'
 # stated claims are judged instead (fedrun/papers/robust_claims.py)
-PAPERS = ("FedIMA", "FedGAM", "FedCos", "FedLAW", "FedSAM", "pFedMe", "Robust")
+PAPERS = ("FedIMA", "FedGAM", "FedCos", "FedLAW", "FedSAM", "pFedMe", "PFLlib", "Robust")
 CELL_COLUMNS = ["paper", "table", "row", "column", "value", "spread", "metric", "preset", "setting"]
 
 
@@ -56,6 +57,22 @@ def load_cells(paper: str | None = None) -> pd.DataFrame:
     cells["value"] = pd.to_numeric(cells["value"], errors="coerce")
     cells["spread"] = pd.to_numeric(cells["spread"], errors="coerce")
     return cells
+
+
+def no_cells(target: Target) -> str | None:
+    """Why ``target`` has no scorecard (its paper ships no published cells in ``fedrun/papers/cells/``), or None."""
+    if target.paper in PAPERS:
+        return None
+    return f"scorecard: none; fedrun ships no published cells of {target.paper} ({target.note})"
+
+
+def no_scorecard(name: str) -> str | None:
+    """Why ``fedrun-report scorecard NAME`` prints no card (an unknown target, or one without published cells),
+    in one line; None when it has one."""
+    target = BY_NAME.get(name)
+    if target is None:
+        return f"--paper: unknown target '{name}'; valid: {', '.join(BY_NAME)}"
+    return no_cells(target)
 
 
 def setting_pairs(setting: str) -> list[tuple[str, str]]:

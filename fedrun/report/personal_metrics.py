@@ -21,7 +21,9 @@ PERSONAL_METRICS = {
 
 
 def personal_fields(run: Path) -> dict[str, float]:
-    """``summary.<column>_final`` of the last round with a local_acc_mean in ``run``'s metrics.csv; {} without."""
+    """``summary.<column>_final`` of the last round with a local_acc_mean in ``run``'s metrics.csv, and
+    ``summary.<column>_best``, the column's best evaluated round (PFLlib's and pFedMe's tables report the best
+    round of the clients' accuracy); {} without."""
     path = RunDir(run).metrics_file
     if not path.is_file():
         return {}
@@ -35,4 +37,9 @@ def personal_fields(run: Path) -> dict[str, float]:
     if rows.empty:
         return {}
     last = rows.iloc[-1]
-    return {f"summary.{c}_final": float(last[c]) for c in PERSONAL_METRICS.values() if c in rows}
+    out = {f"summary.{c}_final": float(last[c]) for c in PERSONAL_METRICS.values() if c in rows}
+    for c in PERSONAL_METRICS.values():
+        best = pd.to_numeric(rows[c], errors="coerce").max() if c in rows else float("nan")
+        if best == best:  # a column of no evaluated value (NaN) gives no field
+            out[f"summary.{c}_best"] = float(best)
+    return out

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
 from fedrun.cli.report import main as report_main
 from fedrun.papers.card import render
@@ -44,15 +45,22 @@ def test_the_headline_counts_cells_run_of_cells_published_and_claims_reproduced(
     made = law("FedAvg", {8: 85.23, 9: 85.48, 10: 86.76}) + law("FedLAW", {8: 85.56, 9: 85.32, 10: 86.14})
     text = text_of(pd.DataFrame(made))
     assert f"cells run: 2 of {published} published (Table 3: 2 of {published}); within 1.5 points" in text
-    assert "claims reproduced: 0 of 1 (the proposed method's gain over a baseline" in text
+    assert "claims reproduced: 0 of 0 resolved (the proposed method's gain over a baseline" in text
+    assert "; 1 not resolved (within 2 standard errors of zero)" in text
+    assert "| our gain ± s.e." in text
     claim = next(ln for ln in text.splitlines() if "FedLAW over FedAvg" in ln)
     assert [x.strip() for x in claim.split("|")[3:8]] == [
         "FedLAW over FedAvg",
         "+1.19",
-        "-0.15 ± 0.48",
+        "-0.15 ± 0.27",  # the standard error (seed std 0.48 / sqrt(3)), not the seed std
         "8, 9, 10",
-        "no",
+        "not resolved (3 seeds; 41 would resolve it at this spread)",
     ]
+    resolved = law("FedAvg", {8: 85.0, 9: 85.2, 10: 85.1}) + law("FedLAW", {8: 86.0, 9: 86.3, 10: 86.4})
+    text = text_of(pd.DataFrame(resolved))
+    assert "claims reproduced: 1 of 1 resolved" in text and "not resolved" not in text
+    line = next(ln for ln in text.splitlines() if "FedLAW over FedAvg" in ln)
+    assert line.split("|")[5].strip() == "+1.13 ± 0.09" and line.split("|")[7].strip() == "yes"
 
 
 def test_fedcos_table2_prints_9_of_its_36_cells_and_names_each_cells_record() -> None:
@@ -87,6 +95,17 @@ def test_a_target_whose_published_values_are_not_shipped_says_so_and_judges_noth
     assert "of 0 published" not in text and "claims reproduced" not in text
     cell = next(ln for ln in text.splitlines() if ln.startswith("| 1 ") and "Per-FedAvg" in ln)
     assert [x.strip() for x in cell.split("|")[5:8]] == ["-", "-", "-"]  # paper, difference, within
+
+
+@pytest.mark.parametrize("name", ["fedprox-stragglers", "dp-fedavg-fmnist"])
+def test_a_target_without_published_cells_is_one_line_and_exit_2(name: str, tmp_path: Path, capsys: Any) -> None:
+    # issue 50 point 3: FileNotFoundError on fedrun/papers/cells/fedprox.csv; fedrun-reproduce already said so
+    paper = BY_NAME[name].paper
+    for args in (["scorecard", name], ["scorecard", name, str(tmp_path)]):
+        assert report_main(args) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith(f"fedrun-report: error: scorecard: none; fedrun ships no published cells of {paper}")
 
 
 def test_runs_that_are_no_cell_of_the_target_are_one_line_and_exit_2(tmp_path: Path, capsys: Any) -> None:

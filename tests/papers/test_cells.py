@@ -8,8 +8,10 @@ repository (``FEDRUN_SEEDS``, default /work/shared/seeds).
 from __future__ import annotations
 
 import csv
+import html
 import os
 import re
+import subprocess
 from importlib import resources
 from pathlib import Path
 
@@ -22,7 +24,26 @@ SEEDS = Path(os.environ.get("FEDRUN_SEEDS", "/work/shared/seeds"))
 needs_texts = pytest.mark.skipif(not (SEEDS / "fedlaw.txt").is_file(), reason=f"papers' texts not in {SEEDS}")
 
 
+# PFLlib's "paper" is its benchmark page (TsingZ0/PFLlib docs/benchmark.html), read from a fetched copy of its repo
+PFLLIB_GIT = Path(os.environ.get("FEDRUN_PFLLIB_GIT", "/work/.mirror/TsingZ0+PFLlib/repo"))
+
+
+def pfllib_page() -> str | None:
+    """The benchmark page's text (tags dropped, one cell per line), or None without the repository."""
+    if not PFLLIB_GIT.is_dir():
+        return None
+    r = subprocess.run(
+        ["git", "--git-dir", str(PFLLIB_GIT), "show", "HEAD:docs/benchmark.html"], capture_output=True, text=True
+    )
+    if r.returncode:
+        return None
+    body = re.sub(r"<(script|style).*?</\1>", "", r.stdout, flags=re.S)
+    return "\n".join(x.strip() for x in html.unescape(re.sub(r"<[^>]+>", "\n", body)).splitlines() if x.strip())
+
+
 def text(paper: str) -> list[str]:
+    if paper == "PFLlib":
+        return (pfllib_page() or "").splitlines()
     return (SEEDS / f"{paper.lower()}.txt").read_text().splitlines()
 
 
@@ -40,9 +61,8 @@ def test_every_paper_ships_cells_with_a_target_for_each_preset() -> None:
     assert set(cells["preset"]) - {""} <= presets
     assert not cells.duplicated(["paper", "table", "row", "column"]).any()
     per_paper = cells.groupby("paper").size().to_dict()
-    assert per_paper == {
-        "FedCos": 124, "FedGAM": 261, "FedIMA": 192, "FedLAW": 331, "FedSAM": 252, "pFedMe": 8, "Robust": 88
-    }  # fmt: skip
+    want = {"FedCos": 124, "FedGAM": 261, "FedIMA": 192, "FedLAW": 331, "FedSAM": 252, "pFedMe": 8, "PFLlib": 20}
+    assert per_paper == {**want, "Robust": 88}
     # pFedMe's Table 1 is an image (no text of it here): its cells say where our runs are, with no published value;
     # the robust-FL papers' Fashion-MNIST values were not found as text either (docs/robustness.md): their claims are
     assert cells.loc[cells["paper"].isin(["pFedMe", "Robust"]), "value"].isna().all()
@@ -51,7 +71,9 @@ def test_every_paper_ships_cells_with_a_target_for_each_preset() -> None:
 @needs_texts
 @pytest.mark.parametrize("paper", PAPERS)
 def test_every_shipped_value_occurs_in_its_papers_text(paper: str) -> None:
-    if not (SEEDS / f"{paper.lower()}.txt").is_file():
+    if paper == "PFLlib" and pfllib_page() is None:
+        pytest.skip(f"PFLlib's repository not in {PFLLIB_GIT}")
+    if paper != "PFLlib" and not (SEEDS / f"{paper.lower()}.txt").is_file():
         assert load_cells(paper)["value"].isna().all()  # no text, no published value shipped (pFedMe)
         return
     body = "\n".join(text(paper))
@@ -62,6 +84,30 @@ def test_every_shipped_value_occurs_in_its_papers_text(paper: str) -> None:
         if not cell["column"].startswith("σ("):  # FedGAM's sigma "1.6 × 10 3" is shipped as 0.0016
             assert cell["value"] in body, cell
         assert cell["spread"] in body, cell
+
+
+def test_pfllib_fmnist_columns_equal_the_benchmark_page() -> None:
+    """The page's first table: per method a row of eight "mean ± std" cells, FMNIST the first of the pathological
+    three and the first of the practical five; the ten rows fedrun has, in the page's order."""
+    page = pfllib_page()
+    if page is None:
+        pytest.skip(f"PFLlib's repository not in {PFLLIB_GIT}")
+    lines = page.splitlines()
+    start = lines.index("Leaderboard")
+    want = {}
+    for i in range(start, len(lines) - 8):
+        cells = lines[i + 1 : i + 9]
+        if all(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", c) for c in cells) and lines[i] not in want:
+            want[lines[i]] = [tuple(float(x) for x in cells[k].split(" ± ")) for k in (0, 3)]
+    cells = load_cells("PFLlib")
+    rows = list(dict.fromkeys(cells["row"]))
+    assert rows == [r for r in want if r in rows] and len(rows) == 10
+    for k, column in enumerate(("FMNIST pathological", "FMNIST practical Dir(0.1)")):
+        mine = cells[cells["column"] == column]
+        assert [(r, v, sd) for r, v, sd in zip(mine["row"], mine["value"], mine["spread"], strict=True)] == [
+            (r, *want[r][k]) for r in rows
+        ]
+    assert (cells["unknown"].str.startswith("the lr")).all()  # the page states no lr: every cell says so
 
 
 @needs_texts

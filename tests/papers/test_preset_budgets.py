@@ -51,6 +51,17 @@ def steps_rounds(rounds: int, clients: int, batch: int, steps: int, participatio
     }
 
 
+def steps_as_epochs(
+    rounds: int, clients: int, batch: int, steps: int, participation: float, train: int
+) -> dict[str, Any]:
+    """:func:`steps_rounds` where S steps are whole passes of FedCos's per-client DataLoader (no drop_last, its
+    iterator kept across rounds: models/Update.py get_next_batch): n = train // clients images give ceil(n / B)
+    batches a pass, so S = E x ceil(n / B) steps are E epochs, the last batch of each short (fl.local_epochs)."""
+    batches = -(-(train // clients) // batch)
+    assert steps % batches == 0, "not whole passes: fl.local_steps"
+    return epochs_rounds(rounds, clients, participation, steps // batches, batch)
+
+
 def epochs_rounds(rounds: int, clients: int, participation: float, epochs: int, batch: int) -> dict[str, Any]:
     """Papers that state rounds and local epochs directly (FedIMA Table VII, FedGAM sec. 5.1, FedSAM's FL-Simulator
     defaults): a client's round is ``epochs`` passes over its data in batches of ``batch``."""
@@ -116,8 +127,8 @@ BUDGETS: tuple[Budget, ...] = (
     Budget(
         "fedcos_table4_fmnist_mlp",
         COS_DEVICE,
-        dict(rounds=250, clients=100, batch=64, steps=100, participation=0.1),
-        steps_rounds,
+        dict(rounds=250, clients=100, batch=64, steps=100, participation=0.1, train=60000),
+        steps_as_epochs,  # 600 images a client, 10 batches a pass: 100 steps are 10 epochs (issue 50 point 5)
         COLS,
     ),
     Budget(
@@ -165,6 +176,15 @@ BUDGETS: tuple[Budget, ...] = (
         IMA,
         dict(rounds=400, clients=100, participation=0.1, epochs=5, batch=50),
         epochs_rounds,
+    ),
+    *(
+        Budget(
+            f"pfllib_fmnist_{s}",
+            "PFLlib docs/benchmark.html (20 clients, rho = 1, batch 10, 1 local epoch, 2000 iterations)",
+            dict(rounds=2000, clients=20, participation=1.0, epochs=1, batch=10),
+            epochs_rounds,
+        )
+        for s in ("pat", "dir")
     ),
     *(
         Budget(

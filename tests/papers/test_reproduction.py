@@ -33,6 +33,22 @@ def test_the_status_counts_follow_the_records() -> None:
     assert f"{measured2} paper cells" in reproduction.status_line([*records, far])
 
 
+def test_the_status_counts_the_claims_as_the_scorecard_judges_them() -> None:
+    # FedLAW Table 3's alpha=0.1 column: FedLAW over FedAvg is -0.15 ± 0.27 on seeds 8-10 (not resolved), over
+    # FedProx +0.90 ± 0.16 (resolved, reproduced); one seed never resolves (FedCos Table II's seed-0 rows)
+    records = load_evidence()
+    yes, no, unresolved = reproduction.claim_counts(records)
+    assert (
+        yes >= 1
+        and unresolved >= 1
+        and f"{yes} reproduced, {no} not, {unresolved} not resolved" in (reproduction.status_line(records))
+    )
+    one_seed = [r for r in records if r["target"] == "fedcos-table2"]
+    assert one_seed and reproduction.claim_counts(one_seed)[:2] == (0, 0)
+    assert reproduction.claim_counts(one_seed)[2] > 0
+    assert reproduction.claim_counts([]) == (0, 0, 0)
+
+
 def test_the_page_lists_every_recorded_cell_with_its_command_commit_seeds_and_wall_time() -> None:
     records = load_evidence()
     page = reproduction.reproduction_page(records)

@@ -125,3 +125,17 @@ def test_curves_of_a_personalised_metric_are_percent_with_words(
     drawn = pd.read_csv(tmp_path / "k.csv")
     fedper = drawn[(drawn["group"] == "algorithm=fedper") & (drawn["round"] == 2)]["mean"].item()
     assert fedper == pytest.approx(100 * np.mean([np.mean(ACCS[("fedper", s)]) for s in (0, 1)]))
+
+
+def test_the_runs_fields_hold_each_columns_last_and_best_round(tmp_path: Path) -> None:
+    # PFLlib's and pFedMe's tables report the best round of the clients' accuracy: summary.<column>_best
+    from fedrun.report.personal_metrics import personal_fields
+
+    d = personal_run(tmp_path, "fedper", 0)
+    rows = pd.read_csv(d / "metrics.csv")
+    rows["local_acc_mean"] = [0.7, 0.6]  # the best round is the first
+    rows["local_acc_worst10"] = [float("nan"), float("nan")]  # never evaluated: no field
+    rows.to_csv(d / "metrics.csv", index=False)
+    fields = personal_fields(d)
+    assert fields["summary.local_acc_mean_best"] == 0.7 and fields["summary.local_acc_mean_final"] == 0.6
+    assert "summary.local_acc_worst10_best" not in fields
