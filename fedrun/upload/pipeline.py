@@ -155,13 +155,15 @@ SUM_CHUNK = 16384  # columns per float64 product of weighted_sum: a float64 copy
 
 
 def weighted_sum(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """sum_i p_i rows_i [d] in ``rows``' dtype, accumulated in float64 (``weights`` [m] float64): one product per
-    chunk of columns, so no float64 copy of the whole [m, d] matrix is made (about 10x faster than a float64
-    elementwise product and sum on a 100 x 200k cohort on the CPU)."""
-    w = weights.to(rows.device, torch.float64)
+    """sum_i p_i rows_i [d] in ``rows``' dtype, accumulated in float64 (``weights`` [m] float64) by chunks of
+    columns, so no float64 copy of the whole [m, d] matrix is made: 4x faster than one float64 product and sum of
+    the whole on a 100 x 200k cohort (CPU, one thread), and bit for bit its numbers. Not a matrix product, which is
+    faster still but rounds otherwise (at uniform weights 1/m, tested): DP-FedAvg's release, which adds its noise to
+    this sum, would then differ from earlier runs in the last bit."""
+    w = weights.to(rows.device, torch.float64).unsqueeze(1)
     out = torch.empty(rows.shape[1], dtype=rows.dtype, device=rows.device)
-    for at in range(0, rows.shape[1], SUM_CHUNK):  # chunks of columns, each one float64 product
-        out[at : at + SUM_CHUNK] = (w @ rows[:, at : at + SUM_CHUNK].double()).to(rows.dtype)
+    for at in range(0, rows.shape[1], SUM_CHUNK):  # chunks of columns, each a float64 product summed down the rows
+        out[at : at + SUM_CHUNK] = (w * rows[:, at : at + SUM_CHUNK].double()).sum(0).to(rows.dtype)
     return out
 
 
