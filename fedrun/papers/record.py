@@ -102,7 +102,7 @@ def evidence_files(rd: RunDir) -> tuple[dict[str, Any], Summary]:
     return cfg, summary
 
 
-def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str, Any]:
+def read_run(rd: RunDir, target: Target, columns: list[str] | None, table: str | None = None) -> dict[str, Any]:
     """One run's facts: preset, row, seed, command, commit, wall time and its cells ({column: (metric,
     setting, value in points)}). :class:`ConfigError` naming the run and field when it cannot be evidence."""
     cfg, summary = evidence_files(rd)
@@ -121,6 +121,11 @@ def read_run(rd: RunDir, target: Target, columns: list[str] | None) -> dict[str,
     mine = mine[[_matches(cfg, st) for st in mine["setting"]]]
     if columns:
         mine = mine[mine["column"].isin(columns)]
+    if table is not None:  # one run can fill cells of two tables (a backdoor's accuracy and its ASR)
+        mine = mine[mine["table"].astype(str) == table]
+    spanned = sorted(set(mine["table"].astype(str)))
+    if len(spanned) > 1:  # its cells would share a column's name
+        raise ConfigError("--table", f"the cells span tables {', '.join(spanned)}; valid: one table per record")
     if mine.empty:
         have = cells[cells["preset"] == preset]
         raise _fail(
@@ -233,6 +238,7 @@ def build_record(
     commit: str | None = None,
     note: str | None = None,
     setup: dict[str, str] | None = None,
+    table: str | None = None,
 ) -> dict[str, Any]:
     """The evidence record of ``run_dirs`` (one preset, one table; ``note``: what the runs do not say; ``setup``:
     facts on how they differ from the preset now, beyond the drifted settings found); :class:`ConfigError` on a
@@ -245,7 +251,7 @@ def build_record(
     for d in run_dirs:
         if not d.is_dir():
             raise ConfigError("RUN_DIR", f"{d}: no such directory")
-    runs = [read_run(RunDir(d), target, columns) for d in run_dirs]
+    runs = [read_run(RunDir(d), target, columns, table) for d in run_dirs]
     for field in ("preset", "data"):
         if len({r[field] for r in runs}) > 1:
             raise ConfigError(
@@ -253,7 +259,7 @@ def build_record(
             )
     tables = {t for r in runs for t, *_ in r["cells"].values()}
     if len(tables) > 1:
-        raise ConfigError("--column", f"the cells span tables {', '.join(sorted(tables))}; valid: one table per record")
+        raise ConfigError("--table", f"the cells span tables {', '.join(sorted(tables))}; valid: one table per record")
     commit, commit_note = _commit(runs, commit)
     cells, wall = _cells(runs)
     differs = _setup(runs, setup or {})
@@ -288,6 +294,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--load", required=True, help="the machine's load while the runs ran (cores, threads, load average)"
     )
     ap.add_argument("--column", action="append", help="only this column of the table (repeatable)")
+    ap.add_argument("--table", help="only this table's cells (the runs fill cells of more than one)")
     ap.add_argument("--commit", help="the code's commit, for runs that did not record it")
     ap.add_argument("--note", help="what the runs do not say (e.g. a setting changed since they ran)")
     ap.add_argument(
@@ -313,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         facts = dict(_fact(f) for f in args.setup or [])
-        record = build_record(args.dirs, args.id, args.target, args.load, args.column, args.commit, args.note, facts)
+        record = build_record(
+            args.dirs, args.id, args.target, args.load, args.column, args.commit, args.note, facts, args.table
+        )
     except ConfigError as e:
         print(f"fedrun.papers.record: {e}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedrun.core.errors import ConfigError
 from fedrun.papers.record import build_record, main
 from fedrun.papers.scorecard import evidence_runs, scorecard
 from fedrun.papers.targets import BY_NAME
@@ -136,3 +137,19 @@ def test_runs_of_one_row_and_seed_in_two_settings_keep_both_wall_times(tmp_path:
     walls = rec["wall_time_s"]
     assert sorted(w["0"] for w in walls.values()) == [100, 200]
     assert all(k.startswith("FedAvg (") and "fl.participation=0." in k for k in walls)
+
+
+def test_runs_that_fill_two_tables_are_recorded_one_table_at_a_time(tmp_path: Path) -> None:
+    """A backdoor run fills a cell of the robust target's accuracy table (1) and of its ASR table (2): a record
+    holds one table, chosen with ``--table``."""
+    d = fake_run(tmp_path, "bd", "FedAvg", "fedavg", rounds=30, evaluated=30, test_acc_last_k=0.789, asr_last_k=0.7246)
+    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    cfg["tags"]["preset"] = "robust_fmnist"
+    cfg["attack"] = {"name": "backdoor"}
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["experiment=robust_fmnist", "attack=backdoor"]))
+    with pytest.raises(ConfigError, match=r"--table: the cells span tables 1, 2; valid: one table per record"):
+        build_record([d], "r", "robust-fmnist", "test")
+    for table, value in (("1", 78.9), ("2", 72.46)):
+        record = build_record([d], "r", "robust-fmnist", "test", table=table)
+        assert record["table"] == table and [c["values"] for c in record["cells"]] == [{"0": value}]
