@@ -54,6 +54,9 @@ class FedSAMParams(AlgoParams):
 class FedSAM(FedAvg):
     """Local step w <- w - eta grad f(w + rho g/||g||), g = grad f(w) on the same batch; server FedAvg."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("rho",)
+
     hp: FedSAMParams
 
     def perturbation(self, params: Tensors, grads: Tensors) -> Tensors:
@@ -79,6 +82,8 @@ class FedASAMParams(AlgoParams):
 @ALGORITHMS.register("fedasam", FedASAMParams)
 class FedASAM(FedSAM):
     """FedSAM with ASAM's scale-invariant perturbation eps = rho T^2 g / ||T g|| (Kwon et al. 2021, eq. 7)."""
+
+    stacks = True  # (tests/engines/test_stacked.py)
 
     hp: FedASAMParams
 
@@ -109,6 +114,8 @@ class MoFedSAM(GlobalMomentum, FedSAM):
 
     Delta^t, last round's per-step global pseudo-gradient, is downloaded with w^t (an extra vector).
     """
+
+    stacks = True  # (tests/engines/test_stacked.py)
 
     hp: MoFedSAMParams
 

@@ -58,13 +58,24 @@ class StackPlan:
         return next((g for g in self.groups if num in g), None)
 
 
-def job_blocker(spec: RunSpec) -> str | None:
-    """Why this job cannot train stacked with any other, in a few words naming the setting; None: it can."""
+def chosen_alone(spec: RunSpec) -> str | None:
+    """The hardware settings by which a job is run as it always was, alone, without a word: ``hardware.stack=off``,
+    another engine named (``hardware.engine=sequential``: a stack trains on the vectorised one), a compiled step."""
     hw = spec.hardware
+    if hw.stack == "off":
+        return "hardware.stack=off"
     if hw.engine not in STACK_ENGINES:
         return f"hardware.engine={hw.engine}: a stack trains on the vectorised engine"
     if getattr(hw, "compile", False):
         return "hardware.compile=true: the stacked step is not compiled"
+    return None
+
+
+def job_blocker(spec: RunSpec) -> str | None:
+    """Why this job cannot train stacked with any other, in a few words naming the setting; None: it can."""
+    chosen = chosen_alone(spec)
+    if chosen is not None:
+        return chosen
     algo = spec.algorithm.obj
     if not algo.declares("stacks"):
         return f"algorithm={spec.algorithm.name}: its client step has not been checked to stack"
@@ -108,11 +119,11 @@ def plan_stacks(jobs: Sequence[Candidate], fit: Callable[[RunSpec], int | None] 
     """The stacks of a sweep's ``jobs``: the jobs that may stack, grouped by :func:`stack_key` in job order and cut
     into groups of at most the width (the smallest ``hardware.stack`` of the group, and ``fit(spec)``: how many such
     jobs the memory holds at once, None: no bound); and, for each key shared by jobs that may not, why not (the
-    first job's blocker). Jobs with ``hardware.stack=off``, that do not validate or whose folder keeps them alone are
-    left out without a word."""
+    first job's blocker). Jobs that chose to run alone (:func:`chosen_alone`), that do not validate or whose folder
+    keeps them alone are left out without a word."""
     keyed: dict[str, list[Candidate]] = {}
     for job in jobs:
-        if job.spec is None or job.alone is not None or job.spec.hardware.stack == "off":
+        if job.spec is None or job.alone is not None or chosen_alone(job.spec) is not None:
             continue
         keyed.setdefault(stack_key(job.spec), []).append(job)
     plan = StackPlan()
@@ -186,3 +197,22 @@ def _free_memory(device: str) -> int | None:
 def record(names: Sequence[str], index: int) -> dict[str, Any]:
     """summary.json's ``stack`` of the job ``names[index]`` of a stack of the jobs ``names`` (their folders)."""
     return {"jobs": len(names), "index": index, "with": [n for i, n in enumerate(names) if i != index]}
+
+
+def run_stacked(jobs: Sequence[Callable[[], Any]], names: Sequence[str]) -> list[Any]:
+    """Run ``jobs`` (each a whole run's attempt, whose runs build their engines in its thread) as one stack: in turns
+    (fedrun/host/turns.py), their cohorts trained together (fedrun/engines/stacked.py); ``names``: their folders,
+    for each run's ``stack`` record. How each ended (:class:`~fedrun.host.turns.Ended`), in order."""
+    from fedrun.engines.stacked import in_stack, serve
+    from fedrun.host.turns import Turns
+
+    turns = Turns(serve)
+
+    def in_turn(job: Callable[[], Any], i: int) -> Callable[[], Any]:
+        def go() -> Any:
+            with in_stack(turns, record(names, i)):
+                return job()
+
+        return go
+
+    return turns.run([in_turn(job, i) for i, job in enumerate(jobs)])

@@ -14,7 +14,7 @@ from fedrun.capabilities.base import Capability
 from fedrun.config.registry import CAPABILITIES
 from fedrun.config.schema import RunSpec
 from fedrun.config.validate import validate
-from fedrun.run.stacking import Candidate, job_blocker, memory_fit, plan_stacks, record, stack_key
+from fedrun.run.stacking import Candidate, chosen_alone, job_blocker, memory_fit, plan_stacks, record, stack_key
 from tests.conftest import compose_cfg
 
 BASE = ["experiment=smoke", "hardware.threads=1"]
@@ -91,18 +91,20 @@ def test_finished_unvalidated_and_off_jobs_are_left_out_without_a_word() -> None
 
 
 def test_a_job_that_cannot_stack_says_why_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    seq = plan(("seed=0", "hardware.engine=sequential"), ("seed=1", "hardware.engine=sequential"))
-    engine = "hardware.engine=sequential: a stack trains on the vectorised engine"
-    assert seq.groups == [] and seq.why_not == [([0, 1], engine)]
     drop = plan(("seed=0", "model.dropout=0.5"), ("seed=1", "model.dropout=0.5"))
     assert drop.why_not[0][0] == [0, 1] and "model=mlp draws dropout masks (module '3')" in drop.why_not[0][1]
-    comp = plan(("seed=0", "hardware.compile=true"), ("seed=1", "hardware.compile=true"))
-    assert comp.why_not[0][1].startswith("hardware.compile=true")
     monkeypatch.setattr(FedAvg, "stacks", False)
     method = plan(("seed=0",), ("seed=1",))
     assert method.why_not == [([0, 1], "algorithm=fedavg: its client step has not been checked to stack")]
     alone = plan(("seed=0",))
     assert alone.why_not == []  # nothing to stack with: nothing to say
+
+
+@pytest.mark.parametrize("setting", ["hardware.engine=sequential", "hardware.compile=true", "hardware.stack=off"])
+def test_a_job_whose_hardware_settings_chose_to_run_alone_does_so_without_a_word(setting: str) -> None:
+    p = plan(("seed=0", setting), ("seed=1", setting), ("seed=2",))
+    assert p.groups == [] and p.why_not == []
+    assert job_blocker(spec("seed=0", setting)) == chosen_alone(spec("seed=0", setting)) is not None
 
 
 def test_a_capability_refuses_by_default_and_the_line_names_its_section(monkeypatch: pytest.MonkeyPatch) -> None:
