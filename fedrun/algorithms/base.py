@@ -94,8 +94,9 @@ def sgd_step(
     if momentum and buf is not None:
         buf = {k: momentum * buf[k] + g for k, g in grads.items()}
         grads = buf
-    if isinstance(lr, torch.Tensor):  # a compiled step takes lr as a tensor
-        return {k: params[k] - lr * grads[k] for k in params}, buf
+    if isinstance(lr, torch.Tensor):  # a compiled step, or a stack of jobs with their own lr, takes lr as a tensor:
+        # w + g (-lr) in one fused multiply-add, the same rounding as the number's torch.add(w, g, alpha=-lr) below
+        return {k: torch.addcmul(params[k], grads[k], -lr) for k in params}, buf
     # one fused kernel and no lr * g temporary (torch.optim.SGD's own form)
     return {k: torch.add(params[k], grads[k], alpha=-lr) for k in params}, buf
 

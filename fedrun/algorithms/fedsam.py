@@ -22,7 +22,7 @@ EPS = 1e-12
 
 def sam_epsilon(grads: Tensors, rho: float) -> Tensors:
     """SAM's perturbation eps = rho g / ||g||_2, the norm over all parameters (FedSAM paper eq. 4)."""
-    scale = rho / (norm(grads) + EPS)
+    scale = (norm(grads) + EPS).reciprocal() * rho  # (what rho / (...) computes: the same rounding for a tensor rho)
     return tree_map(lambda g: g * scale, grads)
 
 
@@ -30,7 +30,7 @@ def asam_epsilon(params: Tensors, grads: Tensors, rho: float, eta: float) -> Ten
     """ASAM's eps = rho T^2 g / ||T g||, T = |w| + eta on '*weight*' tensors, 1 elsewhere (CAL minimizers.py)."""
     t = {k: (w.abs() + eta) if "weight" in k else torch.ones_like(w) for k, w in params.items()}
     tg = {k: t[k] * g for k, g in grads.items()}
-    scale = rho / (norm(tg) + EPS)
+    scale = (norm(tg) + EPS).reciprocal() * rho  # (as in sam_epsilon)
     return {k: t[k] * tg[k] * scale for k in grads}
 
 

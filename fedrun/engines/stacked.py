@@ -11,10 +11,11 @@ gathered from its own job's data; one ``vmap`` of the method's client step per l
 object (the lead), whose ``hp`` fields named in ``stack_scalars`` each row sees as its own job's. Each job gets back
 what the vectorised engine returns: its uploads and states in its cohort order, its steps, samples and loss.
 
-What differs from the job run alone on the vectorised engine is float rounding only: batched kernels over wider
-batches, a per-row lr or scalar as a tensor where a lone job's is a Python number (``p - lr g`` for the fused
-``p + (-lr) g``), and per-sample weights at the steps where another job's row has a short batch (docs/sweeps.md gives
-the measured tolerance).
+Each job gets, bit for bit on a CPU, what it gets alone on the vectorised engine (tests/engines/test_stacked.py): a
+per-row lr or scalar is a tensor where a lone job's is a Python number, so the step's arithmetic is written to round
+as the number's does (``sgd_step``'s fused ``w + g (-lr)``, SAM's ``rho`` times a reciprocal), and a short batch's
+weighted mean over full rows equals the plain mean. What may still differ is float rounding in batched kernels over
+a wider batch, where a backend picks its algorithm by shape (a GPU's matmul; docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -304,9 +305,12 @@ def _batch(requests: list[Request], idx: torch.Tensor, rows: Rows, t: int, k: in
         data, extras_of = r.engine.data, r.engine.algorithm.batch_extras
         parts.append(data.train_batch(idx.index_select(0, sel), r.rnd, ids.index_select(0, sel), t, extras_of))
         order.append(sel)
+    joined = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+    if live == sorted(live):  # each job's rows together, in job order (equal plans): already in row order
+        return joined
     inverse = torch.empty(k, dtype=torch.long, device=idx.device)
     inverse[torch.cat(order)] = torch.arange(k, device=idx.device)
-    return {key: torch.cat([p[key] for p in parts]).index_select(0, inverse) for key in parts[0]}
+    return {key: t.index_select(0, inverse) for key, t in joined.items()}
 
 
 def _train_rows(requests: list[Request], rows: Rows) -> tuple[Tree, Tree, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,8 +1,7 @@
 """A stack of jobs trained as one vectorised cohort (fedrun/engines/stacked.py) gives each job what it gives alone on
-the vectorised engine: bit for bit where the jobs differ in their seeds (or partitions, evaluation, capability
-settings), to float32 rounding where their lr or a method scalar differs; for every method that declares it stacks,
-with the capabilities that say they stack, with jobs at different rounds, a diverging job, and each job's folder
-written as its solo run writes it."""
+the vectorised engine, bit for bit on this CPU: jobs that differ in their seeds, their lr or a method's declared
+scalars; for every method that declares it stacks, with the capabilities that say they stack, with jobs at different
+rounds, a diverging job, and each job's folder written as its solo run writes it."""
 
 from __future__ import annotations
 
@@ -38,9 +37,6 @@ SMALL = (
     "output.quiet=true",
     "output.plots=false",
 )
-# float32 rounding of a per-row lr or scalar (a tensor where a lone job has a Python number), over the rounds run:
-# measured at most 5e-7 on every column of these runs (docs/sweeps.md); the bound leaves room for other BLAS builds
-RTOL, ATOL = 1e-5, 1e-6
 
 
 def spec(*overrides: str) -> RunSpec:
@@ -68,13 +64,9 @@ def solo_and_stacked(tmp_path: Path, specs: list[RunSpec]) -> list[tuple[Path, P
     return pairs
 
 
-def assert_same(pairs: list[tuple[Path, Path]], exact: bool = True) -> None:
+def assert_same(pairs: list[tuple[Path, Path]]) -> None:
     for solo, stacked in pairs:
-        a, b = metrics(solo), metrics(stacked)
-        if exact:
-            pd.testing.assert_frame_equal(a, b, check_exact=True)
-        else:
-            pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=RTOL, atol=ATOL)
+        pd.testing.assert_frame_equal(metrics(solo), metrics(stacked), check_exact=True)
 
 
 def test_a_stack_of_seeds_writes_each_job_as_its_solo_run_bit_for_bit(tmp_path: Path) -> None:
@@ -113,7 +105,7 @@ SCALARS = sorted((n, f) for n in STACKING for f in ALGORITHMS.get(n).obj.stack_s
 
 
 @pytest.mark.parametrize(("method", "field"), SCALARS)
-def test_a_method_scalar_and_the_lr_differ_per_job_to_float_tolerance(tmp_path: Path, method: str, field: str) -> None:
+def test_a_method_scalar_and_the_lr_differ_per_job_bit_for_bit(tmp_path: Path, method: str, field: str) -> None:
     base = getattr(ALGORITHMS.get(method).params(), field)
     specs = [
         spec(f"algorithm={method}", "seed=0"),
@@ -121,13 +113,13 @@ def test_a_method_scalar_and_the_lr_differ_per_job_to_float_tolerance(tmp_path: 
         spec(f"algorithm={method}", "seed=2", "fl.lr=0.03"),
     ]
     pairs = solo_and_stacked(tmp_path, specs)
-    assert_same(pairs, exact=False)
+    assert_same(pairs)
     assert not metrics(pairs[1][0]).equals(metrics(tmp_path / "solo0"))  # (the scalar changed the run)
 
 
 def test_server_scalars_differ_freely(tmp_path: Path) -> None:
     specs = [spec("algorithm=fedadam", "seed=0"), spec("algorithm=fedadam", "seed=0", "algorithm.server_lr=0.05")]
-    assert_same(solo_and_stacked(tmp_path, specs), exact=False)
+    assert_same(solo_and_stacked(tmp_path, specs))
 
 
 CAPABILITY_RUNS = {
@@ -161,7 +153,7 @@ def test_dp_sgd_refuses_to_stack_in_one_line() -> None:
 def test_jobs_of_different_lengths_and_one_that_diverges(tmp_path: Path) -> None:
     specs = [spec("seed=0", "fl.rounds=1"), spec("seed=1", "fl.rounds=3"), spec("seed=2", "fl.lr=1e18", "fl.rounds=3")]
     pairs = solo_and_stacked(tmp_path, specs)
-    assert_same(pairs[:2])
+    assert_same(pairs[:2])  # (the diverging job's lr differs: each row has its own, as a tensor)
     solo, stacked = (json.loads((d / "summary.json").read_text()) for d in pairs[2])
     assert solo["status"] == stacked["status"] == "diverged"
     assert solo["diverged_round"] == stacked["diverged_round"] and solo["diverged_client"] == stacked["diverged_client"]
@@ -182,9 +174,23 @@ def test_a_job_resuming_mid_run_stacks_with_a_new_one(tmp_path: Path) -> None:
     assert_same([(tmp_path / "solo0", tmp_path / "half"), (tmp_path / "solo1", tmp_path / "new")])
 
 
+def test_a_tensor_lr_rounds_as_the_number_does() -> None:
+    """A row's own lr is a tensor in the stacked step; its update w + g (-lr) is one fused multiply-add, as the
+    number's torch.add(w, g, alpha=-lr): the same bits, alone or under vmap."""
+    from torch.func import vmap
+
+    from fedrun.algorithms.base import sgd_step
+
+    gen = torch.Generator().manual_seed(0)
+    w, g = torch.randn(3, 500, 20, generator=gen), torch.randn(3, 500, 20, generator=gen) * 1e-2
+    lrs = [0.05, 0.1, 0.0371]
+    alone = [sgd_step({"w": w[i]}, {"w": g[i]}, None, lr, 0.0, 0.0, None)[0]["w"] for i, lr in enumerate(lrs)]
+    step = vmap(lambda w, g, lr: sgd_step({"w": w}, {"w": g}, None, lr, 0.0, 0.0, None)[0]["w"])
+    assert torch.equal(step(w, g, torch.tensor(lrs)), torch.stack(alone))
+
+
 def test_the_lr_of_equal_jobs_stays_a_number() -> None:
-    """Where the stacked jobs share their lr the step gets the Python number a lone job gets (its fused update):
-    the reason a stack of seeds is bit-identical to its jobs run alone."""
+    """Where the stacked jobs share their lr the step gets the Python number a lone job gets."""
     from fedrun.engines.stacked import _varying
 
     class E:
