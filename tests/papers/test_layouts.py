@@ -191,13 +191,14 @@ def test_select_picks_the_best_mean_over_seeds_per_setting() -> None:
 
 def test_the_papers_layouts_are_records_in_the_registry() -> None:
     assert list(layouts.LAYOUTS) == [
-        "fedima", "fedgam", "fedcos", "fedcos_bestlast", "fedlaw", "fedlaw_gws", "fedlaw_corr", "fedsam", "rounds",
-        "fedprox",
+        "fedima", "fedgam", "fedcos", "fedcos_bestlast", "fedlaw", "pfllib", "fedlaw_gws", "fedlaw_corr", "fedsam",
+        "rounds", "fedprox",
     ]  # fmt: skip
     assert all(name == record.name for name, record in layouts.LAYOUTS.items())
     final = {"fedgam", "fedcos", "fedcos_bestlast", "fedsam", "fedprox"}  # the rest table the last-k mean
     assert {n for n, r in layouts.LAYOUTS.items() if r.metric == "test_acc_final"} == final
-    assert {r.metric for n, r in layouts.LAYOUTS.items() if n not in final} == {"test_acc_last_k"}
+    assert layouts.LAYOUTS["pfllib"].metric == "local_acc_wmean_best"  # PFLlib's leaderboard: personalised, best round
+    assert {r.metric for n, r in layouts.LAYOUTS.items() if n not in {*final, "pfllib"}} == {"test_acc_last_k"}
     assert [n for n, r in layouts.LAYOUTS.items() if not r.best] == ["fedlaw_corr"]
     assert [n for n, r in layouts.LAYOUTS.items() if r.split] == ["fedima"]
     assert layout_direction("rounds", ["E=1", "x Round"]) == {"E=1": "min", "x Round": "min"}

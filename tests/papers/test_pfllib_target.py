@@ -13,7 +13,7 @@ import pytest
 from fedrun.config.schema import RunSpec
 from fedrun.papers.card import render
 from fedrun.papers.claims import orders
-from fedrun.papers.layouts import LAYOUT_METRIC
+from fedrun.papers.layouts import layout as layout_record
 from fedrun.papers.layouts import render as layout
 from fedrun.papers.scorecard import load_cells, scorecard
 from fedrun.papers.targets import BY_NAME, PFLLIB_FMNIST
@@ -29,7 +29,7 @@ def test_the_target_runs_both_splits_with_ten_rows_on_three_seeds() -> None:
     assert t is PFLLIB_FMNIST and t.presets == ("pfllib_fmnist_pat", "pfllib_fmnist_dir") and t.seeds == (0, 1, 2)
     rows = [m.label for m in t.methods]
     assert rows == list(dict.fromkeys(load_cells("PFLlib")["row"]))
-    assert t.runs() == 2 * 10 * 3 and LAYOUT_METRIC[t.layout] == "local_acc_wmean_best"
+    assert t.runs() == 2 * 10 * 3 and layout_record(t.layout).metric == "local_acc_wmean_best"
     over = {m.label: m.overrides for m in t.methods}
     assert "fl.local_epochs=2" in over["FedRep"] and "algorithm.p_init=copy" in over["FedRoD"]
 
@@ -49,7 +49,8 @@ def test_the_preset_is_pfllibs_setting(preset: str, make_spec: Callable[..., Run
 def test_a_two_round_run_writes_the_columns_the_cells_read(
     algorithm: str, tmp_path: Path, make_spec: Callable[..., RunSpec]
 ) -> None:
-    spec = make_spec("experiment=pfllib_fmnist_pat", f"algorithm={algorithm}", *SHRUNK)
+    row = {m.overrides[0]: m.overrides for m in PFLLIB_FMNIST.methods}[f"algorithm={algorithm}"]  # FedRep: 2 epochs
+    spec = make_spec("experiment=pfllib_fmnist_pat", *row, *SHRUNK)
     run(spec, RunDir(tmp_path))
     m = pd.read_csv(tmp_path / "metrics.csv")
     assert list(m["round"]) == [1, 2] and m["local_acc_wmean"].between(0, 1).all()

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dp_accounting
 import numpy as np
 import pandas as pd
 import pytest
@@ -25,10 +24,15 @@ import pytest
 from fedrun.config.schema import RunSpec
 from fedrun.data.cohorts import sample_clients
 from fedrun.data.federated import num_local_steps
+from fedrun.privacy import accounting
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from tests.conftest import main_exit_code
 from tests.run.run_util import interrupted_copy
+
+# dp-accounting as fedrun loads it: imported at collection, absl's log handler would hold pytest's capture of
+# stderr and close it when Hydra next reconfigures logging (every later test of the worker then errors)
+dp_accounting = accounting._library()
 
 SMALL = ("experiment=smoke", "data.max_train_samples=600", "data.max_test_samples=100", "fl.clients=6",
          "fl.participation=0.5", "model.hidden=[8]", "hardware.threads=1", "checkpoint.every=1")  # fmt: skip
