@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,19 +39,30 @@ TOLERANCE = ["algorithm=fedprox", "algorithm.mu=0.01,0.1", "fl.lr=0.05,0.1", "se
 TIMING = {"seconds", "round_seconds", "aggregate_seconds"}
 
 
+MODES = {  # how each sweep is run: the overrides added to its own
+    "one_after_another": ["hardware.stack=off"],
+    "stacked": [],
+    "one_after_another_vectorised": ["hardware.stack=off", "hardware.engine=vectorised"],
+}
+
+
 def sweep(args: list[str], folder: Path, threads: int, device: str, timeout: float) -> dict[str, Any]:
-    """``fedrun -m *args`` into ``folder``: its wall time, exit code and the stack lines it printed."""
+    """``fedrun -m *args`` into ``folder``: its wall and CPU time (the child's user + system), exit code and the
+    stack lines it printed."""
     cmd = [sys.executable, "-m", "fedrun.cli", "-m", *args, f"hardware.threads={threads}", f"hardware.device={device}",
            "output.plots=false", f"hydra.sweep.dir={folder}", f"cache_dir={folder.parent / 'cache'}"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=folder.parent, timeout=timeout)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = p.stdout.splitlines()
     return {
         "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "returncode": p.returncode,
-        "stacks": [ln for ln in lines if ln.startswith(("stack ", "not stacked"))],
+        "stacks": [ln.strip() for ln in lines if ln.strip().startswith(("stack ", "not stacked"))],
         "error": (p.stderr.strip().splitlines() or [""])[-1] if p.returncode else None,
     }
 
@@ -77,29 +90,58 @@ def max_difference(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[st
                     d = abs(va - vb)
                     worst_abs = max(worst_abs, d)
                     worst_rel = max(worst_rel, d / max(abs(va), 1e-12))
-    return {"max_abs": worst_abs, "max_rel": worst_rel}
+    return {"max_abs": worst_abs, "max_rel": worst_rel, "jobs": len(a)}
 
 
-def measure_stack(rounds: int | None, threads: int, device: str, timeout: float, only: list[str]) -> dict[str, Any]:
-    """Each sweep one after another (``hardware.stack=off``) then stacked, in one sitting; and the tolerance."""
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians of each mode's wall and CPU time over the repeats, and the speed-ups of stacking: the ratio of the
+    medians, and the median of the ratios of each repeat (the runs of one repeat ran next to each other)."""
+    out: dict[str, Any] = {}
+    for mode, rs in runs.items():
+        out[mode] = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")}
+    for base in ("one_after_another", "one_after_another_vectorised"):
+        tag = "" if base == "one_after_another" else "_vs_vectorised"
+        for k in ("wall_s", "cpu_s"):
+            unit = k.split("_")[0]
+            out[f"speedup_{unit}{tag}"] = out[base][k] / out["stacked"][k]
+            pairs = [a[k] / b[k] for a, b in zip(runs[base], runs["stacked"], strict=True)]
+            out[f"speedup_{unit}{tag}_paired_median"] = statistics.median(pairs)
+    return out
+
+
+def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device: str, timeout: float,
+                  repeats: int) -> dict[str, Any]:  # fmt: skip
+    """One sweep in each mode, ``repeats`` times, the modes' order rotated each repeat (the machine's load changes
+    from minute to minute: each mode gets the same chances), after a warm-up of its first seed (the data and
+    partition caches, ``engine=auto``'s cached choice: what a second sweep finds)."""
+    args = [*SWEEPS[name], *extra]
+    warm = [a if not a.startswith("seed=") else "seed=0" for a in args]
+    res: dict[str, Any] = {"args": args, "repeats": repeats, "load_start": os.getloadavg()[0]}
+    res["warm_up"] = sweep([*warm, "hardware.stack=off"], root / f"{name}-warm", threads, device, timeout)
+    modes = list(MODES)
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for rep in range(repeats):
+        for mode in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
+            r = sweep([*args, *MODES[mode]], root / f"{name}-{mode}-{rep}", threads, device, timeout)
+            runs[mode].append(r)
+            print(f"    {name} {mode} #{rep}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU", flush=True)
+    res["runs"] = runs
+    res["load_end"] = os.getloadavg()[0]
+    res["stacks"] = runs["stacked"][0]["stacks"]
+    res["errors"] = [f"{m} #{i}: {r['error']}" for m, rs in runs.items() for i, r in enumerate(rs) if r["error"]]
+    res.update(summarise(runs))
+    return res
+
+
+def measure_stack(rounds: int | None, threads: int, device: str, timeout: float, only: list[str],
+                  repeats: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Each sweep one after another (``hardware.stack=off``) and stacked, in one sitting; and the tolerance."""
     extra = [f"fl.rounds={rounds}"] if rounds else []
     out: dict[str, Any] = {"rounds": rounds or "the experiment's (30)", "threads": threads, "device": device}
     with tempfile.TemporaryDirectory(prefix="fedrun-bench-stack-") as tmp:
         root = Path(tmp)
         for name in [n for n in SWEEPS if n in only]:
-            args = [*SWEEPS[name], *extra]
-            res: dict[str, Any] = {"args": args, "load_start": os.getloadavg()[0]}
-            res["one_after_another"] = sweep([*args, "hardware.stack=off"], root / f"{name}-off", threads, device,
-                                             timeout)  # fmt: skip
-            res["stacked"] = sweep(args, root / f"{name}-stacked", threads, device, timeout)
-            # the jobs one after another on the engine a stack trains on: what stacking itself buys
-            res["one_after_another_vectorised"] = sweep([*args, "hardware.stack=off", "hardware.engine=vectorised"],
-                                                        root / f"{name}-vec", threads, device, timeout)  # fmt: skip
-            res["load_end"] = os.getloadavg()[0]
-            off, on = res["one_after_another"]["wall_s"], res["stacked"]["wall_s"]
-            res["speedup"] = off / on if on else None
-            res["speedup_vs_vectorised"] = res["one_after_another_vectorised"]["wall_s"] / on if on else None
-            out[name] = res
+            out[name] = measure_sweep(name, extra, root, threads, device, timeout, repeats)
         if "tolerance" in only:
             args = [*TOLERANCE, *extra, "hardware.engine=vectorised"]
             alone = sweep([*args, "hardware.stack=off"], root / "tol-off", threads, device, timeout)
@@ -114,20 +156,20 @@ def print_stack(r: dict[str, Any]) -> None:
         s = r.get(name)
         if not s:
             continue
-        off, on = s["one_after_another"], s["stacked"]
-        bad = [f"{k}: {v['error']}" for k, v in (("one after another", off), ("stacked", on)) if v.get("error")]
-        vec = s["one_after_another_vectorised"]
+        off, on, vec = s["one_after_another"], s["stacked"], s["one_after_another_vectorised"]
         print(
-            f"  {name} ({' '.join(s['args'])}): one after another {off['wall_s']:.1f} s (on the vectorised engine"
-            f" {vec['wall_s']:.1f} s), stacked {on['wall_s']:.1f} s -> {s['speedup']:.2f}x"
-            f" ({s['speedup_vs_vectorised']:.2f}x); load {s['load_start']:.1f} -> {s['load_end']:.1f};"
-            f" {'; '.join(on['stacks'])}" + (f"; errors: {bad}" if bad else "")
+            f"  {name} ({' '.join(s['args'])}; median of {s['repeats']}): one after another {off['wall_s']:.1f} s wall"
+            f" / {off['cpu_s']:.1f} s CPU (on the vectorised engine {vec['wall_s']:.1f} / {vec['cpu_s']:.1f}),"
+            f" stacked {on['wall_s']:.1f} / {on['cpu_s']:.1f} -> {s['speedup_wall']:.2f}x wall,"
+            f" {s['speedup_cpu']:.2f}x CPU (vs the vectorised engine {s['speedup_wall_vs_vectorised']:.2f}x /"
+            f" {s['speedup_cpu_vs_vectorised']:.2f}x); load {s['load_start']:.1f} -> {s['load_end']:.1f};"
+            f" {'; '.join(s['stacks'])}" + (f"; errors: {s['errors']}" if s["errors"] else "")
         )
     t = r.get("tolerance")
     if t:
         print(
-            f"  tolerance ({' '.join(t['args'])}): stacked vs alone on the vectorised engine, largest difference"
-            f" {t['max_abs']:.3g} absolute, {t['max_rel']:.3g} relative, over every metrics cell"
+            f"  tolerance ({' '.join(t['args'])}): stacked vs alone on the vectorised engine, {t['jobs']} jobs,"
+            f" largest difference {t['max_abs']:.3g} absolute, {t['max_rel']:.3g} relative, over every metrics cell"
         )
 
 
@@ -138,10 +180,11 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--only", default="seeds,methods,tolerance")
+    ap.add_argument("--repeats", type=int, default=1, help="each sweep in each mode this many times (medians)")
     ap.add_argument("--out", default=None, help="write the JSON result here")
     args = ap.parse_args()
     print(f"stacked sweeps ({STACK_DESC}), load average {os.getloadavg()[0]:.1f} ...", flush=True)
-    r = measure_stack(args.rounds, args.threads, args.device, args.timeout, args.only.split(","))
+    r = measure_stack(args.rounds, args.threads, args.device, args.timeout, args.only.split(","), args.repeats)
     print_stack(r)
     if args.out:
         Path(args.out).write_text(json.dumps(r, indent=1))
