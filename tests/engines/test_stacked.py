@@ -144,6 +144,16 @@ def test_the_capabilities_that_stack_give_each_job_its_solo_run(tmp_path: Path, 
     assert_same(solo_and_stacked(tmp_path, specs))
 
 
+def test_every_capability_that_says_it_stacks_is_run_stacked_above() -> None:
+    """A capability stacks only by saying so (its own stack_blocker); each that does has its runs above, bit for bit.
+    The others refuse in one line naming themselves (the base class's default)."""
+    says = {n for n in CAPABILITIES.names() if "stack_blocker" in vars(CAPABILITIES.get(n).obj)}
+    assert says == {case.split("-")[0] for case in CAPABILITY_RUNS}
+    for name in set(CAPABILITIES.names()) - says:
+        why = CAPABILITIES.get(name).obj.stack_blocker(None)
+        assert why is not None and "\n" not in why and name in why
+
+
 def test_dp_sgd_refuses_to_stack_in_one_line() -> None:
     privacy = CAPABILITIES.get("privacy").obj
     why = privacy.stack_blocker(spec("privacy=sample", "privacy.noise_multiplier=1.0").sections["privacy"])
