@@ -2,16 +2,21 @@
 one sitting, stacked (``hardware.stack=auto``, the default) against the same jobs one after another
 (``hardware.stack=off``: what a sweep did before stacking, each job on the engine ``hardware.engine=auto`` picks,
 and the same on the vectorised engine, which a stack trains on);
-and the float tolerance of a stack whose jobs differ in their lr or FedProx's mu (the same jobs alone on the
-vectorised engine; a stack of seeds alone is bit-identical, tests/engines/test_stacked.py).
+and the largest difference between the metrics of a stack whose jobs differ in their lr and FedProx's mu and the
+same jobs alone on the vectorised engine (0 on a CPU: bit for bit, as tests/engines/test_stacked.py checks).
 
 Sweeps (FMNIST, MLP 784-200-200-10, fedrun's default experiment: 20 clients Dirichlet(0.5), 1 epoch of batch 50,
-30 rounds unless ``--stack-rounds``):
+30 rounds unless ``--rounds``, make bench's ``--stack-rounds``):
   seeds    FedAvg, ``seed=0,1,2,3,4``: one stack of 5
   methods  ``algorithm=fedavg,fedprox,scaffold seed=0,1,2``: three stacks of 3
+  small    the seeds' sweep with MLP 784-32-10 and batches of 10 (``--only small``): a step's dispatch outweighs its
+           arithmetic, as on a GPU
+Each sweep runs in each mode ``--repeats`` times, the order of the modes rotated each time (a busy machine's load
+changes from minute to minute), after a warm-up of its first job; medians of wall and CPU time (the child's user
++ system: what a quiet machine would take, with one thread), and the ratios of the medians.
 Each wall time is the whole command's (start-up, data, evaluation, checkpoints and plots included).
 
-    python scripts/bench_stack.py [--rounds 5] [--threads 1] [--only seeds,methods,tolerance]   (this section alone)
+    python scripts/bench_stack.py [--rounds 5] [--repeats 3] [--threads 1] [--only seeds,methods,small,tolerance]
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ STACK_DESC = "FMNIST MLP 784-200-200-10, fedrun's default experiment (20 clients
 SWEEPS = {
     "seeds": ["algorithm=fedavg", "seed=0,1,2,3,4"],
     "methods": ["algorithm=fedavg,fedprox,scaffold", "seed=0,1,2"],
+    # where a step's Python and autograd dispatch outweighs its arithmetic: MLP 784-32-10, batches of 10
+    "small": ["algorithm=fedavg", "seed=0,1,2,3,4", "model.hidden=[32]", "fl.batch_size=10"],
 }
 TOLERANCE = ["algorithm=fedprox", "algorithm.mu=0.01,0.1", "fl.lr=0.05,0.1", "seed=0"]
 TIMING = {"seconds", "round_seconds", "aggregate_seconds"}
