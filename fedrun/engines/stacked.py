@@ -316,12 +316,13 @@ def _batch(requests: list[Request], idx: torch.Tensor, rows: Rows, t: int, k: in
         data, extras_of = r.engine.data, r.engine.algorithm.batch_extras
         parts.append(data.train_batch(idx.index_select(0, sel), r.rnd, ids.index_select(0, sel), t, extras_of))
         order.append(sel)
-    joined = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
     if live == sorted(live):  # each job's rows together, in job order (equal plans): already in row order
-        return joined
-    inverse = torch.empty(k, dtype=torch.long, device=idx.device)
-    inverse[torch.cat(order)] = torch.arange(k, device=idx.device)
-    return {key: t.index_select(0, inverse) for key, t in joined.items()}
+        return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+    out = {key: t.new_empty((k, *t.shape[1:])) for key, t in parts[0].items()}
+    for sel, part in zip(order, parts, strict=True):  # each job's rows written in place: one copy of the batch
+        for key, t in part.items():
+            out[key].index_copy_(0, sel.to(t.device), t)
+    return out
 
 
 def _train_rows(requests: list[Request], rows: Rows) -> tuple[Tree, Tree, torch.Tensor, torch.Tensor, torch.Tensor]:
