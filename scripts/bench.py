@@ -22,7 +22,9 @@ clip and noise against that round, and DP-SGD's local steps against plain ones. 
 engine on one cohort with every client's full plan, with 50% FedProx stragglers
 (fedrun/system/; the ratio of their round times, which the issue bounds by 1.15x), then peak memory per cohort
 width (McMahan CNN, 100 clients of 600), the share of a 1,000-client async run's CPU outside training and evaluation
-(scripts/bench_async.py) and, without ``--quick``, the
+(scripts/bench_async.py), a round with a robust defence (Multi-Krum, trimmed mean, median) or an omniscient attack
+(ALIE) against FedAvg's on 100 MLP clients (scripts/bench_robust_round.py; the issue bounds them by 1.2x and 1.1x)
+and, without ``--quick``, the
 end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included) and the stacked sweeps
 (scripts/bench_stack.py: a 5-seed sweep and a 3 methods x 3 seeds sweep of the default experiment, stacked against
 the same jobs one after another, in one sitting; ``--stack yes|no``, ``--stack-rounds``). Writes
@@ -61,6 +63,7 @@ from bench_ray import (  # noqa: E402
     print_ray,
     print_ray_state,
 )
+from bench_robust_round import ROBUST_DESC, ROBUST_WORKLOAD, measure_robust, print_robust  # noqa: E402
 from bench_stack import STACK_DESC, measure_stack, print_stack  # noqa: E402
 
 from fedrun.host.allocator import tune_glibc_malloc  # noqa: E402
@@ -767,6 +770,9 @@ def child(args: argparse.Namespace) -> None:
             result = measure_personal(
                 lambda m: make_spec([*wl, f"algorithm={m}"], args.device, run_dir), args.reps or 3, args.clock
             )
+        elif args.what == "robust":
+            wl = [*COMMON, *ROBUST_WORKLOAD, f"hardware.threads={args.threads or 1}"]
+            result = measure_robust(lambda over: make_spec([*wl, *over], args.device, run_dir), args.reps or 3)
         elif args.what == "async":
             result = measure_async(make_spec, [*COMMON, f"hardware.threads={args.threads or 1}"], args.device, run_dir)
         elif args.what == "ray":
@@ -943,6 +949,9 @@ def main() -> None:
     print(f"personalised FL ({PERSONAL_DESC}) ...", flush=True)
     report["personal"] = spawn([*base, "--what", "personal", "--reps", str(args.reps or 3)], args.timeout)
     print_personal(report["personal"])
+    print(f"robust FL: a round with a defence or an omniscient attack against FedAvg's ({ROBUST_DESC}) ...", flush=True)
+    report["robust"] = spawn([*base, "--what", "robust", "--reps", str(args.reps or 3)], args.timeout)
+    print_robust(report["robust"])
     print(f"async servers: CPU outside training and evaluation ({ASYNC_DESC}) ...", flush=True)
     report["async"] = spawn([*base, "--what", "async"], args.timeout)
     print_async(report["async"])

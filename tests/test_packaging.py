@@ -38,8 +38,11 @@ def test_the_wheel_ships_every_config_file_inside_the_package(tmp_path: Path) ->
 def test_pyproject_lists_every_package_and_maps_conf_to_fedrun_conf() -> None:
     tomllib = pytest.importorskip("tomllib")
     setuptools_cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "fedrun").rglob("__init__.py")}
+    on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "fedrun").rglob("*.py")}
     assert set(setuptools_cfg["packages"]) == on_disk | {"fedrun.conf"}  # a new subpackage must be listed
+    # every folder of modules a regular package: fedrun/capabilities had no __init__.py, so a check keyed on
+    # __init__.py files missed it, and the wheel left it out
+    assert all((REPO / Path(*name.split("."))).joinpath("__init__.py").is_file() for name in on_disk)
     assert setuptools_cfg["package-dir"] == {"fedrun.conf": "conf"}
     assert not (REPO / "setup.py").exists()
 

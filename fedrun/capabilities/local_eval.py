@@ -127,7 +127,10 @@ class LocalEval(Capability):
     def lines(self, summary: dict[str, Any]) -> list[tuple[str, str]]:
         if "local_acc_mean_final" not in summary:
             return []
-        pct = lambda k: f"{100 * summary[k]:.2f}%" if k in summary else "-"  # noqa: E731
+
+        def pct(k: str) -> str:
+            return f"{100 * summary[k]:.2f}%" if k in summary else "-"
+
         own = f"{pct('local_acc_mean_final')} / {pct('local_acc_wmean_final')} / {pct('local_acc_worst10_final')}"
         out = [("personalised: mean / weighted / worst 10%", own)]
         out.append(("global model on the local tests (mean)", pct("local_global_acc_mean_final")))

@@ -37,6 +37,8 @@ GROUPS = (
     ("system", "the simulated system: dropout, stragglers, devices, asynchronous servers (docs/systems.md)"),
     ("privacy", "differential privacy: client-level DP-FedAvg or sample-level DP-SGD (docs/privacy.md)"),
     ("compression", "upload compression: top-k, random-k, QSGD, scaled sign (docs/compression.md)"),
+    ("attack", "poisoning: data or model attacks by a seeded share of the clients (docs/robustness.md)"),
+    ("defence", "Byzantine-robust aggregation: Krum, median, FLTrust... (docs/robustness.md)"),
     ("experiment", "presets: a paper's setting, or smoke"),
     ("hydra/sweeper", "sweepers (-m)"),
     ("hydra/launcher", "launchers (-m)"),

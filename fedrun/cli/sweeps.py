@@ -94,7 +94,7 @@ def _run_name(*, _root_: DictConfig) -> str:
     raw = OmegaConf.to_container(OmegaConf.masked_copy(_root_, [str(k) for k in _root_ if k != "hydra"]), resolve=True)
     assert isinstance(raw, dict)
     name = f"{_root_.algorithm.name}-{_root_.data.name}"
-    return "-".join([name, *capability_tags(raw)])
+    return "-".join([name, *capability_tags({str(k): v for k, v in raw.items()})])
 
 
 def register_resolvers() -> None:

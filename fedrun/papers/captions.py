@@ -93,6 +93,9 @@ def metric_name(metric: str, runs: pd.DataFrame) -> str:
         "local_global_mean": "mean over clients of the global model's accuracy (%) on their local tests, last round",
         "unseen_mean": "mean accuracy (%) of the clients that never trained (fine-tuned when set), last round",
         "unseen_global_mean": "mean accuracy (%) of the global model on the clients that never trained, last round",
+        "asr": "backdoor attack success rate (%): triggered test images of other classes classified as the target,"
+        " last round",
+        "asr_last_k": f"backdoor attack success rate (%), {last_k_text(runs)}",
     }[metric]
 
 

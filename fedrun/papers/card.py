@@ -16,6 +16,7 @@ import pandas as pd
 import yaml
 
 from fedrun.config import location
+from fedrun.papers import robust_claims
 from fedrun.papers.claims import RESOLVE_SE, claims
 from fedrun.papers.scorecard import TOLERANCE, load_evidence, published
 from fedrun.papers.setups import mixed, record_keys, record_lines
@@ -42,11 +43,20 @@ def headline(card: pd.DataFrame, claim: pd.DataFrame, target: Target) -> list[st
         f"Table {t}: {int((ran['table'] == t).sum())} of {n}"
         for t, n in pub.groupby("table", sort=False).size().items()
     )
-    if pub.empty:  # (pFedMe: the cells are named, their published values are not shipped)
-        return [
+    if pub.empty:  # (pFedMe, Robust: the cells are named, their published values are not shipped)
+        out = [
             f"cells run: {len(ran)}; not compared: fedrun ships none of the published values of {target.paper}'s"
             f" cells (fedrun/papers/cells/: their value column is empty; {target.note})"
         ]
+        if len(claim):  # the papers' claims in words (fedrun/papers/robust_claims.py)
+            judged = claim[claim["resolved"].astype(bool)]
+            held = int(judged["reproduced"].astype(bool).sum())
+            line = f"the papers' stated claims that hold: {held} of {len(judged)} resolved"
+            if len(judged) < len(claim):
+                rest = len(claim) - len(judged)
+                line += f"; {rest} not resolved (within {RESOLVE_SE:g} standard errors of its bound)"
+            out.append(line)
+        return out
     text = f"cells run: {len(ran)} of {len(pub)} published ({per_table})"
     if target.budget_unknown:
         return [f"{text}; {UNKNOWN}: not judged ({target.budget_unknown})"]
@@ -173,7 +183,8 @@ def render(card: pd.DataFrame, order: pd.DataFrame, target: Target, records: lis
         return f"{head}\n\nno run of these runs is a cell of {target.name}'s tables"
     records = load_evidence() if records is None else records
     unknown = bool(target.budget_unknown)
-    claim = claims(card, target.paper)
+    # the robust-FL papers' claims are stated in words, not gains of a published table (papers/robust_claims.py)
+    claim = robust_claims.judge(card) if target.paper == robust_claims.PAPER else claims(card, target.paper)
     text = [head, "", *headline(card, claim, target), ""]
     if not claim.empty:
         text += ["Claims:", "", claims_table(claim, unknown), ""]

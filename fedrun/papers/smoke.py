@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -134,13 +135,29 @@ def smoke_clients(cfg: dict[str, Any], swept: dict[str, str]) -> int:
 
 
 def smoke_method_overrides(overrides: tuple[str, ...]) -> list[str]:
-    """A method's own work shrunk: server-side epochs on the proxy set (FedLAW, FedDF, FedBE, Server-FT)."""
+    """A method's own work shrunk: server-side epochs on the proxy set (FedLAW, FedDF, FedBE, Server-FT); a robust
+    rule that cannot tolerate the f of the smoke's few clients runs with f = 0 (:func:`smoke_defence_f`)."""
     alg = next((o.split("=", 1)[1] for o in overrides if o.startswith("algorithm=")), None)
     keys = {o.split("=", 1)[0] for o in overrides}
     node = algorithm_yaml(alg) if alg else {}
     if "server_epochs" in node and "algorithm.server_epochs" not in keys:
         return [f"algorithm.server_epochs={server_epochs(node)}"]
-    return []
+    return smoke_defence_f(overrides)
+
+
+def smoke_defence_f(overrides: tuple[str, ...]) -> list[str]:
+    """``defence.f=0`` for a row's rule (``defence=NAME``) that the smoke's ``SMOKE["clients"]`` uploads cannot hold
+    with the f of attack.fraction's default (Bulyan needs 4f + 3: 7 for f = 1 of 5); [] otherwise."""
+    from fedrun.robust.base import DEFENCES
+    from fedrun.robust.settings import AttackSettings
+
+    name = next((o.split("=", 1)[1] for o in overrides if o.startswith(("defence=", "defence.name="))), None)
+    if name is None or name not in DEFENCES.names() or any(o.startswith("defence.f=") for o in overrides):
+        return []
+    entry = DEFENCES.get(name)
+    rule = entry.obj(entry.params() if entry.params is not None else None)
+    n = SMOKE["clients"]
+    return [] if rule.refuse(n, math.ceil(AttackSettings().fraction * n)) is None else ["defence.f=0"]
 
 
 def server_epochs(node: dict[str, Any]) -> int:

@@ -168,8 +168,8 @@ def _is_number(v: Any) -> bool:
 
 
 def _is_accuracy(key: str) -> bool:
-    """A summary field holding an accuracy (a fraction): test_acc_*, train_acc_*, client_acc_*."""
-    return key.startswith(("test_acc_", "train_acc_", "client_acc_"))
+    """A summary field holding an accuracy (a fraction): test_acc_*, train_acc_*, client_acc_*, a backdoor's asr_*."""
+    return key.startswith(("test_acc_", "train_acc_", "client_acc_", "asr_"))
 
 
 def _last_k(s: Summary, cfg: dict[str, Any]) -> int:

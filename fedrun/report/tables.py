@@ -24,6 +24,9 @@ METRICS = {
     "rounds_to_target": "summary.round_to_target",
     # personalised runs (eval.local_test): the last evaluated round's per-client statistic (report/personal.py)
     **{name: f"summary.{column}_final" for name, column in PERSONAL_METRICS.items()},
+    # a backdoor's attack success rate (attack=backdoor, docs/robustness.md): the last round's, the last-k mean's
+    "asr": "summary.asr_final",
+    "asr_last_k": "summary.asr_last_k",
 }
 
 
@@ -35,8 +38,8 @@ def default_metric(runs: pd.DataFrame) -> str:
     return "local_mean" if personal else "last_k"
 
 
-PERCENT = {"last_k", "best", "final", "train", *PERSONAL_METRICS}
-LOWER_IS_BETTER = {"rounds_to_target"}
+PERCENT = {"last_k", "best", "final", "train", "asr", "asr_last_k", *PERSONAL_METRICS}
+LOWER_IS_BETTER = {"rounds_to_target", "asr", "asr_last_k"}  # (a defence is better the lower the ASR it lets through)
 
 
 def _cell(values: pd.Series, metric: str, statuses: pd.Series) -> tuple[str, int]:

@@ -11,7 +11,12 @@ functions of a cohort's flat uploads, each with a registered settings dataclass.
 - ``attacks/``: label flipping and a pixel-pattern backdoor (on a batch), sign flipping, Gaussian noise, scaling
   (model replacement), A Little Is Enough, inner-product manipulation, min-max and min-sum, Fang et al.'s Krum
   and trimmed-mean attacks (on the uploads);
-- :mod:`fedrun.robust.malicious`: the seeded set of malicious clients.
+- :mod:`fedrun.robust.malicious`: the seeded set of malicious clients;
+- what puts them in a run (the capabilities ``attack`` and ``defence``, fedrun/capabilities/, hold them):
+  :mod:`~fedrun.robust.settings` (the two sections), :mod:`~fedrun.robust.stages` (a model attack and a defence as
+  upload stages), :mod:`~fedrun.robust.poison` (the attackers' poisoned samples, the triggered test split) and
+  :mod:`~fedrun.robust.root` (FLTrust's root update).
 
-This layer imports only from ``core/`` and ``config/`` (and torch, numpy); wiring it into a round is the run's.
+The rules and attacks import only from ``core/`` and ``config/`` (and torch, numpy); the run-side modules also from
+``data/``, ``algorithms/`` and ``upload/``, the layers below this one (docs/design.md).
 """

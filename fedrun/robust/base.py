@@ -152,11 +152,20 @@ class ModelAttack(Attack):
     needs from ``own`` only; ``omniscient`` from ``honest``."""
 
     kind = "model"
+    # what the attacker knows in its paper, when its settings leave ``knowledge`` unset (None); an attack whose
+    # params declare no ``knowledge`` has no choice: it uses its own update only (or none: Gaussian noise)
+    paper_knowledge: ClassVar[Knowledge] = "own"
+
+    @classmethod
+    def has_choice(cls, params: type | None) -> bool:
+        """Whether an attack of settings class ``params`` lets ``knowledge`` be set."""
+        return params is not None and "knowledge" in getattr(params, "__dataclass_fields__", {})
 
     @property
     def knowledge(self) -> Knowledge:
-        k: Knowledge = getattr(self.hp, "knowledge", "own")
-        return k
+        """``hp.knowledge``, or the paper's when unset."""
+        k: Knowledge | None = getattr(self.hp, "knowledge", None)
+        return self.paper_knowledge if k is None else k
 
     def reference(self, own: torch.Tensor, honest: torch.Tensor | None) -> torch.Tensor:
         """The uploads the attack's statistics come from: ``honest`` when omniscient, else ``own``."""
@@ -187,6 +196,13 @@ class DataAttack(Attack):
         self, batch: dict[str, torch.Tensor], num_classes: int, attacker: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
         """The attacker's batch as it trains on it."""
+
+    @abstractmethod
+    def poison_client(
+        self, x: torch.Tensor, y: torch.Tensor, num_classes: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One attacker's training samples ``x`` [n, ...], ``y`` [n] as it trains on them in a run (poisoned once,
+        before training; ``generator``: keyed by the seed and the client, for a choice of samples)."""
 
 
 def round_generator(seed: int, purpose: str, rnd: int) -> torch.Generator:

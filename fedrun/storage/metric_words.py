@@ -34,13 +34,15 @@ _COLUMNS = {
     "client_dist_mean": "client-to-global distance, mean over clients",
     "client_dist_max": "client-to-global distance, largest",
     "sim_clock": "simulated clock (s)",
+    "asr": "attack success rate",
     "round": "round",
 }
 
 
 def is_accuracy(column: str) -> bool:
-    """Whether ``column`` holds an accuracy (a fraction in metrics.csv, drawn in percent)."""
-    return "acc" in column.split("_")
+    """Whether ``column`` holds an accuracy (a fraction in metrics.csv, drawn in percent): a backdoor's attack success
+    rate ``asr`` is one (the accuracy of the triggered test images' target label)."""
+    return "acc" in column.split("_") or column == "asr"
 
 
 def metric_name(column: str) -> str:

@@ -109,10 +109,11 @@ class UploadPipeline:
         for part in self.parts:
             pctx = UploadContext(ctx.rnd, ctx.clients, ctx.seed, ctx.weights, ctx.device, part.key)
             ref = params if part.key == "params" else extras[part.key] if part.broadcast_ref else None
-            sent, stage_rows, d = self.run_stages(_flat(uploads[part.key], ref), rows, pctx)
+            delta = _flat(uploads[part.key], ref)
+            sent, stage_rows, d = self.run_stages(delta, rows, pctx)
             for name, row in stage_rows.items():
                 new_rows[name][part.key] = row
-            out[part.key] = _rebuild(uploads[part.key], ref, sent)
+            out[part.key] = _rebuild(uploads[part.key], ref, sent, delta)
             diag.update(d if part.key == "params" else {f"{part.key}_{k}": v for k, v in d.items()})
         return out, (new_rows or None), diag
 
@@ -135,7 +136,7 @@ class UploadPipeline:
         if not summed and not replaced:
             return sent, new_rows, diag
         w = ctx.weights.to(sent.device, torch.float64).unsqueeze(1)
-        total = (w * sent.double()).sum(0).to(sent.dtype)
+        total = weighted_sum(w.squeeze(1), sent)
         for stage in replaced:  # (a robust aggregate: the weighted mean of the spread rows is it)
             got = stage.replace_sum(sent, ctx)
             if got is not None:
@@ -150,6 +151,22 @@ class UploadPipeline:
         return sent, new_rows, diag
 
 
+SUM_CHUNK = 16384  # columns per float64 product of weighted_sum: a float64 copy of 16k columns, not of all d
+
+
+def weighted_sum(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """sum_i p_i rows_i [d] in ``rows``' dtype, accumulated in float64 (``weights`` [m] float64) by chunks of
+    columns, so no float64 copy of the whole [m, d] matrix is made: 4x faster than one float64 product and sum of
+    the whole on a 100 x 200k cohort (CPU, one thread), and bit for bit its numbers. Not a matrix product, which is
+    faster still but rounds otherwise (at uniform weights 1/m, tested): DP-FedAvg's release, which adds its noise to
+    this sum, would then differ from earlier runs in the last bit."""
+    w = weights.to(rows.device, torch.float64).unsqueeze(1)
+    out = torch.empty(rows.shape[1], dtype=rows.dtype, device=rows.device)
+    for at in range(0, rows.shape[1], SUM_CHUNK):  # chunks of columns, each a float64 product summed down the rows
+        out[at : at + SUM_CHUNK] = (w * rows[:, at : at + SUM_CHUNK].double()).sum(0).to(rows.dtype)
+    return out
+
+
 def _cohort(uploads: Tree) -> int:
     return next((t.shape[0] for t in leaves(uploads) if t.dim()), 0)
 
@@ -162,17 +179,25 @@ def _flat(upload: Any, ref: Any) -> torch.Tensor:
     """The cohort's rows [m, d] (float32) of an upload part less its reference (None: zero)."""
     tree = _as_tree(upload)
     refs = _as_tree(ref) if ref is not None else None
-    cols = []
-    for k, t in _float_items(tree):
+    items = _float_items(tree)
+    sizes = [t[0].numel() if t.dim() else 1 for _, t in items]
+    m = items[0][1].shape[0]
+    out = torch.empty(m, sum(sizes), dtype=torch.float32, device=items[0][1].device)
+    at = 0
+    for (k, t), n in zip(items, sizes, strict=True):  # each entry written into its columns: no copy to concatenate
         r = _lookup(refs, k)
-        x = t.float() if r is None else t.float() - r.float().unsqueeze(0)
-        cols.append(x.reshape(t.shape[0], -1))
-    return torch.cat(cols, 1)
+        cols = out[:, at : at + n].view(t.shape)
+        if r is None:
+            cols.copy_(t)
+        else:
+            torch.sub(t.float(), r.float().unsqueeze(0), out=cols)
+        at += n
+    return out
 
 
-def _rebuild(upload: Any, ref: Any, sent: torch.Tensor) -> Any:
+def _rebuild(upload: Any, ref: Any, sent: torch.Tensor, delta: torch.Tensor) -> Any:
     """``upload`` with its float entries replaced by reference + ``sent`` (entries ``sent`` left equal to the
-    client's delta keep the client's own value), in each entry's dtype."""
+    client's ``delta``, :func:`_flat`'s rows, keep the client's own value), in each entry's dtype."""
     tree = _as_tree(upload)
     refs = _as_tree(ref) if ref is not None else None
     values: dict[tuple[str, ...], torch.Tensor] = {}
@@ -180,10 +205,10 @@ def _rebuild(upload: Any, ref: Any, sent: torch.Tensor) -> Any:
     for k, t in _float_items(tree):
         n = t[0].numel() if t.dim() else 1
         r = _lookup(refs, k)
-        x = t.float() if r is None else t.float() - r.float().unsqueeze(0)
-        new = sent[:, at : at + n].reshape(t.shape)
-        full = new if r is None else new + r.float().unsqueeze(0)
-        values[k] = torch.where(new == x, t, full.to(t.dtype))
+        new = sent[:, at : at + n]
+        same = (new == delta[:, at : at + n]).reshape(t.shape)
+        full = new.reshape(t.shape) if r is None else new.reshape(t.shape) + r.float().unsqueeze(0)
+        values[k] = torch.where(same, t, full.to(t.dtype))
         at += n
     out = _replace(tree, values, ())
     return out if isinstance(upload, dict) else out["_"]

@@ -1,6 +1,6 @@
-"""The ``capability-input`` table (issue 49, round four): bad input to the capabilities (the simulated system and its
-async servers, privacy, compression, personalised evaluation) is one line naming the key and the valid values, whose
-lists are the registries', exit 2, and nothing written into the run dir."""
+"""The ``capability-input`` table (issue 49, round four; issue 52): bad input to the capabilities (the simulated system
+and its async servers, privacy, compression, personalised evaluation, attacks and defences) is one line naming the key
+and the valid values, whose lists are the registries', exit 2, and nothing written into the run dir."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedrun.privacy.registries import MECHANISMS
+from fedrun.robust.base import ATTACKS, DEFENCES
 from fedrun.system.registries import DEVICE_PROFILES, SERVERS
 from fedrun.upload.base import COMPRESSORS
 from tests.hostile import Case, ids, run_case
@@ -65,6 +66,38 @@ CASES = [
     # the red team's next round: a capability's key on a run that has it off, and a negative local-test seed
     Case("local-test-fraction-one", _r("eval.local_test=split", "eval.local_test_fraction=1"), 2,
          ("eval.local_test_fraction: must be in (0.0, 1.0)",)),
+    # robust FL (issue 52): a rule or attack that does not exist, a combination robust aggregation cannot be run
+    # with, a cohort no rule can tolerate f in, an attack that cannot be what it says
+    Case("attack-unknown", _r("attack.name=poison"), 2,
+         ("attack.name: invalid value 'poison'; valid: none, " + ", ".join(ATTACKS.names()),)),
+    Case("defence-unknown", _r("defence.name=shield"), 2,
+         ("defence.name: invalid value 'shield'; valid: none, " + ", ".join(DEFENCES.names()),)),
+    Case("defence-with-scaffold", _r("defence=krum", "algorithm=scaffold"), 2,
+         ("algorithm.name: scaffold uploads more than its model", "valid with a defence: fedadagrad,")),
+    Case("defence-with-client-dp", _r("defence=median", "privacy=client"), 2,
+         ("privacy.mode: client: DP-FedAvg's analysis covers the noisy mean", "valid with a defence: none")),
+    Case("defence-with-async", _r("defence=median", "system.server=fedasync"), 2,
+         ("defence.name: not with system.server=fedasync",)),
+    Case("trim-half", _r("defence=trimmed_mean", "defence.beta=0.5"), 2,
+         ("defence.beta: must be in [0.0, 0.5), got 0.5",)),
+    Case("attack-fraction-one", _r("attack=sign_flip", "attack.fraction=1.0"), 2,
+         ("attack.fraction: must be in [0.0, 1.0), got 1.0",)),
+    Case("attack-fraction-negative", _r("attack=sign_flip", "attack.fraction=-0.1"), 2,
+         ("attack.fraction: must be in [0.0, 1.0), got -0.1",)),
+    Case("backdoor-target-not-a-class", _r("attack=backdoor", "attack.target=10"), 2,
+         ("attack.target: 10 is not a class; valid: 0..9",)),
+    Case("krum-cohort-too-small", _r("defence=krum", "defence.f=1"), 2,
+         ("defence.f: krum needs at least 5 uploads to tolerate 1 Byzantine, got 4", "largest cohort")),
+    Case("bulyan-cohort-too-small", _r("defence=bulyan", "fl.clients=10"), 2,
+         ("defence.name: bulyan needs at least 11 uploads to tolerate 2 Byzantine, got 10",)),
+    Case("fltrust-without-proxy", _r("defence=fltrust", "proxy.per_class=0"), 2,
+         ("proxy.per_class: fltrust trains its root update on the proxy split",)),
+    Case("key-of-another-attack", _r("attack=ipm", "attack.z=1.5"), 2,
+         ("attack.z: is a setting of alie, not of ipm; valid: attack.name=alie",)),
+    Case("knowledge-without-a-choice", _r("attack=gaussian", "attack.knowledge=omniscient"), 2,
+         ("attack.knowledge: is a setting of alie,", "not of gaussian")),
+    Case("pre-aggregator-without-a-rule", _r("defence.pre=bucketing"), 2,
+         ("defence.pre: bucketing mixes the uploads in front of a rule",)),
 ]  # fmt: skip
 
 

@@ -53,8 +53,10 @@ def test_auto_is_the_run_identity_of_what_it_resolves_to() -> None:
     assert config_key(plain) == config_key(none)  # FedAvg's auto is none: the runs of before keep their identity
     ditto = validate(compose_cfg([*TINY, "algorithm=ditto"])).raw
     split = validate(compose_cfg([*TINY, "algorithm=ditto", "eval.local_test=split"])).raw
-    assert config_key(ditto) == config_key(split) != config_key(
-        validate(compose_cfg([*TINY, "algorithm=ditto", "eval.local_test=none"])).raw
+    assert (
+        config_key(ditto)
+        == config_key(split)
+        != config_key(validate(compose_cfg([*TINY, "algorithm=ditto", "eval.local_test=none"])).raw)
     )
 
 
@@ -81,7 +83,8 @@ def test_the_folder_of_a_single_run_names_its_capabilities(
     (folder,) = (tmp_path / "outputs").glob("2*/*")
     assert folder.name.endswith("-fedavg-fmnist-fedbuff")
     out = capsys.readouterr().out
-    assert "fedrun: fedavg / fmnist / mlp / dirichlet, fedbuff (C=cohort, K=2, uniform devices)" in " ".join(out.split())
+    title = "fedrun: fedavg / fmnist / mlp / dirichlet, fedbuff (C=cohort, K=2, uniform devices)"
+    assert title in " ".join(out.split())
     assert "simulated clock" in out
 
 
@@ -92,7 +95,12 @@ def test_an_async_runs_plot_counts_server_updates_and_a_personal_runs_draws_its_
 
     kept: list = []
     real = figures.save_figure
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path, **kw: kept.append(fig.axes[0]) or real(fig, path, **kw))
+
+    def keep(fig, path, **kw):  # noqa: ANN001, ANN003, ANN202 - save_figure's own signature
+        kept.append(fig.axes[0])
+        return real(fig, path, **kw)
+
+    monkeypatch.setattr(figures, "save_figure", keep)
     _run(tmp_path / "a", "system=fedasync", "output.plots=true")
     _run(tmp_path / "p", "algorithm=ditto", "output.plots=true")
     (async_ax, personal_ax) = [ax for ax in kept if ax.get_ylabel() == "accuracy (%)"]

@@ -62,9 +62,10 @@ def test_every_paper_ships_cells_with_a_target_for_each_preset() -> None:
     assert not cells.duplicated(["paper", "table", "row", "column"]).any()
     per_paper = cells.groupby("paper").size().to_dict()
     want = {"FedCos": 124, "FedGAM": 261, "FedIMA": 192, "FedLAW": 331, "FedSAM": 252, "pFedMe": 8, "PFLlib": 20}
-    assert per_paper == want
-    # pFedMe's Table 1 is an image (no text of it here): its cells say where our runs are, with no published value
-    assert cells.loc[cells["paper"] == "pFedMe", "value"].isna().all()
+    assert per_paper == {**want, "Robust": 88}
+    # pFedMe's Table 1 is an image (no text of it here): its cells say where our runs are, with no published value;
+    # the robust-FL papers' Fashion-MNIST values were not found as text either (docs/robustness.md): their claims are
+    assert cells.loc[cells["paper"].isin(["pFedMe", "Robust"]), "value"].isna().all()
 
 
 @needs_texts

@@ -240,8 +240,9 @@ def get(cfg: dict[str, Any], dotted: str) -> Any:
 
 def test_every_paper_preset_but_fedlaws_has_a_budget_row() -> None:
     # not paper presets (dp_fedavg_fmnist: fedrun's privacy-utility table, docs/privacy.md; compression_fmnist_mlp:
-    # its bytes-to-accuracy table, docs/compression.md)
-    not_papers = {"smoke", "fedavg_ft", "dp_fedavg_fmnist", "compression_fmnist_mlp"}
+    # its bytes-to-accuracy table, docs/compression.md;
+    # robust_fmnist: fedrun's robust-FL table, whose setting is fedrun's, docs/robustness.md)
+    not_papers = {"smoke", "fedavg_ft", "dp_fedavg_fmnist", "compression_fmnist_mlp", "robust_fmnist"}
     presets = {p.stem for p in EXPERIMENTS.glob("*.yaml")} - not_papers
     assert len(BY_PRESET) == len(BUDGETS)
     assert set(BY_PRESET) <= presets

@@ -21,7 +21,8 @@ def first_values(overrides: tuple[str, ...]) -> list[str]:
 def test_every_target_preset_exists_and_every_paper_preset_is_used() -> None:
     used = {p for t in TARGETS for p in t.presets}
     assert used <= set(PRESETS)
-    papers = {"fedima", "fedgam", "fedcos", "fedlaw", "fedsam", "fedprox", "pfedme", "pfllib", "dp"}  # dp: privacy.md
+    # dp, robust: fedrun's own tables (docs/privacy.md, docs/robustness.md)
+    papers = {"fedima", "fedgam", "fedcos", "fedlaw", "fedsam", "fedprox", "pfedme", "pfllib", "dp", "robust"}
     # FedProx's presets are its target's also where the target is not offered (no system section)
     assert {p for p in PRESETS if p.split("_")[0] in papers} == used | set(FEDPROX_STRAGGLERS.presets)
 

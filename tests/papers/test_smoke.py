@@ -148,3 +148,12 @@ def test_heavier_models_cost_more_and_every_target_fits_the_budget() -> None:
     assert measured and heavy > 5 * light
     over = {t.name: round(cost_seconds(t, smoke=True)[0] / 60, 1) for t in TARGETS}
     assert {k: v for k, v in over.items() if v > SMOKE_BUDGET_MIN} == {}
+
+
+def test_a_robust_rule_the_smokes_few_clients_cannot_hold_runs_with_f_zero() -> None:
+    from fedrun.papers.smoke import smoke_method_overrides
+
+    assert smoke_method_overrides(("defence=bulyan",)) == ["defence.f=0"]  # 4f + 3 = 7 > 5 clients at f = 1
+    assert smoke_method_overrides(("defence=krum",)) == []  # 2f + 3 = 5: it holds
+    assert smoke_method_overrides(("defence=bulyan", "defence.f=1")) == []  # a row's own f is kept
+    assert smoke_method_overrides(("defence=none",)) == smoke_method_overrides(("algorithm=fedavg",)) == []

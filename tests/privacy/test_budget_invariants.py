@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 from fedrun.config.schema import RunSpec
+from fedrun.core.extras import MissingExtra
 from fedrun.data.cohorts import sample_clients
 from fedrun.data.federated import num_local_steps
 from fedrun.privacy import accounting
@@ -32,7 +33,10 @@ from tests.run.run_util import interrupted_copy
 
 # dp-accounting as fedrun loads it: imported at collection, absl's log handler would hold pytest's capture of
 # stderr and close it when Hydra next reconfigures logging (every later test of the worker then errors)
-dp_accounting = accounting._library()
+try:
+    dp_accounting = accounting._library()
+except MissingExtra:
+    pytest.skip("needs the privacy extra (dp-accounting)", allow_module_level=True)
 
 SMALL = ("experiment=smoke", "data.max_train_samples=600", "data.max_test_samples=100", "fl.clients=6",
          "fl.participation=0.5", "model.hidden=[8]", "hardware.threads=1", "checkpoint.every=1")  # fmt: skip

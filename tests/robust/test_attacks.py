@@ -152,12 +152,12 @@ def test_label_flip_reverses_the_classes_of_the_attackers_rows_only() -> None:
     assert targeted["y"].tolist() == [[0, 1, 9], [7, 4, 5]]
     with pytest.raises(ConfigError, match=r"attack\.target: 12 is not a class; valid: 0\.\.9"):
         LabelFlip(LabelFlipParams(source=1, target=12)).check(10, (1, 28, 28))
-    with pytest.raises(ConfigError, match="source: source and target are set together"):
-        LabelFlipParams(source=1)
+    with pytest.raises(ConfigError, match=r"attack\.source: source and target are set together"):
+        LabelFlip(LabelFlipParams(source=1))
 
 
 def test_backdoor_triggers_and_relabels_a_fraction_of_each_attacker_batch() -> None:
-    hp = BackdoorParams(target=2, fraction=0.25, size=3)
+    hp = BackdoorParams(target=2, poison_fraction=0.25, size=3)
     x = torch.zeros(2, 8, 1, 10, 10, dtype=torch.uint8)
     y = torch.tensor([[5] * 8, [6] * 8])
     out = Backdoor(hp).poison({"x": x, "y": y}, 10, torch.tensor([True, False]))
@@ -172,8 +172,8 @@ def test_backdoor_triggers_and_relabels_a_fraction_of_each_attacker_batch() -> N
     assert attack_success(torch.tensor([2, 2, 0, 2]), torch.tensor([1, 2, 3, 4]), 2) == (2, 3)
     with pytest.raises(ConfigError, match=r"attack\.target: 10 is not a class; valid: 0\.\.9"):
         Backdoor(BackdoorParams(target=10)).check(10, (1, 28, 28))
-    with pytest.raises(ConfigError, match=r"fraction: must be in \(0.0, 1.0\]"):
-        BackdoorParams(fraction=0.0)
+    with pytest.raises(ConfigError, match=r"poison_fraction: must be in \(0.0, 1.0\]"):
+        BackdoorParams(poison_fraction=0.0)
 
 
 def test_the_malicious_set_is_a_seeded_fraction_of_all_clients() -> None:

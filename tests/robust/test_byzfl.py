@@ -91,7 +91,7 @@ def test_geometric_median_from_zeros_without_early_stop(x: torch.Tensor) -> None
 
 def test_centered_clipping_from_zero(x: torch.Tensor) -> None:
     for tau, steps in ((1.0, 1), (3.0, 3), (100.0, 1)):
-        ours = CenteredClipping(CenteredClippingParams(tau=tau, iterations=steps))(x, ServerView())
+        ours = CenteredClipping(CenteredClippingParams(tau=tau, clip_iterations=steps))(x, ServerView())
         close(ours.value, BYZ.agg.CenteredClipping(L=steps, tau=tau)(x))
 
 

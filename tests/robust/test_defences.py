@@ -19,7 +19,7 @@ from fedrun.robust.defences.fltrust import FLTrust, FLTrustParams
 from fedrun.robust.defences.geomed import GeoMed, GeoMedParams, geometric_median
 from fedrun.robust.defences.krum import Krum, KrumParams, MultiKrum, MultiKrumParams, krum_scores
 from fedrun.robust.defences.mean import Mean, MeanParams
-from fedrun.robust.defences.median import Median, MedianParams, coordinate_median
+from fedrun.robust.defences.median import Median, MedianParams, coordinate_median, sorted_coordinates
 from fedrun.robust.defences.norm_bound import NormBound, NormBoundParams
 from fedrun.robust.defences.trimmed_mean import TrimmedMean, TrimmedMeanParams, trimmed_mean
 from fedrun.robust.distances import sq_dists
@@ -143,7 +143,7 @@ def test_centered_clipping_with_a_huge_radius_is_the_mean_and_moves_at_most_tau(
     big = CenteredClipping(CenteredClippingParams(tau=1e9))(x, ServerView(previous=torch.ones(30)))
     torch.testing.assert_close(big.value, x.mean(0))
     centre = torch.zeros(30)
-    small = CenteredClipping(CenteredClippingParams(tau=0.5, iterations=1))(x, ServerView(previous=centre))
+    small = CenteredClipping(CenteredClippingParams(tau=0.5, clip_iterations=1))(x, ServerView(previous=centre))
     assert float((small.value - centre).norm()) <= 0.5 + 1e-6
 
 
@@ -202,3 +202,22 @@ def test_geometric_median_stops_early_with_the_rfa_codes_tolerance() -> None:
     three, _ = geometric_median(x, alpha, GeoMedParams())  # the paper's R = 3
     assert float((early - long).norm()) < 1e-2 * float(long.norm() + 1) and not torch.equal(early, long)
     assert float((three - long).norm()) > float((early - long).norm())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_cpu_sort_keeps_the_median_and_trimmed_mean_of_torchs_sort_bit_for_bit(dtype: torch.dtype) -> None:
+    # numpy's SIMD sort on the CPU (defences/median.py) orders the values as torch.sort does: every statistic read
+    # off it is the one the torch-sorted implementation gave, bit for bit, infinities and huge values included
+    for m in (7, 10, 100):
+        g = torch.Generator().manual_seed(m)
+        x = (0.01 * torch.randn(m, 3001, generator=g)).to(dtype)
+        x[: m // 5] *= 1e30
+        x[0, :5] = torch.tensor([float("inf"), -float("inf"), 0.0, -0.0, 1e-40])
+        ref = x.T.contiguous().sort(dim=1).values
+        assert torch.equal(sorted_coordinates(x), ref)
+        for k in range(1, (m - 1) // 2 + 1, max(1, m // 10)):  # (k = 0 is the plain mean)
+            assert torch.equal(trimmed_mean(x, k), ref[:, k : m - k].mean(dim=1))
+        if m % 2:
+            assert torch.equal(coordinate_median(x), x.kthvalue(m // 2 + 1, dim=0).values)
+        else:
+            assert torch.equal(coordinate_median(x), 0.5 * (ref[:, m // 2 - 1] + ref[:, m // 2]))

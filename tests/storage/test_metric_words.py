@@ -28,3 +28,7 @@ def test_every_drawable_column_is_in_words_and_an_accuracy_in_percent(column: st
 def test_an_unknown_column_is_its_name_with_spaces() -> None:
     assert metric_label("my_new_metric") == "my new metric"
     assert metric_label("my_acc") == "my acc (%)"
+
+
+def test_a_backdoors_attack_success_rate_is_drawn_in_percent_in_words() -> None:
+    assert is_accuracy("asr") and metric_label("asr") == "attack success rate (%)"

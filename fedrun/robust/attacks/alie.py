@@ -27,7 +27,7 @@ from fedrun.robust.moments import coordinate_std
 class ALIEParams:
     """``knowledge``: where mu and sigma come from; ``z``: unset, Baruch et al.'s z_max from n and m."""
 
-    knowledge: Knowledge = "own"  # Baruch et al. 2019: non-omniscient, the corrupted workers' own updates
+    knowledge: Knowledge | None = None  # None: own (Baruch et al. 2019: the corrupted workers' own updates)
     z: float | None = None  # None: z_max (Baruch et al. 2019, Sec. 3); ByzFL's default tau = 1.5
 
 
@@ -47,6 +47,7 @@ def alie(reference: torch.Tensor, z: float) -> torch.Tensor:
 @ATTACKS.register("alie", ALIEParams)
 class ALIE(ModelAttack):
     name = "alie"
+    paper_knowledge = "own"
     hp: ALIEParams
 
     def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:

@@ -30,7 +30,7 @@ from fedrun.robust.distances import sq_dists
 class FangKrumParams:
     """``knowledge``: full (omniscient) or partial (own); ``eps``: the smallest lambda tried."""
 
-    knowledge: Knowledge = "omniscient"  # Fang et al. 2020: full knowledge (partial knowledge: own)
+    knowledge: Knowledge | None = None  # None: omniscient, Fang et al. 2020: full knowledge (partial: own)
     eps: float = 1e-5  # the threshold on lambda (Fang et al. 2020, Sec. 3.3)
 
     def __post_init__(self) -> None:
@@ -61,6 +61,7 @@ def krum_picks_crafted(d2: torch.Tensor, to_crafted: torch.Tensor, a: int) -> bo
 @ATTACKS.register("fang_krum", FangKrumParams)
 class FangKrum(ModelAttack):
     name = "fang_krum"
+    paper_knowledge = "omniscient"
     hp: FangKrumParams
 
     def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:

@@ -27,7 +27,7 @@ from fedrun.robust.moments import coordinate_std
 class FangTrimmedMeanParams:
     """``knowledge``: full (omniscient) or partial (own); ``b``: how far past the extremes the values go."""
 
-    knowledge: Knowledge = "omniscient"  # Fang et al. 2020: full knowledge (partial knowledge: own)
+    knowledge: Knowledge | None = None  # None: omniscient, Fang et al. 2020: full knowledge (partial: own)
     b: float = 2.0  # Fang et al. 2020, Sec. 3.4 (b = 2 in their experiments; FLTrust's code: 1 + U[0, 1))
 
     def __post_init__(self) -> None:
@@ -54,6 +54,7 @@ def partial_knowledge(own: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 @ATTACKS.register("fang_trmean", FangTrimmedMeanParams)
 class FangTrimmedMean(ModelAttack):
     name = "fang_trmean"
+    paper_knowledge = "omniscient"
     hp: FangTrimmedMeanParams
 
     def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:

@@ -19,7 +19,7 @@ class GaussianParams:
     """``mode``: ``replace`` sends N(mean, sigma^2 I); ``add`` adds that noise to the attacker's own update."""
 
     mode: Literal["replace", "add"] = "replace"  # Blanchard et al. 2017; FLTrust's Gauss attack
-    mean: float = 0.0
+    mean: float = 0.0  # the noise's mean (Blanchard et al. 2017: 0)
     sigma: float = 200.0  # Blanchard et al. 2017 Sec. 5 and FLTrust: standard deviation 200
 
     def __post_init__(self) -> None:

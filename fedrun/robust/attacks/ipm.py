@@ -20,7 +20,7 @@ from fedrun.robust.base import ATTACKS, AttackView, Knowledge, ModelAttack
 class IPMParams:
     """``epsilon``: the scale of the negated honest mean; ``knowledge``: whose mean."""
 
-    knowledge: Knowledge = "omniscient"  # Xie et al. 2020: the honest updates are known
+    knowledge: Knowledge | None = None  # None: omniscient, Xie et al. 2020: the honest updates are known
     epsilon: float = 0.1  # Karimireddy et al.'s runs of the paper's attack; ByzFL: 2.0
 
     def __post_init__(self) -> None:
@@ -30,6 +30,7 @@ class IPMParams:
 @ATTACKS.register("ipm", IPMParams)
 class IPM(ModelAttack):
     name = "ipm"
+    paper_knowledge = "omniscient"
     hp: IPMParams
 
     def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:

@@ -24,8 +24,6 @@ class LabelFlipParams:
     def __post_init__(self) -> None:
         positive("source", self.source, allow_zero=True)
         positive("target", self.target, allow_zero=True)
-        if (self.source is None) != (self.target is None):
-            raise ConfigError("source", "source and target are set together (a targeted flip) or not at all")
 
 
 def flip_labels(
@@ -42,6 +40,12 @@ class LabelFlip(DataAttack):
     name = "label_flip"
     hp: LabelFlipParams
 
+    def __init__(self, hp: LabelFlipParams) -> None:
+        # checked here, not in the params: ``attack.target`` is the backdoor's key too, set without a source
+        if (hp.source is None) != (hp.target is None):
+            raise ConfigError("attack.source", "source and target are set together (a targeted flip) or not at all")
+        super().__init__(hp)
+
     def check(self, num_classes: int, input_shape: tuple[int, ...]) -> None:
         for key in ("source", "target"):
             value = getattr(self.hp, key)
@@ -56,3 +60,9 @@ class LabelFlip(DataAttack):
         if attacker is not None:
             flipped = torch.where(attacker.reshape(*attacker.shape, *([1] * (y.dim() - attacker.dim()))), flipped, y)
         return {**batch, "y": flipped}
+
+    def poison_client(
+        self, x: torch.Tensor, y: torch.Tensor, num_classes: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One attacker's training samples with every label flipped (inputs untouched)."""
+        return x, flip_labels(y, num_classes, self.hp.source, self.hp.target)

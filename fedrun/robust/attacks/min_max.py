@@ -36,7 +36,7 @@ Solver = Literal["exact", "search"]
 class MinMaxParams:
     """``perturbation``: the direction p; ``solver``: the exact largest gamma or the authors' halving search."""
 
-    knowledge: Knowledge = "omniscient"  # the paper's main setting: the benign updates are known
+    knowledge: Knowledge | None = None  # None: omniscient, the paper's main setting: the benign updates are known
     perturbation: Perturbation = "std"  # the authors' release scripts: dev_type = 'std'
     solver: Solver = "exact"  # exact: the largest feasible gamma; search: the authors' (gamma from 10, step 1e-5)
 
@@ -93,6 +93,7 @@ def largest_gamma(a: torch.Tensor, c: torch.Tensor, q: torch.Tensor, bound: torc
 @ATTACKS.register("min_max", MinMaxParams)
 class MinMax(ModelAttack):
     name = "min_max"
+    paper_knowledge = "omniscient"
     hp: MinMaxParams
 
     def gamma(self, reference: torch.Tensor, t: Terms) -> float:

@@ -24,7 +24,7 @@ from fedrun.robust.distances import sq_dists
 class MinSumParams:
     """``perturbation``: the direction p; ``solver``: the exact largest gamma or the authors' halving search."""
 
-    knowledge: Knowledge = "omniscient"  # the paper's main setting: the benign updates are known
+    knowledge: Knowledge | None = None  # None: omniscient, the paper's main setting: the benign updates are known
     perturbation: Perturbation = "std"  # the authors' release scripts: dev_type = 'std'
     solver: Solver = "exact"
 
@@ -32,6 +32,7 @@ class MinSumParams:
 @ATTACKS.register("min_sum", MinSumParams)
 class MinSum(ModelAttack):
     name = "min_sum"
+    paper_knowledge = "omniscient"
     hp: MinSumParams
 
     def gamma(self, reference: torch.Tensor, t: Terms) -> float:

@@ -16,7 +16,7 @@ from fedrun.robust.base import ATTACKS, AttackView, Knowledge, ModelAttack
 class SignFlipParams:
     """``knowledge``: ``own`` negates each attacker's update; ``omniscient`` sends the negated honest mean."""
 
-    knowledge: Knowledge = "own"  # own: -x_i (Li et al. 2019); omniscient: -mean of the honest (ByzFL SignFlipping)
+    knowledge: Knowledge | None = None  # None: own, own: -x_i (Li et al. 2019); omniscient: -honest mean (ByzFL)
     scale: float = 1.0  # s in -s x_i
 
     def __post_init__(self) -> None:
@@ -26,6 +26,7 @@ class SignFlipParams:
 @ATTACKS.register("sign_flip", SignFlipParams)
 class SignFlip(ModelAttack):
     name = "sign_flip"
+    paper_knowledge = "own"
     hp: SignFlipParams
 
     def __call__(self, own: torch.Tensor, honest: torch.Tensor | None, view: AttackView) -> torch.Tensor:

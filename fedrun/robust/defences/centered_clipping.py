@@ -22,14 +22,14 @@ from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView
 
 @dataclass
 class CenteredClippingParams:
-    """``tau``: the clipping radius; ``iterations``: the clipping steps L."""
+    """``tau``: the clipping radius; ``clip_iterations``: the clipping steps L."""
 
     tau: float = 100.0  # clipping radius (the authors' CIFAR-10 runs: Clipping(tau=100, n_iter=1))
-    iterations: int = 1  # L (the authors' runs: 1)
+    clip_iterations: int = 1  # L (the authors' runs: 1)
 
     def __post_init__(self) -> None:
         positive("tau", self.tau)
-        positive("iterations", self.iterations)
+        positive("clip_iterations", self.clip_iterations)
 
 
 def centered_clipping(x: torch.Tensor, centre: torch.Tensor, tau: float, iterations: int) -> torch.Tensor:
@@ -53,4 +53,4 @@ class CenteredClipping(Defence):
 
     def __call__(self, x: torch.Tensor, view: ServerView) -> Aggregate:
         centre = view.previous.to(x.dtype) if view.previous is not None else torch.zeros_like(x[0])
-        return Aggregate(centered_clipping(x, centre, self.hp.tau, self.hp.iterations))
+        return Aggregate(centered_clipping(x, centre, self.hp.tau, self.hp.clip_iterations))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.robust.base import DEFENCES, Aggregate, Defence, ServerView
+from fedrun.upload.pipeline import weighted_sum
 
 
 @dataclass
@@ -16,8 +17,10 @@ class MeanParams:
 
 
 def weighted_mean(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """sum_i p_i x_i over the rows of ``x`` [m, d]."""
-    return p @ x
+    """sum_i p_i x_i over the rows of ``x`` [m, d], accumulated in float64 and returned in ``x``'s dtype: the upload
+    pipeline's weighted sum (:func:`fedrun.upload.pipeline.weighted_sum`), so that the mean rule in a run is, bit
+    for bit, the run without a defence."""
+    return weighted_sum(p, x)
 
 
 @DEFENCES.register("mean", MeanParams)
@@ -25,5 +28,6 @@ class Mean(Defence):
     name = "mean"
 
     def __call__(self, x: torch.Tensor, view: ServerView) -> Aggregate:
-        p = view.p(x)
-        return Aggregate(weighted_mean(x, p), weights=p)
+        m = x.shape[0]
+        p = view.weights if view.weights is not None else torch.full((m,), 1.0 / m, dtype=torch.float64)
+        return Aggregate(weighted_mean(x, p), weights=p.to(x.device, x.dtype))
