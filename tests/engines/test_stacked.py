@@ -132,6 +132,11 @@ CAPABILITY_RUNS = {
     "privacy": ("privacy=client", "privacy.noise_multiplier=0.5", "privacy.clip=1.0"),  # DP-FedAvg: keyed noise
     "compression": ("compression=topk", "compression.error_feedback=true"),  # error feedback's rows per job
     "local_eval": ("algorithm=ditto", "eval.local_test=split"),  # personal models and their local test splits
+    "attack": ("attack=label_flip", "attack.fraction=0.5"),  # data poisoning: each job's attackers and samples
+    "attack-backdoor": ("attack=backdoor", "attack.fraction=0.25"),  # its asr column on each job's triggered test
+    "attack-model": ("attack=alie", "attack.knowledge=omniscient", "attack.fraction=0.25"),  # on each job's uploads
+    "defence": ("defence=centered_clipping", "attack=sign_flip", "attack.fraction=0.25"),  # its centre: run state
+    "defence-fltrust": ("defence=fltrust", "attack=gaussian", "attack.fraction=0.25"),  # its root update per job
 }
 
 
@@ -142,6 +147,21 @@ def test_the_capabilities_that_stack_give_each_job_its_solo_run(tmp_path: Path, 
     cap = CAPABILITIES.get(name).obj
     assert all(cap.active(s.sections[name]) and cap.stack_blocker(s.sections[name]) is None for s in specs)
     assert_same(solo_and_stacked(tmp_path, specs))
+
+
+def test_jobs_with_different_attacks_and_defences_stack_together(tmp_path: Path) -> None:
+    """A robust-FL table's cells (attack x defence) differ in capability settings only: one stack, each its own."""
+    specs = [
+        spec("seed=0"),
+        spec("seed=0", "attack=label_flip", "attack.fraction=0.25", "defence=median"),
+        spec("seed=0", "attack=ipm", "attack.fraction=0.25", "defence=trimmed_mean"),
+    ]
+    from fedrun.run.stacking import Candidate, plan_stacks
+
+    assert plan_stacks([Candidate(i, s) for i, s in enumerate(specs)]).groups == [[0, 1, 2]]
+    pairs = solo_and_stacked(tmp_path, specs)
+    assert_same(pairs)
+    assert not metrics(pairs[1][0]).equals(metrics(pairs[0][0]))  # (the attack changed the run)
 
 
 def test_every_capability_that_says_it_stacks_is_run_stacked_above() -> None:
