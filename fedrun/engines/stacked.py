@@ -48,11 +48,6 @@ from fedrun.engines.vectorised import (
     vmap_blocker,
 )
 
-# On a CPU the elementwise half of a step (the update, the backward's sums) is bound by memory traffic once the rows'
-# parameters outgrow the caches: 5 default-experiment jobs (MLP 784-200-200-10, ~4 MiB a row by client_bytes, 20
-# clients each), one thread, trained 17.0 s in rows of 100, 15.0 s of 40, 13.7-13.8 s of 20 or 10, 16.9 s of 5 (the
-# same jobs one after another on the vectorised engine: 14.5 s). So a chunk holds about 64 MiB of rows on a CPU.
-CPU_ROWS_BYTES = 64 << 20
 _SLOT = threading.local()  # the stack the run of this thread trains in: (its turns, its record), set by in_stack
 
 
@@ -210,20 +205,14 @@ def stack_rows(requests: list[Request]) -> Rows:
 
 
 def _width(requests: list[Request], total: int) -> int:
-    """Rows trained at once: ``hardware.chunk`` clients of each job, or as many as fit in free memory; on a CPU at
-    most :data:`CPU_ROWS_BYTES` of rows, or the widest job's cohort where that is more (what it trains at once
-    alone)."""
+    """Rows trained at once: ``hardware.chunk`` clients of each job, or as many as fit in free memory."""
     lead = requests[0].engine
     if lead.chunk is not None:
         return min(total, lead.chunk * len(requests))
     if lead._client_bytes is None:
         first = requests[0]
         lead._client_bytes = client_bytes(lead.algorithm, lead.data, lead.fl, first.params, first.states)
-    width = auto_chunk(lead._client_bytes, lead.data.device, total)
-    if lead.data.device.type == "cpu":
-        widest = max(len(r.clients) for r in requests)
-        width = min(width, max(widest, CPU_ROWS_BYTES // max(lead._client_bytes, 1), 1))
-    return width
+    return auto_chunk(lead._client_bytes, lead.data.device, total)
 
 
 def _per_row(trees: list[Tree], jobs: torch.Tensor) -> Tree:

@@ -204,20 +204,17 @@ def test_a_job_resuming_mid_run_stacks_with_a_new_one(tmp_path: Path) -> None:
     assert_same([(tmp_path / "solo0", tmp_path / "half"), (tmp_path / "solo1", tmp_path / "new")])
 
 
-def test_a_stack_wider_than_a_cpu_chunk_trains_in_chunks_of_rows_bit_for_bit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On a CPU a chunk of rows holds about CPU_ROWS_BYTES, or the widest job's cohort where that is more: here each
-    job's 4 clients, so 3 jobs' 12 rows train in 3 chunks of rows of several jobs, as their jobs alone."""
+def test_a_stack_in_chunks_of_rows_of_several_jobs_bit_for_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hardware.chunk=1: one client of each job at a time, so 3 jobs' 12 rows train in 4 chunks of 3 rows, sorted by
+    their plans across the jobs, each job as alone."""
     from fedrun.engines import stacked
 
-    monkeypatch.setattr(stacked, "CPU_ROWS_BYTES", 1)
     widths: list[int] = []
     real = stacked._width
     monkeypatch.setattr(stacked, "_width", lambda requests, total: widths.append(real(requests, total)) or widths[-1])
-    specs = [spec(f"seed={s}", "algorithm=fedprox", f"fl.lr={0.05 + 0.01 * s}") for s in range(3)]
+    specs = [spec(f"seed={s}", "algorithm=fedprox", f"fl.lr={0.05 + 0.01 * s}", "hardware.chunk=1") for s in range(3)]
     assert_same(solo_and_stacked(tmp_path, specs))
-    assert widths and set(widths) == {4}
+    assert widths and set(widths) == {3}
 
 
 def test_a_tensor_lr_rounds_as_the_number_does() -> None:
