@@ -307,10 +307,10 @@ def _batch(requests: list[Request], idx: torch.Tensor, rows: Rows, t: int, k: in
         order.append(sel)
     if live == sorted(live):  # each job's rows together, in job order (equal plans): already in row order
         return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
-    out = {key: t.new_empty((k, *t.shape[1:])) for key, t in parts[0].items()}
+    out = {key: first.new_empty((k, *first.shape[1:])) for key, first in parts[0].items()}
     for sel, part in zip(order, parts, strict=True):  # each job's rows written in place: one copy of the batch
-        for key, t in part.items():
-            out[key].index_copy_(0, sel.to(t.device), t)
+        for key, rows_of_job in part.items():
+            out[key].index_copy_(0, sel.to(rows_of_job.device), rows_of_job)
     return out
 
 
