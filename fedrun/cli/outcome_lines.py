@@ -27,16 +27,17 @@ def print_summary(s: Summary, console: Console) -> None:
     t.add_column("value", justify="right")
     pct = lambda v: "-" if v is None else f"{100 * v:.2f}%"  # noqa: E731
     t.add_row("final test accuracy", pct(s.test_acc_final))
-    t.add_row(last_k_words(s.last_k), pct(s.test_acc_last_k))
+    step = str(s.fields.get("step", "round"))  # an async server's "server update"
+    t.add_row(last_k_words(s.last_k, step), pct(s.test_acc_last_k))
     best_round = "-" if s.best_round is None else s.best_round
-    t.add_row("best test accuracy (round)", f"{pct(s.test_acc_best)} ({best_round})")
+    t.add_row(f"best test accuracy ({step})", f"{pct(s.test_acc_best)} ({best_round})")
     if "round_to_target" in s.fields:
         t.add_row("round reaching target", str(s.round_to_target or "never"))
     lines = s.fields.get("capability_lines")  # each capability's rows: epsilon spent, personalised accuracy...
     for row in lines if isinstance(lines, list) else []:
         if isinstance(row, list) and len(row) == 2:
             t.add_row(str(row[0]), str(row[1]))
-    t.add_row("rounds", str(s.rounds_completed))
+    t.add_row(f"{step}s", str(s.rounds_completed))
     t.add_row("wall time", f"{s.wall_time_s or 0.0:.1f} s")
     t.add_row("client samples/s", f"{s.samples_per_s or 0.0:,.0f}")
     t.add_row("engine / device", f"{s.engine} / {s.device}")

@@ -100,6 +100,8 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
     if words:
         info["capabilities"] = words  # what the run is beyond its method (fedrun/capabilities/), in words
     info.update(experiment.capabilities.describe())
+    if (step := experiment.capabilities.step_word()) != "round":
+        info["step"] = step  # what one step of the run is (an async server's "server update"), for the screens
     if spec.corrupt.fraction:
         info["corrupted_clients"] = experiment.corrupted.tolist()
         info["corrupt_labels"] = list(spec.corrupt.labels)
@@ -199,9 +201,10 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
 
-def last_k_words(k: int | None) -> str:
-    """What ``test_acc_last_k`` is, in words: the mean of the last k evaluated rounds (k = 1: the last one)."""
-    return "last round" if k == 1 else f"mean of last {k or 0} rounds"
+def last_k_words(k: int | None, step: str = "round") -> str:
+    """What ``test_acc_last_k`` is, in words: the mean of the last k evaluated rounds (k = 1: the last one), or of
+    the run's ``step`` (an async server's "server update")."""
+    return f"last {step}" if k == 1 else f"mean of last {k or 0} {step}s"
 
 
 def summary_line(summary: Summary | dict[str, Any]) -> str:

@@ -86,6 +86,10 @@ def test_the_folder_of_a_single_run_names_its_capabilities(
     title = "fedrun: fedavg / fmnist / mlp / dirichlet, fedbuff (C=cohort, K=2, uniform devices)"
     assert title in " ".join(out.split())
     assert "simulated clock" in out
+    # the summary table counts server updates, not rounds (what the loop's step is, recorded in summary.json)
+    (summary,) = (json.loads(p.read_text()) for p in folder.glob("summary.json"))
+    assert summary["step"] == "server update"
+    assert "best test accuracy (server update)" in out and "server updates" in out and "│ rounds" not in out
 
 
 def test_an_async_runs_plot_counts_server_updates_and_a_personal_runs_draws_its_clients(

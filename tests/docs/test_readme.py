@@ -83,3 +83,14 @@ def test_the_bad_input_example_prints_what_it_shows(
 def test_the_sweep_example_says_which_parts_vary() -> None:
     example = TEXT.split("## A first sweep and its table", 1)[1].split("```text", 1)[0]
     assert "hash" in example and "seconds vary" in example
+
+
+def test_its_runs_pass_validation_as_written() -> None:
+    """Every plain ``fedrun`` line of the README passes fedrun's checks as written. The docs-commands test runs them
+    with the smoke shrink (one local step), which hid a refusal at the defaults: ``system=stragglers`` with one local
+    epoch (a straggler's U{1..E-1} epochs), printed as the README's example on a fresh clone."""
+    lines = [shlex.split(c)[1:] for c in re.findall(r"^fedrun .*$", TEXT, re.M)]
+    runs = [args for args in lines if not any(a.startswith("-") for a in args)]  # not --help, -m, --privacy-noise
+    assert len(runs) >= 8
+    for args in runs:
+        compose_spec(args)

@@ -59,6 +59,41 @@ def test_staleness_functions_are_xie_et_al() -> None:
     assert [staleness_weight("constant", 0.5, 4, lag) for lag in (0, 3, 9)] == [1.0, 1.0, 1.0]
     assert [staleness_weight("polynomial", 0.5, 4, lag) for lag in (0, 3)] == [1.0, 0.5]  # (3 + 1)^-0.5
     assert [staleness_weight("hinge", 10, 4, lag) for lag in (0, 4, 5, 6)] == [1.0, 1.0, 1 / 11, 1 / 21]
+    for k in range(12):  # s(k) of a lag-k arrival, by the paper's formulas; s(0) = 1 for all three
+        assert staleness_weight("polynomial", 0.5, 4, k) == (k + 1.0) ** -0.5
+        assert staleness_weight("hinge", 4, 2, k) == (1.0 if k <= 2 else 1.0 / (4 * (k - 2) + 1.0))
+
+
+def test_fedasyncs_staleness_is_the_versions_since_dispatch_a_fresh_update_mixing_at_alpha(
+    make_spec: Callable[..., RunSpec],
+) -> None:
+    """Xie et al. 2019, Alg. 1 as their code indexes it (xcgoner/async_fl, ``worker_delay = epoch - worker_ts``): an
+    update trained from the model it is mixed into has lag 0 and s(0) = 1; one from k versions back has s(k) =
+    (k + 1)^-a, and w <- (1 - alpha s) w + alpha s x."""
+    a, alpha = 0.5, 0.6
+    fedasync = ("system.server=fedasync", "system.concurrency=2", "system.staleness=polynomial")
+    spec = make_spec(*SMALL, *EQUAL_TIMES, *fedasync, f"system.staleness_a={a}", f"system.mixing={alpha}")
+    experiment = build_experiment(spec)
+    state = fresh_state(experiment)
+    driver = server(experiment)
+    step, seen = driver.step, []
+
+    def spy(params: dict[str, torch.Tensor], arrivals: list[Event], staleness: list[float]) -> Any:
+        out = step(params, arrivals, staleness)
+        x = {k: v[0] for k, v in driver.gather(arrivals, "params").items()}
+        for k, w in params.items():  # the paper's mixing, by hand
+            torch.testing.assert_close(out[k], (1 - alpha * staleness[0]) * w + alpha * staleness[0] * x[k])
+        seen.append((arrivals[0].version, staleness[0]))
+        return out
+
+    driver.step = spy
+    for t in range(spec.fl.rounds):
+        train_update(experiment, state, t)
+    # two clients of equal times from w_0 arrive at updates 0 and 1 (lags 0 and 1); their slots are refilled when no
+    # arrival is due, at the start of update 2, from w_2: they arrive at updates 2 and 3 (lags 0 and 1), and so on
+    assert [t - version for t, (version, _) in enumerate(seen)] == [0, 1, 0, 1, 0, 1]
+    assert [s for _, s in seen[0::2]] == [1.0] * 3  # fresh: s(0) = 1, full weight alpha
+    assert [s for _, s in seen[1::2]] == [2**-a] * 3  # one version behind: s(1) = (1 + 1)^-a
 
 
 def test_events_are_ordered_by_time_then_dispatch_order() -> None:

@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from fedrun.config.schema import RunSpec
+from fedrun.core.errors import ConfigError
 from fedrun.upload.base import COMPRESSORS, UploadContext
 from fedrun.upload.compressors.qsgd import QSGD
 from fedrun.upload.compressors.randk import RandK
 from fedrun.upload.compressors.sign import Sign
 from fedrun.upload.compressors.topk import TopK
+from tests.conftest import main_exit_code
 from tests.upload.upload_util import pipeline_of as build_pipeline
 
 
@@ -105,7 +107,7 @@ def test_randk_indices_are_keyed_by_seed_round_and_client(make_spec: Callable[..
 
 
 def test_qsgd_is_unbiased_on_its_levels(make_spec: Callable[..., RunSpec]) -> None:
-    stage = _stage(make_spec, "compression=qsgd", "compression.levels=4")
+    stage = _stage(make_spec, "compression=qsgd", "compression.levels=4", "compression.bucket=null")
     x = _rows(m=1, d=200)
     draws = torch.stack([stage.apply(x, None, _ctx(1, rnd=r))[0][0] for r in range(2000)])
     norm = x.norm()
@@ -115,6 +117,71 @@ def test_qsgd_is_unbiased_on_its_levels(make_spec: Callable[..., RunSpec]) -> No
     err = (draws.mean(0) - x[0]).abs().max()
     assert err < 4 * float(norm) / 4 / math.sqrt(2000)  # E[Q_s(x)] = x (Alistarh et al. 2017, Lemma 3.1)
     assert stage.bits_per_client(200) == 32 + 200 * (1 + 3)
+
+
+def _whole_vector_qsgd(x: torch.Tensor, s: int, ctx: UploadContext) -> torch.Tensor:
+    """QSGD as fedrun computed it before compression.bucket existed: one 2-norm per row."""
+    norm = x.norm(dim=1, keepdim=True)
+    level = x.abs() / norm.clamp_min(torch.finfo(x.dtype).tiny) * s
+    low = level.floor()
+    u = torch.stack([torch.rand(x.shape[1], generator=ctx.generator("qsgd", int(c))) for c in ctx.clients])
+    return norm * x.sign() * ((low + (u < level - low).to(x.dtype)) / s)
+
+
+@pytest.mark.parametrize("bucket", ["null", "1000", "5000"])
+def test_qsgd_with_no_bucket_or_one_the_row_is_whole_vector_qsgd_bit_for_bit(
+    make_spec: Callable[..., RunSpec], bucket: str
+) -> None:
+    stage = _stage(make_spec, "compression=qsgd", "compression.levels=4", f"compression.bucket={bucket}")
+    x = _rows()
+    for rnd in range(3):
+        assert torch.equal(stage.apply(x, None, _ctx(4, rnd=rnd))[0], _whole_vector_qsgd(x, 4, _ctx(4, rnd=rnd)))
+    assert stage.bits_per_client(1000) == 32 + 1000 * (1 + 3)  # one norm
+
+
+def test_qsgd_buckets_are_quantised_with_their_own_norm_and_unbiased(make_spec: Callable[..., RunSpec]) -> None:
+    # buckets of 64 over 200 entries: 64, 64, 64 and a last one of 8; the first bucket's entries 100x the others'
+    stage = _stage(make_spec, "compression=qsgd", "compression.levels=4", "compression.bucket=64", dim=200)
+    x = _rows(m=1, d=200)
+    x[0, :64] *= 100.0
+    starts = [0, 64, 128, 192, 200]
+    norms = torch.cat([x[0, a:b].norm().expand(b - a) for a, b in zip(starts, starts[1:], strict=False)])
+    draws = torch.stack([stage.apply(x, None, _ctx(1, rnd=r))[0][0] for r in range(2000)])
+    levels = draws.abs() / norms * 4
+    torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-4)  # each entry: ||bucket|| l / s
+    assert levels.max() <= 4 + 1e-4
+    for a, b in zip(starts, starts[1:], strict=False):  # E[Q_s(v)] = v for each bucket v (their Lemma 3.1, sec. 4)
+        err = (draws[:, a:b].mean(0) - x[0, a:b]).abs().max()
+        assert err < 4 * float(norms[a]) / 4 / math.sqrt(2000), (a, b)
+    # the small buckets keep their own resolution: a whole-vector norm would round them all to 0 or 100x their size
+    assert (draws[:, 64:].abs() < float(norms[64]) + 1e-4).all()
+    assert stage.bits_per_client(200) == 4 * 32 + 200 * (1 + 3)  # a 32-bit norm for each of the 4 buckets
+
+
+def test_qsgd_counts_a_norm_per_bucket_in_the_bytes_up(make_spec: Callable[..., RunSpec]) -> None:
+    stage = _stage(make_spec, "compression=qsgd")  # the defaults: s = 16, d = 512 (Alistarh et al. 2017, sec. 5)
+    assert stage.bucket == 512 and stage.cfg.levels == 16
+    assert stage.bits_per_client(1000) == 2 * 32 + 1000 * (1 + 5)
+    assert stage.bits_per_client(1024) == 2 * 32 + 1024 * (1 + 5)
+    assert stage.bits_per_client(1025) == 3 * 32 + 1025 * (1 + 5)
+    assert stage.bits_per_client(512) == 32 + 512 * (1 + 5)
+
+
+@pytest.mark.parametrize("bucket", ["0", "-3"])
+def test_qsgd_refuses_a_bucket_below_one_naming_it(make_spec: Callable[..., RunSpec], bucket: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        make_spec("compression=qsgd", f"compression.bucket={bucket}")
+    assert e.value.field == "compression.bucket"
+    assert "\n" not in str(e.value) and "valid" in str(e.value)
+
+
+def test_the_cli_refuses_a_bucket_below_one_with_exit_2(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["fedrun", "compression=qsgd", "compression.bucket=0", f"hydra.run.dir={tmp_path}/r"]
+    assert main_exit_code(monkeypatch, argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "compression.bucket" in ln]
+    assert len(err) == 1 and "valid" in err[0]
 
 
 def test_sign_scales_by_the_mean_magnitude(make_spec: Callable[..., RunSpec]) -> None:

@@ -87,6 +87,24 @@ def test_bytes_up_are_the_compressed_size(make_spec: Callable[..., RunSpec], tmp
     assert {"sign_rel_error", "sign_residual_norm"} <= set(df.columns)
 
 
+def test_qsgd_bytes_up_count_one_norm_per_bucket(make_spec: Callable[..., RunSpec], tmp_path: Path) -> None:
+    d = 784 * 32 + 32 + 32 * 10 + 10  # the 784-32-10 MLP's update: 50 buckets of 512 (the last of 362)
+    df = _run(make_spec, tmp_path / "run", "compression=qsgd")  # s = 16: a sign and 5 bits of level an entry
+    assert (df["bytes_up"] == df["clients"] * math.ceil((50 * 32 + d * 6) / 8)).all()
+    whole = _run(make_spec, tmp_path / "whole", "compression=qsgd", "compression.bucket=null")
+    assert (whole["bytes_up"] == whole["clients"] * math.ceil((32 + d * 6) / 8)).all()
+
+
+def test_the_bucket_is_part_of_a_qsgd_run_identity_and_not_of_an_uncompressed_one(
+    make_spec: Callable[..., RunSpec],
+) -> None:
+    qsgd = config_key(make_spec(*SMALL, "compression=qsgd").raw)
+    assert config_key(make_spec(*SMALL, "compression=qsgd", "compression.bucket=null").raw) != qsgd
+    assert config_key(make_spec(*SMALL, "compression=qsgd", "compression.bucket=512").raw) == qsgd
+    plain = make_spec(*SMALL).raw
+    assert config_key(plain) == config_key({k: v for k, v in plain.items() if k != "compression"})
+
+
 def test_residual_is_client_state_kept_by_clients_not_sampled(make_spec: Callable[..., RunSpec]) -> None:
     from fedrun.run.rounds import train_round
 

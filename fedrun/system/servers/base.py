@@ -43,7 +43,9 @@ FirstBad = Callable[[Tree, torch.Tensor], "int | None"]
 
 
 def staleness_weight(kind: str, a: float, b: float, lag: int) -> float:
-    """s(t - tau) of Xie et al. 2019 (sec. 3, eqs. of the constant, polynomial and hinge functions)."""
+    """s(t - tau) of Xie et al. 2019 (sec. 3, eqs. of the constant, polynomial and hinge functions) at ``lag``, the
+    server updates since the client's dispatch (0: trained from the model it is mixed into, s = 1; counted as the
+    authors' code counts it, fedrun/system/servers/fedasync.py)."""
     if kind == "polynomial":
         return float((lag + 1.0) ** -a)
     if kind == "hinge":

@@ -4,6 +4,13 @@ dispatched at version tau, is one server update
     w_t = (1 - a_t) w_{t-1} + a_t x_new,   a_t = alpha s(t - tau)
 
 with ``system.mixing`` = alpha and ``system.staleness`` = s (fedrun/system/servers/base.py).
+
+The lag t - tau is counted as the authors' released code counts it (xcgoner/async_fl,
+``train_cifar10_mxnet_fedasync_singlethread_impl.py``: ``worker_delay = epoch - worker_ts``, the newest model stamped
+with the number of updates applied): an arrival trained from w_{t-1}, the model it is mixed into, has lag 0 and
+s(0) = 1, full weight alpha; one dispatched k versions earlier has s(k), e.g. (k + 1)^-a. Alg. 1's indices (the
+updater's epoch t mixes x_new into x_{t-1}; the worker sets tau to the stamp of the x_tau it received) would give
+that fresh arrival t - tau = 1.
 """
 
 from __future__ import annotations
