@@ -253,10 +253,11 @@ def test_the_table_layout_of_the_extending_page_runs_through_fedrun_report(  # n
     # the registry is --layout's list, read when the table is made: another name is one line, exit 2
     assert report.main(["table", sweep, "--layout", "peek"]) == 2
     assert capsys.readouterr().err == "fedrun-report: error: layout: unknown 'peek'; valid: " + (
-        "fedima, fedgam, fedcos, fedcos_bestlast, fedlaw, fedlaw_gws, fedlaw_corr, fedsam, rounds, fedprox, peak\n"
+        "fedima, fedgam, fedcos, fedcos_bestlast, fedlaw, pfllib, fedlaw_gws, fedlaw_corr, fedsam, rounds, fedprox,"
+        " peak\n"
     )
     with pytest.raises(SystemExit):
         report.main(["table", "--help"])
-    assert "fedsam, peak, rounds" in " ".join(capsys.readouterr().out.split())
+    assert "fedsam, peak, pfllib, rounds" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(ValueError, match="layout peak: a layout of that name exists"):
         layouts.register_layout(layouts.Layout("peak", layouts.fedlaw, "again"))

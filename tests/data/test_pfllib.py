@@ -133,9 +133,10 @@ def test_the_presets_clients_train_on_three_quarters_and_test_on_the_rest(
     exp = build_experiment(make_spec(f"experiment={preset}", "hardware.threads=1"))
     sizes = np.array([len(p) for p in exp.parts])
     assert sizes.tolist() == (PAT_SIZES if preset.endswith("pat") else DIR_SIZES)
-    test = exp.local_test.sizes
+    local = exp.capability("local_eval").local  # type: ignore[union-attr]
+    test = local.sizes
     # fedrun rounds 0.25 n; PFLlib's scikit-learn split takes ceil(0.25 n): at most one sample apart
     assert np.array_equal(test, np.array([round(0.25 * n) for n in sizes]))
     assert np.abs(test - np.ceil(0.25 * sizes)).max() <= 1
     assert exp.fed.sizes.sum().item() + test.sum() == 70000
-    assert exp.local_test.on_train  # the local test samples are clients' own, out of the merged training split
+    assert local.on_train  # the local test samples are clients' own, out of the merged training split

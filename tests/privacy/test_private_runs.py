@@ -76,7 +76,7 @@ def test_an_empty_poisson_round_releases_the_noise_alone(tmp_path: Path, make_sp
 def test_bad_input_is_refused(make_spec: Callable[..., RunSpec]) -> None:
     with pytest.raises(ConfigError, match=r"privacy.noise_multiplier: must be a finite number >= 0"):
         make_spec("privacy=client", "privacy.noise_multiplier=-1")
-    with pytest.raises(ConfigError, match=r"privacy.mode: invalid value 'global'; valid: none, client, sample"):
+    with pytest.raises(ConfigError, match=r"privacy.mode: invalid value 'global'; valid: none, client, local, sample"):
         make_spec("privacy.mode=global")
     with pytest.raises(
         ConfigError, match=r"algorithm.name: scaffold .*valid with privacy.mode=client: .*fedavg, fedavgm"

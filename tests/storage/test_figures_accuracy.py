@@ -38,7 +38,7 @@ def test_accuracy_png_has_whole_rounds_percent_and_the_setting_in_its_title(tmp_
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks  # not 1.5, 2.5, ...
     assert "%" in ax.get_ylabel()
-    test_line = next(line for line in ax.get_lines() if line.get_label() == "test")
+    test_line = next(line for line in ax.get_lines() if line.get_label() == "global model, test")
     assert list(test_line.get_ydata()) == pytest.approx([41, 54, 66, 68, 70])
     title = " ".join(ax.get_title().split())
     assert "fedavg on fmnist" in title and "dirichlet" in title and "alpha=0.1" in title and "seed 3" in title

@@ -110,7 +110,7 @@ def test_no_tracker_library_is_imported_unless_chosen(tmp_path: Path) -> None:
         "import sys\n"
         "from pathlib import Path\n"
         "from tests.conftest import compose_cfg\n"
-        "from fedrun.config.schema import validate\n"
+        "from fedrun.config.validate import validate\n"
         "from fedrun.run import loop\n"
         "from fedrun.storage.tracking import Trackers\n"
         "spec = validate(compose_cfg(['data.standin=true']))\n"

@@ -36,6 +36,14 @@ _WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "pachinko": lambda p: f"Pachinko allocation, alpha = {_num(p.get('alpha'))}, beta = {_num(p.get('beta'))}",
     "natural": lambda p: "the dataset's own clients",
     "domains": _inner,
+    "pfllib": lambda p: (
+        (
+            f"PFLlib's pathological split, {p.get('class_per_client')} classes per client"
+            if p.get("scheme", "pat") == "pat"
+            else f"PFLlib's Dirichlet label skew, alpha = {_num(p.get('alpha'))}"
+        )
+        + ("" if p.get("balance") else ", unequal client sizes")
+    ),
 }
 
 
