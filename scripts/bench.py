@@ -25,7 +25,9 @@ width (McMahan CNN, 100 clients of 600), the share of a 1,000-client async run's
 (scripts/bench_async.py), a round with a robust defence (Multi-Krum, trimmed mean, median) or an omniscient attack
 (ALIE) against FedAvg's on 100 MLP clients (scripts/bench_robust_round.py; the issue bounds them by 1.2x and 1.1x)
 and, without ``--quick``, the
-end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included). Writes
+end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included) and the stacked sweeps
+(scripts/bench_stack.py: a 5-seed sweep and a 3 methods x 3 seeds sweep of the default experiment, stacked against
+the same jobs one after another, in one sitting; ``--stack yes|no``, ``--stack-rounds``). Writes
 ``outputs/bench/bench-<timestamp>.json``.
 
     python scripts/bench.py [--quick] [--workloads a,b,c] [--rounds 2] [--out outputs/bench]
@@ -62,6 +64,7 @@ from bench_ray import (  # noqa: E402
     print_ray_state,
 )
 from bench_robust_round import ROBUST_DESC, ROBUST_WORKLOAD, measure_robust, print_robust  # noqa: E402
+from bench_stack import STACK_DESC, measure_stack, print_stack  # noqa: E402
 
 from fedrun.host.allocator import tune_glibc_malloc  # noqa: E402
 from fedrun.storage.rundir import RunDir  # noqa: E402
@@ -861,6 +864,13 @@ def main() -> None:
         help="throughput timer: wall clock, or process CPU time (with --threads 1: a quiet machine's rate, "
         "measured on a busy one)",
     )
+    ap.add_argument(
+        "--stack",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="stacked sweeps against the same jobs one after another (auto: without --quick)",
+    )
+    ap.add_argument("--stack-rounds", type=int, default=None, help="fl.rounds of the stacked sweeps' jobs (default 30)")
     ap.add_argument("--out", default=str(REPO / "outputs" / "bench"))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
     # internal: one measurement in a child process
@@ -961,6 +971,11 @@ def main() -> None:
         report["end_to_end_a_8_rounds"] = end_to_end(device, args.threads, args.timeout)
         e2e = report["end_to_end_a_8_rounds"]
         print(f"end to end, workload (a), 8 rounds through the CLI: {fmt(e2e.get('wall_s'), '.1f')} s")
+    if args.stack == "yes" or (args.stack == "auto" and not args.quick):
+        print(f"stacked sweeps ({STACK_DESC}): one after another, then stacked ...", flush=True)
+        only = ["seeds", "methods", "tolerance"]
+        report["stack"] = measure_stack(args.stack_rounds, args.threads or 1, device, 4 * args.timeout, only)
+        print_stack(report["stack"])
     report["meta"]["loadavg_end"] = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

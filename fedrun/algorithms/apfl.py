@@ -46,6 +46,8 @@ class APFLParams(AlgoParams):
 class APFL(FedAvg):
     """w: FedAvg; v_i (each client's state): SGD on f_i(alpha v_i + (1 - alpha) w)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: APFLParams
     personal = True
 

@@ -94,8 +94,9 @@ def sgd_step(
     if momentum and buf is not None:
         buf = {k: momentum * buf[k] + g for k, g in grads.items()}
         grads = buf
-    if isinstance(lr, torch.Tensor):  # a compiled step takes lr as a tensor
-        return {k: params[k] - lr * grads[k] for k in params}, buf
+    if isinstance(lr, torch.Tensor):  # a compiled step, or a stack of jobs with their own lr, takes lr as a tensor:
+        # w + g (-lr) in one fused multiply-add, the same rounding as the number's torch.add(w, g, alpha=-lr) below
+        return {k: torch.addcmul(params[k], grads[k], -lr) for k in params}, buf
     # one fused kernel and no lr * g temporary (torch.optim.SGD's own form)
     return {k: torch.add(params[k], grads[k], alpha=-lr) for k in params}, buf
 
@@ -131,6 +132,14 @@ class Algorithm:
     # True when the method's authors report each client's best local model so far as judged on its local *test*
     # split (LG-FedAvg's main_lg.py): the per-client evaluation then adds local_best_acc_* (selection on test data)
     select_on_test: bool = False
+    # the method's client step may train stacked with other jobs of a sweep (fedrun/engines/stacked.py: one vmap over
+    # the jobs' cohorts with one job's method object): whatever differs between the jobs reaches the step through its
+    # arguments or the ``hp`` fields named in ``stack_scalars``, never through state the method keeps on itself.
+    # Declared in the method's own class body (:meth:`declares`) once tests/engines/test_stacked.py checks it
+    stacks: bool = False
+    # ``hp`` fields that may differ between stacked jobs (FedProx's mu): each row of the stacked step sees its own
+    # job's value, as a tensor; every other field must be equal across the stack
+    stack_scalars: tuple[str, ...] = ()
 
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         self.hp = hp

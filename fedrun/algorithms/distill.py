@@ -143,6 +143,8 @@ class ServerTrained(ProxyMethod):
 class ServerFT(ServerTrained):
     """FedAvg + cross-entropy fine-tuning on the proxy set (FedLAW's Server-FT baseline)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     def server_loss(self, params: Tensors, batch: Batch, teachers: list[Teacher]) -> torch.Tensor:
         return self.model.loss(params, batch)
 
@@ -150,6 +152,8 @@ class ServerFT(ServerTrained):
 @ALGORITHMS.register("feddf", DistillParams)
 class FedDF(ServerTrained):
     """Ensemble distillation of the client models into the FedAvg model (Lin et al. 2020, Alg. 1)."""
+
+    stacks = True  # (tests/engines/test_stacked.py)
 
     def teachers(
         self, params: Tensors, models: Tensors, buffers: Tensors | None, weights: torch.Tensor, info: RoundInfo
@@ -183,6 +187,8 @@ class FedDF(ServerTrained):
 @ALGORITHMS.register("fedbe", DistillParams)
 class FedBE(FedDF):
     """FedDF with the FedAvg model and one SWAG-Gaussian sample added to the teachers (Chen & Chao 2021)."""
+
+    stacks = True  # (tests/engines/test_stacked.py)
 
     def teachers(
         self, params: Tensors, models: Tensors, buffers: Tensors | None, weights: torch.Tensor, info: RoundInfo

@@ -47,6 +47,9 @@ class DittoParams(AlgoParams):
 class Ditto(FedAvg):
     """w: FedAvg; v (each client's state): SGD on F_i + (lambda/2)||v - w^t||^2, evaluated as the client's model."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("lam",)
+
     hp: DittoParams
     personal = True
 

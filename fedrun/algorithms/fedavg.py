@@ -11,3 +11,4 @@ class FedAvg(Algorithm):
     """Local SGD on cross-entropy; the server takes the weighted mean of the client models."""
 
     steps_from_mean = True
+    stacks = True

@@ -43,6 +43,8 @@ class FedAvgGWSParams(AlgoParams):
 class FedAvgGWS(FedAvg):
     """Clients as FedAvg; the server returns gamma times FedAvg's weighted mean (FedLAW eq. 3, fixed gamma)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedAvgGWSParams
 
     def setup(self, env: SetupEnv) -> None:

@@ -22,6 +22,8 @@ from fedrun.models.base import FunctionalModel
 class FedBABU(SplitModel):
     """The head stays at its initialisation on every client and the server; the body is FedAvg."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: HeadParams
     personal = False  # no personal state: the personalised model is the fine-tuned global one
 

@@ -63,6 +63,8 @@ class GlobalMomentum(Algorithm):
 class FedCM(GlobalMomentum, FedAvg):
     """Local step w <- w - eta (alpha grad f_i(w) + (1 - alpha) Delta^t) (FedSAM paper, FedCM rule)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedCMParams
 
     def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:

@@ -66,6 +66,8 @@ def cosine_penalty(params: Tensors, global_params: Tensors, d: Tensors) -> torch
 class FedCos(FedAvg):
     """Clients minimise CE + mu (1 - cos(w - w^t, d^t)) (FedCos eq. 5); d^t is downloaded with w^t."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedCosParams
 
     def server_init(self, params: Tensors) -> Tree:

@@ -74,6 +74,9 @@ class FedDynParams(AlgoParams):
 class FedDyn(FedAvg):
     """Linear term -<g_i, w> plus a prox term; the server corrects the average by -h/alpha."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("alpha",)
+
     hp: FedDynParams
 
     @property

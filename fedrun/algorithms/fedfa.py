@@ -82,6 +82,8 @@ def anchor_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, weight:
 class FedFA(FedAvg):
     """Anchor-regularised local training with classifier calibration; anchors averaged on the server."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedFAParams
 
     def __init__(self, hp: FedFAParams, fl: FLConfig, model: FunctionalModel) -> None:

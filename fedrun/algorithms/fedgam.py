@@ -89,6 +89,8 @@ def gam_grad(
 class FedGAM(FedAvg):
     """Local step w <- w - eta grad f_GAM(w) (Alg. 1, eq. 19); the server averages the client models."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedGAMParams
 
     def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:
@@ -107,6 +109,8 @@ class FedGAMCV(ControlVariates, FedAvg):
     Server: c <- c + (1/K) sum_S Delta c_i (eq. 22, no m/N factor, unlike SCAFFOLD) and w = mean_S w_i.
     Uploads (w_i, Delta c_i): two vectors.
     """
+
+    stacks = True  # (tests/engines/test_stacked.py)
 
     hp: FedGAMCVParams
 

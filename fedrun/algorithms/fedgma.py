@@ -47,6 +47,8 @@ class FedGMAParams(AlgoParams):
 class FedGMA(FedAvg):
     """Gradient-masked averaging of the client updates (see the module docstring for both variants)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedGMAParams
 
     def aggregate(

@@ -109,6 +109,8 @@ class FedLAWLambdaParams(FedLAWParams):
 class FedLAW(ProxyMethod):
     """Learnable aggregation weights: w = gamma * sum_i lambda_i w_i fitted on the proxy set (Alg. 1)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedLAWParams
 
     def setup(self, env: SetupEnv) -> None:
@@ -232,12 +234,18 @@ class FedLAW(ProxyMethod):
 class FedLAWSWA(FedLAW):
     """FedLAW with the official code's SWA schedule (lambda with SWA, then gamma)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
 
 @ALGORITHMS.register("fedlaw_gamma", FedLAWGammaParams)
 class FedLAWGamma(FedLAW):
     """Adaptive global weight shrinking only: learn gamma, lambda = p (FedLAW Sec. 4)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
 
 @ALGORITHMS.register("fedlaw_lambda", FedLAWLambdaParams)
 class FedLAWLambda(FedLAW):
     """Attentive LAW only: learn lambda, gamma = 1 (FedLAW Sec. 5)."""
+
+    stacks = True  # (tests/engines/test_stacked.py)

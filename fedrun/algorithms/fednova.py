@@ -35,6 +35,8 @@ def nova_a(steps: torch.Tensor, rho: float) -> torch.Tensor:
 class FedNova(FedAvg):
     """Server: w <- w - tau_eff sum_S p_i (w^t - w_i)/a_i, tau_eff = sum_S p_i a_i (FedNova eq. 6)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         super().__init__(hp, fl, model)
         if fl.momentum >= 1:

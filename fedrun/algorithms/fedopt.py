@@ -107,6 +107,9 @@ class ServerOpt(FedAvg):
 class ServerSGD(ServerOpt):
     """w^{t+1} = w^t + server_lr * Delta (FedCos, "FedOpt(1.5)")."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("server_lr",)
+
     steps_from_mean = True
 
     hp: ServerSGDParams
@@ -121,6 +124,9 @@ class ServerSGD(ServerOpt):
 @ALGORITHMS.register("fedavgm", FedAvgMParams)
 class FedAvgM(ServerOpt):
     """Server momentum (Hsu et al. 2019): v <- beta v + Delta, w <- w + server_lr v; or FedCos's EMA form."""
+
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("server_lr", "beta")
 
     steps_from_mean = True
 
@@ -173,6 +179,9 @@ class Adaptive(ServerOpt):
 class FedAdagrad(Adaptive):
     """v <- v + Delta^2 (Reddi et al. Alg. 2)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("server_lr", "beta1", "beta2", "tau")
+
     steps_from_mean = True
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
@@ -186,6 +195,9 @@ class FedAdagrad(Adaptive):
 class FedAdam(Adaptive):
     """v <- beta2 v + (1 - beta2) Delta^2 (Reddi et al. Alg. 2)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("server_lr", "beta1", "beta2", "tau")
+
     steps_from_mean = True
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
@@ -195,6 +207,9 @@ class FedAdam(Adaptive):
 @ALGORITHMS.register("fedyogi", AdaptiveParams)
 class FedYogi(Adaptive):
     """v <- v - (1 - beta2) Delta^2 sign(v - Delta^2) (Reddi et al. Alg. 2)."""
+
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("server_lr", "beta1", "beta2", "tau")
 
     steps_from_mean = True
 

@@ -18,6 +18,8 @@ from fedrun.models.base import FunctionalModel
 class FedPer(SplitModel):
     """The head is personal, the body shared."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: HeadParams
 
     def __init__(self, hp: HeadParams, fl: FLConfig, model: FunctionalModel) -> None:

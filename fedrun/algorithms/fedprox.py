@@ -30,6 +30,9 @@ class FedProxParams(AlgoParams):
 class FedProx(FedAvg):
     """Local objective f_i(w) + (mu/2) ||w - w^t||^2 (FedProx paper, eq. 2); server as FedAvg."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("mu",)
+
     hp: FedProxParams
     steps_from_mean = True
 

@@ -42,6 +42,8 @@ class FedRepParams(HeadParams):
 class FedRep(SplitModel):
     """Head steps first (body frozen), then ``rep_epochs`` epochs of body steps (head frozen); body uploaded."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedRepParams
 
     def __init__(self, hp: FedRepParams, fl: FLConfig, model: FunctionalModel) -> None:

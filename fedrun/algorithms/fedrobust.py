@@ -47,6 +47,8 @@ class FedRobustParams(AlgoParams):
 class FedRobust(FedAvg):
     """Descent on w and ascent on (Lambda_i, delta_i) in the same local step; server as FedAvg."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedRobustParams
 
     input_shape: tuple[int, ...] | None = None

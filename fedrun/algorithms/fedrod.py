@@ -55,6 +55,8 @@ class FedRoDParams(HeadParams):
 class FedRoD(FedAvg):
     """Generic model: FedAvg on the balanced softmax loss; personal head p_i: CE of g + p_i, kept on the client."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedRoDParams
     personal = True
 

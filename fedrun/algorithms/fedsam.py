@@ -22,7 +22,7 @@ EPS = 1e-12
 
 def sam_epsilon(grads: Tensors, rho: float) -> Tensors:
     """SAM's perturbation eps = rho g / ||g||_2, the norm over all parameters (FedSAM paper eq. 4)."""
-    scale = rho / (norm(grads) + EPS)
+    scale = (norm(grads) + EPS).reciprocal() * rho  # (what rho / (...) computes: the same rounding for a tensor rho)
     return tree_map(lambda g: g * scale, grads)
 
 
@@ -30,7 +30,7 @@ def asam_epsilon(params: Tensors, grads: Tensors, rho: float, eta: float) -> Ten
     """ASAM's eps = rho T^2 g / ||T g||, T = |w| + eta on '*weight*' tensors, 1 elsewhere (CAL minimizers.py)."""
     t = {k: (w.abs() + eta) if "weight" in k else torch.ones_like(w) for k, w in params.items()}
     tg = {k: t[k] * g for k, g in grads.items()}
-    scale = rho / (norm(tg) + EPS)
+    scale = (norm(tg) + EPS).reciprocal() * rho  # (as in sam_epsilon)
     return {k: t[k] * tg[k] * scale for k in grads}
 
 
@@ -53,6 +53,9 @@ class FedSAMParams(AlgoParams):
 @ALGORITHMS.register("fedsam", FedSAMParams)
 class FedSAM(FedAvg):
     """Local step w <- w - eta grad f(w + rho g/||g||), g = grad f(w) on the same batch; server FedAvg."""
+
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("rho",)
 
     hp: FedSAMParams
 
@@ -79,6 +82,8 @@ class FedASAMParams(AlgoParams):
 @ALGORITHMS.register("fedasam", FedASAMParams)
 class FedASAM(FedSAM):
     """FedSAM with ASAM's scale-invariant perturbation eps = rho T^2 g / ||T g|| (Kwon et al. 2021, eq. 7)."""
+
+    stacks = True  # (tests/engines/test_stacked.py)
 
     hp: FedASAMParams
 
@@ -109,6 +114,8 @@ class MoFedSAM(GlobalMomentum, FedSAM):
 
     Delta^t, last round's per-step global pseudo-gradient, is downloaded with w^t (an extra vector).
     """
+
+    stacks = True  # (tests/engines/test_stacked.py)
 
     hp: MoFedSAMParams
 

@@ -40,6 +40,8 @@ class FedSMOOParams(AlgoParams):
 class FedSMOO(FedAvg):
     """State: h_i, mu_i per client; s and mean_N h_i on the server (all start at 0)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: FedSMOOParams
 
     def server_init(self, params: Tensors) -> Tree:

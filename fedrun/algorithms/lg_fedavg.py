@@ -54,6 +54,8 @@ class LGParams(HeadParams):
 class LGFedAvg(SplitModel):
     """The local layers are personal, the global layers (``algorithm.head``) shared; optionally a FedAvg start."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: LGParams
 
     def __init__(self, hp: LGParams, fl: FLConfig, model: FunctionalModel) -> None:

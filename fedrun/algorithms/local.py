@@ -18,6 +18,8 @@ from fedrun.models.base import FunctionalModel
 class Local(SplitModel):
     """Every parameter is personal: local SGD from the client's own last model, no upload, no aggregation."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     def __init__(self, hp: AlgoParams, fl: FLConfig, model: FunctionalModel) -> None:
         super().__init__(hp, fl, model)
         self.keep([k for k, _ in model.module.named_parameters()])

@@ -47,6 +47,8 @@ class MimeLiteParams(AlgoParams):
 class MimeLite(FedAvg):
     """Frozen server momentum in the client step; clients upload (w_i, grad f_i(w^t))."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: MimeLiteParams
 
     def server_init(self, params: Tensors) -> Tree:

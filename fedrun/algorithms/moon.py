@@ -65,6 +65,8 @@ def contrastive_loss(
 class Moon(FedAvg):
     """Local loss CE + mu l_con; server as FedAvg."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: MoonParams
 
     def __init__(self, hp: MoonParams, fl: FLConfig, model: FunctionalModel) -> None:

@@ -62,6 +62,8 @@ def deal(batch: Batch, part: int) -> Batch:
 class PerFedAvg(FedAvg):
     """Clients: MAML steps w <- w - beta (g - alpha hess g); server: FedAvg; evaluation: one alpha step first."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: PerFedAvgParams
 
     def __init__(self, hp: PerFedAvgParams, fl: FLConfig, model: FunctionalModel) -> None:

@@ -60,6 +60,8 @@ class PFedMeParams(AlgoParams):
 class PFedMe(FedAvg):
     """Clients: K prox steps on theta_i, then w_i <- w_i - eta lambda (w_i - theta_i); server: beta-mix."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+
     hp: PFedMeParams
     personal = True
 

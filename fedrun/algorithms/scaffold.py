@@ -66,6 +66,9 @@ class ScaffoldParams(AlgoParams):
 class Scaffold(ControlVariates, FedAvg):
     """Server: w <- w + eta_g sum_S p_i (y_i - w), c <- c + (m/N) mean_S Delta c_i (SCAFFOLD eq. 5)."""
 
+    stacks = True  # (tests/engines/test_stacked.py)
+    stack_scalars = ("server_lr",)
+
     hp: ScaffoldParams
 
     def local_grad(self, params: Tensors, batch: Batch, ctx: ClientContext) -> tuple[Tensors, torch.Tensor]:

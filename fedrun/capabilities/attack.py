@@ -94,6 +94,12 @@ class Attack(Capability):
             attack.check(data.num_classes, data.input_shape)
 
     @classmethod
+    def stack_blocker(cls, settings: AttackSettings) -> str | None:
+        """It stacks: the malicious set and the poisoned samples are each run's (drawn from its seed before its data is
+        built), a model attack an upload stage on its own run's uploads after the client step, keyed by its seed."""
+        return None
+
+    @classmethod
     def transforms_uploads(cls, settings: AttackSettings) -> str | None:
         return "attack.name" if settings.on and replaces_model(build_attack(settings)) else None
 

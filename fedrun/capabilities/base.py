@@ -222,6 +222,13 @@ class Capability:
         return None
 
     @classmethod
+    def stack_blocker(cls, settings: Any) -> str | None:
+        """Why a sweep's job with this capability on (``settings``) cannot train stacked with other jobs (one vmap over
+        their cohorts, fedrun/engines/stacked.py; docs/sweeps.md), in a few words; None: it can, its state, draws and
+        columns being its own run's. The default refuses: a capability stacks once it says so and a test checks it."""
+        return f"{cls.name} has not been checked to stack"
+
+    @classmethod
     def of(cls, spec: Any) -> Any:
         """This capability's settings in the validated run ``spec``."""
         return spec.sections[cls.name]

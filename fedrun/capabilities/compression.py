@@ -59,6 +59,11 @@ class Compression(Capability):
         defaults = {f.name: f.default for f in fields(CompressionSettings)}
         return None if all(node.get(k, v) == v for k, v in defaults.items()) else node
 
+    @classmethod
+    def stack_blocker(cls, settings: CompressionSettings) -> str | None:
+        """It stacks: its upload stage and error feedback's rows act on each run's uploads after the client step."""
+        return None
+
     def __init__(self, settings: CompressionSettings, run: RunView) -> None:
         super().__init__(settings, run)
         self.compressor: UploadStage = COMPRESSORS.get(settings.name).obj(settings)

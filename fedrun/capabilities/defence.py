@@ -88,6 +88,12 @@ class DefenceCapability(Capability):
         return rules + [(n, PREAGGREGATORS.get(n).params) for n in PREAGGREGATORS.names()]
 
     @classmethod
+    def stack_blocker(cls, settings: DefenceSettings) -> str | None:
+        """It stacks: the robust aggregate replaces its own run's weighted sum after the client step; FLTrust's root
+        update is trained in its run's own turn (keyed by its seed); centered clipping's centre is its run's state."""
+        return None
+
+    @classmethod
     def transforms_uploads(cls, settings: DefenceSettings) -> str | None:
         return "defence.name" if settings.on else None
 

@@ -85,6 +85,11 @@ class LocalEval(Capability):
         split.train_parts = train_parts
         split.prepared[cls.name] = (local, unseen)
 
+    @classmethod
+    def stack_blocker(cls, settings: LocalEvalSettings) -> str | None:
+        """It stacks: the local test splits are each run's data, the evaluation each run's own."""
+        return None
+
     def __init__(self, settings: LocalEvalSettings, run: RunView) -> None:
         super().__init__(settings, run)
         self.local, self.unseen = run.prepared[self.name]

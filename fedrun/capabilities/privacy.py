@@ -103,6 +103,14 @@ class Privacy(Capability):
         return [(n, MECHANISMS.get(n).params) for n in MECHANISMS.names()]
 
     @classmethod
+    def stack_blocker(cls, settings: PrivacySettings) -> str | None:
+        """DP-FedAvg and local noise stack (upload stages, their noise keyed by each run's seed, their budget each run's
+        state); DP-SGD does not: it trains a form of the method whose step carries the run's own noise multiplier."""
+        if settings.mode == "sample":
+            return "DP-SGD (privacy.mode=sample) trains a form of the method that holds its run's noise multiplier"
+        return None
+
+    @classmethod
     def preflight(cls, settings: PrivacySettings, spec: Any) -> None:
         """A target epsilon no noise reaches is refused before any data is read (where the budget needs no data)."""
         MECHANISMS.get(settings.mode).obj.preflight(settings, spec)

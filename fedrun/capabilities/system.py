@@ -107,6 +107,12 @@ class System(Capability):
             return None
         return out
 
+    @classmethod
+    def stack_blocker(cls, settings: SystemSettings) -> str | None:
+        """It stacks: who works, their budgets, the clock and an async server's queue are each run's own, outside the
+        client step; the stacked engine cuts each row's plan to its budget (tests/engines/test_stacked.py)."""
+        return None
+
     def __init__(self, settings: SystemSettings, run: RunView) -> None:
         super().__init__(settings, run)
         spec = run.spec

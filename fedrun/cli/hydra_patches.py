@@ -1,6 +1,6 @@
 """Every use fedrun makes of Hydra's private API (``hydra._internal``), in one module.
 
-Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises five private names:
+Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises six private names:
 
 - ``hydra._internal.utils.run_and_report``: the reporter ``@hydra.main`` runs a command under; fedrun's prints
   a composition error as one line with exit code 2 and ends a failed sweep with exit code 1 (fedrun/cli/main.py);
@@ -11,7 +11,9 @@ Hydra offers no public hook for what fedrun needs, so it replaces, calls or reco
 - ``hydra.core.utils._save_config(cfg, filename, output_dir)``: the frame that writes the job's ``.hydra/*.yaml``
   record, so a failed write of it names its file (:func:`hydra_record_in`);
 - ``Hydra.get_help``: ``--help`` and ``--hydra-help`` list the config groups only where the help template names
-  them (:func:`lazy_help_groups`; fedrun's own template lists its groups itself).
+  them (:func:`lazy_help_groups`; fedrun's own template lists its groups itself);
+- ``BasicLauncher.launch``: the basic launcher's sweep, through fedrun's (fedrun/cli/stack_launch.py), which trains
+  the jobs that stack together and otherwise hands the sweep back to it (:func:`launch_with`).
 
 It also reads, for fedrun's checks, what Hydra and OmegaConf keep private: the config repository of Hydra's
 loader (:func:`group_options`, :func:`group_exists`, :func:`config_exists`: compose_checks.py), a config node's
@@ -21,7 +23,7 @@ the sweep console and the failed-job count of fedrun/cli/sweeps.py, and the targ
 
 These may change in any hydra-core or omegaconf release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE`
 and tests/cli/test_hydra_patches.py fails on an installed version outside it, on a changed signature of any of the
-five, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
+six, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
 scans imports, attributes and strings). An accessor whose private name is gone raises
 :class:`HydraInternalsChanged` instead of answering "no": a sweep's console and its failed-job count never switch
 off silently after an upgrade. Only the patching lives here; what the patches do stays with their callers.
@@ -32,7 +34,7 @@ from __future__ import annotations
 import importlib
 import string
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -136,6 +138,37 @@ def _placeholders(template: str) -> set[str]:
     return {name for name in found if name}
 
 
+# launch(launcher, job_overrides, initial_job_idx, basic) -> the jobs' returns; basic(...) is Hydra's own launch
+Launch = Callable[[BasicLauncher, Sequence[Sequence[str]], int, Callable[..., Any]], Any]
+
+
+def launch_with(launch: Launch) -> None:
+    """Have Hydra's basic launcher run every sweep of this process through ``launch`` (idempotent: a second call
+    keeps the first), which is handed the launcher (its ``config``, ``hydra_context``, ``task_function``) and Hydra's
+    own ``launch`` to hand a sweep back to."""
+    launcher = basic_launcher()
+    current = launcher.launch
+    if getattr(current, "fedrun_launch", False):
+        return
+
+    def patched(self: BasicLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
+        return launch(self, job_overrides, initial_job_idx, current)
+
+    patched.fedrun_launch = True  # type: ignore[attr-defined]
+    launcher.launch = patched  # type: ignore[method-assign]
+
+
+def basic_launcher() -> type[BasicLauncher]:
+    """The basic launcher's class as Hydra instantiates it: Hydra's plugin scan (once per process, on the first
+    ``Plugins.instance()``) executes its plugin modules again, so the class is the scanned module's, not the one
+    imported before."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()
+    cls: type[BasicLauncher] = importlib.import_module(BasicLauncher.__module__).BasicLauncher
+    return cls
+
+
 def sweep_jobs(parsed: list[Override]) -> list[list[str]]:
     """Each job's overrides, in the order Hydra's BasicSweeper launches them (its job numbers): one batch."""
     return BasicSweeper.split_arguments(parsed, None)[0]
@@ -144,11 +177,14 @@ def sweep_jobs(parsed: list[Override]) -> list[list[str]]:
 def saved() -> Callable[[], None]:
     """A function that puts back every name this module replaces as it is now (tests isolate themselves)."""
     reporter, loader, get_help = hydra_utils.run_and_report, ConfigLoaderImpl.load_configuration, Hydra.get_help
+    launcher = basic_launcher()
+    launch = launcher.launch
 
     def restore() -> None:
         hydra_utils.run_and_report = reporter
         ConfigLoaderImpl.load_configuration = loader  # type: ignore[method-assign]
         Hydra.get_help = get_help  # type: ignore[method-assign]
+        launcher.launch = launch  # type: ignore[method-assign]
 
     return restore
 

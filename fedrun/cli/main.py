@@ -44,7 +44,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun.cli import compose_checks, hydra_patches, sweeps
+from fedrun.cli import compose_checks, hydra_patches, stack_launch, sweeps
 from fedrun.cli import help as cli_help
 from fedrun.cli.outcome_lines import tell, waiting
 from fedrun.config import location as conf_location
@@ -365,6 +365,7 @@ def main() -> None:
     tune_glibc_malloc()  # before any large allocation: see fedrun/host/allocator.py
     check_plugins(sys.argv[1:])
     hydra_patches.report_with(_run_and_report)
+    hydra_patches.launch_with(stack_launch.launch)  # a sweep's stackable jobs train together (docs/sweeps.md)
     hydra_patches.lazy_help_groups()  # fedrun --help: Hydra's config-group listing, unused by fedrun's template
     compose_checks.install()
     # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling

@@ -159,6 +159,18 @@ def watching(console: SweepConsole, announce: bool = True) -> Iterator[SweepCons
         close_console()
 
 
+def say_stacked(nums: list[int]) -> None:
+    """Jobs ``nums`` (0-based) of the sweep of this process train together, stacked: the console says so."""
+    if _ACTIVE is not None:
+        _ACTIVE.stacked(nums)
+
+
+def say_not_stacked(nums: list[int], why: str) -> None:
+    """Jobs ``nums`` (0-based) could have trained together but run one after another: the console says why."""
+    if _ACTIVE is not None:
+        _ACTIVE.not_stacked(nums, why)
+
+
 def close_console() -> None:
     """Stop the sweep console of this process, if any (an interrupted sweep, an error between jobs): the live table
     leaves the terminal as it was last drawn, before the line that says how the command ended."""
@@ -245,7 +257,7 @@ class SweepCallback(Callback):
         self.pid = 0  # the process of the sweep (set when it starts)
         self.sweep_dir = ""
         self.total: int | None = None
-        self.job: Job | None = None
+        self.jobs: dict[str, Job] = {}  # the running jobs by folder (a stack's jobs run at once, in turns)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         note_new_run_dir(config)
@@ -285,13 +297,13 @@ class SweepCallback(Callback):
             return
         run_dir = Path(config.hydra.runtime.output_dir)
         rounds = OmegaConf.select(config, "fl.rounds", default=None)
-        self.job = _ACTIVE.job_started(int(config.hydra.job.num), run_dir.name, rounds, run_dir)
+        self.jobs[str(run_dir)] = _ACTIVE.job_started(int(config.hydra.job.num), run_dir.name, rounds, run_dir)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
 
-        if _ACTIVE is None or self.job is None:
-            return
         run_dir = Path(config.hydra.runtime.output_dir)
-        _ACTIVE.job_ended(self.job, run_dir, failed=job_return.status == JobStatus.FAILED)
-        self.job = None
+        job = self.jobs.pop(str(run_dir), None)
+        if _ACTIVE is None or job is None:
+            return
+        _ACTIVE.job_ended(job, run_dir, failed=job_return.status == JobStatus.FAILED)

@@ -101,11 +101,11 @@ def check_model_fits_data(spec: Any) -> None:
     )
 
 
-_BUFFERS: dict[tuple[str, str, DataSignature], tuple[str, ...]] = {}
+_MODULES: dict[tuple[str, str, DataSignature], tuple[tuple[str, ...], tuple[str, ...]] | None] = {}
 
 
-def model_buffers(spec: Any) -> tuple[str, ...] | None:
-    """The names of the buffers (BatchNorm statistics) of the run's model, built on PyTorch's meta device from the
+def _meta_names(spec: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(its buffers, its modules that draw random numbers) of the run's model, built on PyTorch's meta device from the
     dataset's registered signature (nothing allocated, kept for the process); None when the dataset registered no
     signature or the model cannot be built (the fit check says why)."""
     import torch
@@ -115,11 +115,31 @@ def model_buffers(spec: Any) -> tuple[str, ...] | None:
         return None
     data = entry.signature(spec.data.params)
     key = (spec.model.name, repr(spec.model.params), data)
-    if key not in _BUFFERS:
+    if key not in _MODULES:
         try:
             with torch.device("meta"):
                 module = MODELS.get(spec.model.name).obj(spec.model.params, data.input_shape, data.num_classes)
         except Exception:  # noqa: BLE001 - check_model_fits_data names why it cannot be built
+            _MODULES[key] = None
             return None
-        _BUFFERS[key] = tuple(name for name, _ in module.named_buffers())
-    return _BUFFERS[key]
+        draws = tuple(
+            name
+            for name, m in module.named_modules()
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0  # noqa: SLF001 - torch's dropout base
+        )
+        _MODULES[key] = (tuple(name for name, _ in module.named_buffers()), draws)
+    return _MODULES[key]
+
+
+def model_buffers(spec: Any) -> tuple[str, ...] | None:
+    """The names of the buffers (BatchNorm statistics) of the run's model (:func:`_meta_names`); None when it cannot
+    be told."""
+    names = _meta_names(spec)
+    return None if names is None else names[0]
+
+
+def model_draws(spec: Any) -> tuple[str, ...] | None:
+    """The names of the run's model's modules that draw random numbers in training (dropout, from torch's global
+    generator); None when it cannot be told."""
+    names = _meta_names(spec)
+    return None if names is None else names[1]

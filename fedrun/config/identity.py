@@ -26,6 +26,9 @@ _VOLATILE_DATA = ("root", "download")
 # hardware.device: a run checkpointed on a GPU continues on the CPU (and back). Its later rounds agree with
 # an uninterrupted run to float tolerance, not bit for bit (GPU and CPU kernels round differently).
 _VOLATILE_HARDWARE = ("device",)
+# hardware.stack: whether a sweep's job trains stacked with others, which changes its results by float rounding at
+# most (docs/sweeps.md); never part of an identity, so the folders and checkpoints of before it existed keep theirs
+_UNCOUNTED_HARDWARE = ("stack",)
 
 
 # Evaluation settings that change what is measured or summarised, never the training: a resumed or extended
@@ -92,8 +95,8 @@ def comparable(raw: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
             for k, off in keys.items():
                 if out[section].get(k, off) == off:
                     out[section].pop(k, None)
-    if not legacy and isinstance(out.get("hardware"), dict):
-        for k in _VOLATILE_HARDWARE:
+    if isinstance(out.get("hardware"), dict):
+        for k in _UNCOUNTED_HARDWARE + (() if legacy else _VOLATILE_HARDWARE):
             out["hardware"].pop(k, None)
     if isinstance(out.get("corrupt"), dict) and not out["corrupt"].get("fraction"):
         out.pop("corrupt")

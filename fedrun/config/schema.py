@@ -125,12 +125,25 @@ class HardwareConfig:
     engine: str = "auto"  # a registered engine, or auto: the fastest of those that can run this method here, timed
     threads: int = 0  # torch intra-op threads; 0: one per idle CPU core, measured at start (fedrun/host/threads.py)
     precision: str = "fp32"  # fp32 | fp64 | bf16 (bf16 autocast, meant for CUDA)
+    # a sweep's jobs that differ only in seed, lr, method scalars or partition run as one vectorised cohort:
+    # auto (as many as fit in memory) | off | N (at most N jobs together); docs/sweeps.md
+    stack: str = "auto"
 
     def __post_init__(self) -> None:
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
             raise ConfigError("device", f"invalid value {self.device!r}; valid: cpu, cuda, cuda:N, auto")
         positive("threads", self.threads, allow_zero=True)
         one_of("precision", self.precision, ("fp32", "fp64", "bf16"))
+        self.stack = str(self.stack).strip()
+        if self.stack in ("False", "false"):  # YAML reads a bare ``off`` as false
+            self.stack = "off"
+        if self.stack not in ("auto", "off") and not (self.stack.isdigit() and int(self.stack) >= 1):
+            raise ConfigError("stack", f"invalid value {self.stack!r}; valid: auto, off, or a width N >= 1")
+
+    @property
+    def stack_width(self) -> int | None:
+        """The most jobs of a sweep stacked together: None for ``auto`` (as many as fit), 1 for ``off``."""
+        return None if self.stack == "auto" else 1 if self.stack == "off" else int(self.stack)
 
 
 @dataclass

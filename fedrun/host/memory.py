@@ -52,6 +52,18 @@ def rlimits() -> list[tuple[int, str]]:
     return out
 
 
+def available_memory() -> int | None:
+    """The memory the machine can give now without swapping, in bytes (``MemAvailable`` of ``/proc/meminfo``), within
+    :func:`memory_ceiling`; None when unknown."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        free = int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, ValueError, KeyError):
+        return None
+    ceiling = memory_ceiling()
+    return min(free, ceiling[0]) if ceiling else free
+
+
 def memory_ceiling() -> tuple[int, str] | None:
     """The smallest of the limits above, in bytes, and what sets it; None when none can be read."""
     found = [

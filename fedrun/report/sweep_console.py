@@ -40,6 +40,17 @@ def table_command(sweep_dir: Path | str, varying: Sequence[str] = ()) -> str:
     return command
 
 
+def job_numbers(nums: Sequence[int]) -> str:
+    """Jobs ``nums`` (0-based) as the console numbers them: ``1-5``, ``2, 4, 6``, ``1-3, 7``."""
+    runs: list[list[int]] = []
+    for n in sorted(n + 1 for n in nums):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
 @dataclass
 class Job:
     """One job as the sweep's console shows it."""
@@ -53,6 +64,8 @@ class Job:
     brief: str = ""  # once ended, what its capabilities say of it in a few words (personalised accuracy, epsilon)
     started: float = 0.0
     seconds: float | None = None
+    stack: int | None = None  # the stack it trained in (1, 2...: fedrun/engines/stacked.py), None: alone
+    thread: int | None = None  # the thread it runs in (a stack's jobs run in threads of their own, in turns)
 
 
 class SweepConsole:
@@ -84,6 +97,7 @@ class SweepConsole:
         self.live: Any = None
         self.handler = _RoundHandler(self)
         self.streams: list[tuple[logging.StreamHandler[Any], Any]] = []
+        self.stacks: dict[int, int] = {}  # job number -> its stack (1, 2...), from :meth:`stacked`
 
     # -- the sweep
     def start(self, announce: bool = True) -> None:
@@ -127,11 +141,24 @@ class SweepConsole:
         order = ("completed", "skipped", "diverged", "failed", "refused", "interrupted", "running")
         return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
 
+    # -- its stacks
+    def stacked(self, nums: Sequence[int]) -> None:
+        """Jobs ``nums`` (0-based) train together, stacked (fedrun/engines/stacked.py): one line, and their stack's
+        number in the table."""
+        stack = max(self.stacks.values(), default=0) + 1
+        self.stacks.update({n: stack for n in nums})
+        self._say(f"stack {stack}: jobs {job_numbers(nums)} train together, as one vectorised cohort")
+
+    def not_stacked(self, nums: Sequence[int], why: str) -> None:
+        """Jobs ``nums`` (0-based) could have trained together but run one after another: why, in one line."""
+        self._say(f"not stacked: jobs {job_numbers(nums)} run one after another ({why})")
+
     # -- its jobs
     def job_started(self, num: int, name: str, rounds: int | None, run_dir: Path | None = None) -> Job:
         """A job starts (``run_dir``: its folder, which tells a finished job that will be skipped)."""
         before = RunDir(run_dir).status() if run_dir is not None else None
         job = Job(num, name, rounds, "skipping" if before in ENDED else "running", started=time.monotonic())
+        job.stack, job.thread = self.stacks.get(num), threading.get_ident()
         with self.lock:
             self.jobs.append(job)
         if not self.live_mode and not self.ends_only and job.status == "running":
@@ -159,16 +186,19 @@ class SweepConsole:
         acc = ("" if job.acc is None else f", acc {100 * job.acc:.2f}%") + (f", {job.brief}" if job.brief else "")
         if job.status == "skipped":
             return f"{self._tag(job)} {job.name}: skipped (already done{acc})"
-        took = "" if job.seconds is None else f" ({job.seconds:.1f} s)"
+        stack = "" if job.stack is None else f", stack {job.stack}"
+        took = "" if job.seconds is None else f" ({job.seconds:.1f} s{stack})"
         return f"{self._tag(job)} {job.name}: {job.status}{acc}{took}"
 
-    def round_done(self, row: dict[str, Any]) -> None:
+    def round_done(self, row: dict[str, Any], thread: int | None = None) -> None:
+        """An evaluated round of the running job of ``thread`` (the latest running job when none is of it)."""
         with self.lock:
             running = [j for j in self.jobs if j.status == "running"]
-            if running:
-                running[-1].round = int(row.get("round", running[-1].round))
+            own = [j for j in running if j.thread == thread] or running[-1:]
+            for job in own[-1:]:
+                job.round = int(row.get("round", job.round))
                 if isinstance(row.get("test_acc"), float | int):
-                    running[-1].acc = float(row["test_acc"])
+                    job.acc = float(row["test_acc"])
 
     def _tag(self, job: Job) -> str:
         return f"[{job.num + 1}/{self.total}]" if self.total else f"[{job.num + 1}]"
@@ -203,10 +233,13 @@ class SweepConsole:
             t.add_column(col, justify=justify)  # type: ignore[arg-type]
         t.add_column("acc", justify="right")
         t.add_column("time", justify="right")
+        stacks = bool(self.stacks)  # (the column only where some jobs train stacked)
+        if stacks:
+            t.add_column("stack", justify="right")
         shown = [j for j in jobs if j.status in ("running", "skipping")]
         shown = sorted(shown + [j for j in jobs if j not in shown][-(self.ROWS - len(shown)) :], key=lambda j: j.num)
         if len(jobs) > len(shown):
-            t.add_row("", Text(f"... {len(jobs) - len(shown)} earlier jobs"), "", "", "", "")
+            t.add_row("", Text(f"... {len(jobs) - len(shown)} earlier jobs"), "", "", "", "", *([""] if stacks else []))
         now = time.monotonic()
         for j in shown:
             rounds = f"{j.round}/{j.rounds}" if j.rounds else str(j.round or "")
@@ -214,7 +247,8 @@ class SweepConsole:
             secs = j.seconds if j.seconds is not None else (now - j.started if j.status == "running" else None)
             style = {"completed": "green", "skipped": "dim", "running": "bold"}.get(j.status, "red")
             took = "" if secs is None else f"{secs:.0f} s"
-            t.add_row(str(j.num + 1), Text(j.name), Text(j.status, style=style), rounds, acc, took)
+            stack = [str(j.stack or "")] if stacks else []
+            t.add_row(str(j.num + 1), Text(j.name), Text(j.status, style=style), rounds, acc, took, *stack)
         return t
 
 
@@ -228,4 +262,4 @@ class _RoundHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         row = getattr(record, ROW_RECORD, None)
         if isinstance(row, dict):
-            self.sweep.round_done(row)
+            self.sweep.round_done(row, record.thread)

@@ -30,6 +30,7 @@ from fedrun.data.proxy import ProxySet, carve_proxy
 from fedrun.data.standin import with_standin
 from fedrun.engines.auto import EngineFactory
 from fedrun.engines.base import Engine
+from fedrun.engines.stacked import stacked_engine
 from fedrun.host.devices import job_device, multirun_job_num
 from fedrun.host.threads import apply_threads
 from fedrun.models.base import FunctionalModel
@@ -163,7 +164,10 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
         cap.bind(view)
     capabilities = Capabilities(caps)
     capabilities.bind_uploads(algorithm, model.init_params())  # (their settings checked against the method's uploads)
-    engine = select_engine(spec, pinned_engine)(algorithm, fed, spec.fl, spec.seed)
+    # a sweep's job that trains stacked with others gets its stack's engine (fedrun/engines/stacked.py)
+    engine = stacked_engine(hw, pinned_engine, algorithm, fed, spec.fl, spec.seed) or select_engine(
+        spec, pinned_engine
+    )(algorithm, fed, spec.fl, spec.seed)
     return Experiment(
         spec, device, data, parts, fed, model, algorithm, engine, corrupted, threads=threads,
         capabilities=capabilities, view=view,

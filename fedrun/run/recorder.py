@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +44,23 @@ class _QuietFileHandler(logging.FileHandler):
         pass
 
 
+# the threads with a run log open (how many each) and the logger's settings before the first
+_OPEN: dict[str, Any] = {"owners": {}, "saved": None}
+
+
+class _OwnLines(logging.Filter):
+    """A run log's filter: the lines of the thread that opened it, and of threads that opened none (the run's
+    helpers). Several runs with their logs open at once (a stacked sweep's jobs, in turns: fedrun/host/turns.py) each
+    keep their own lines; a lone run is unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread == self.owner or record.thread not in _OPEN["owners"]
+
+
 @contextmanager
 def run_log(run_dir: Path | RunDir, echo: str | None = None) -> Iterator[logging.Logger]:
     """For the ``with`` block: the ``fedrun`` logger writes to ``<run_dir>/fedrun.log`` and, with ``echo`` (a job
@@ -63,10 +81,14 @@ def run_log(run_dir: Path | RunDir, echo: str | None = None) -> Iterator[logging
         stream = logging.StreamHandler(sys.stderr)
         stream.setFormatter(logging.Formatter(echo.replace("%", "%%") + ": %(message)s"))
         handlers.append(stream)
-    level, propagate = log.level, log.propagate
+    own = _OwnLines()
+    if not _OPEN["owners"]:
+        _OPEN["saved"] = (log.level, log.propagate)
+    _OPEN["owners"][own.owner] = _OPEN["owners"].get(own.owner, 0) + 1
     log.setLevel(logging.INFO)
     log.propagate = False  # not again through the root logger's handlers (Hydra's, a launcher's)
     for h in handlers:
+        h.addFilter(own)
         log.addHandler(h)
     try:
         yield log
@@ -79,8 +101,12 @@ def run_log(run_dir: Path | RunDir, echo: str | None = None) -> Iterator[logging
         for h in handlers:
             log.removeHandler(h)
             h.close()
-        log.setLevel(level)
-        log.propagate = propagate
+        _OPEN["owners"][own.owner] -= 1
+        if not _OPEN["owners"][own.owner]:
+            del _OPEN["owners"][own.owner]
+        if not _OPEN["owners"]:  # the last run log open: the logger as it was before the first
+            level, log.propagate = _OPEN["saved"]
+            log.setLevel(level)
 
 
 def round_line(row: dict[str, Any], rounds: int) -> str:

@@ -90,6 +90,9 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
         "partition_stats": partition_stats(counts),
         "code": code_provenance(),  # the commit (and whether the checkout was modified) or package version
     }
+    stack = getattr(experiment.engine, "stack", None)
+    if stack:
+        info["stack"] = stack  # the sweep's jobs it trained with, stacked (fedrun/engines/stacked.py)
     node = ray_node()
     if node is not None:
         info["ray_node"] = node

@@ -1,0 +1,142 @@
+"""A sweep of Hydra's basic launcher with its stackable jobs trained together (docs/sweeps.md, "Stacked jobs").
+
+fedrun/cli/hydra_patches.py routes the basic launcher's ``launch`` here. The sweep's jobs are composed as the basic
+launcher composes them, validated, and fedrun/run/stacking.py decides which of them train together. Each job then runs
+through Hydra's own ``run_job`` (its folder, its ``.hydra`` record, fedrun's callback and its attempt at the run),
+the jobs of a stack in turns, each in a thread of its own, their cohorts trained as one (fedrun/engines/stacked.py).
+The console says which jobs ran together, and why jobs that would have stacked did not. A sweep with nothing to stack
+(or with a job that does not compose) is handed back to the basic launcher whole: it runs as it always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from fedrun.cli import compose_checks, sweeps
+from fedrun.config.validate import validate
+from fedrun.run.stacking import Candidate, StackPlan, memory_fit, plan_stacks, run_stacked
+from fedrun.storage.rundir import RunDir
+from fedrun.storage.status import Status
+
+FINISHED = (Status.COMPLETED.value, Status.DIVERGED.value)  # a job found so is skipped: it trains with nobody
+
+
+def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, basic: Callable[..., Any]) -> Any:
+    """The basic launcher's ``launch`` (``basic``), with the stacks of fedrun/run/stacking.py: the jobs of a stack run
+    together when the first of them comes, the others one after another; their returns in job order."""
+    if len(job_overrides) < 2:
+        return basic(launcher, job_overrides, initial)
+    try:
+        configs = [_compose(launcher, overrides, initial + i) for i, overrides in enumerate(job_overrides)]
+    except Exception:  # noqa: BLE001 - Hydra reports it, after the jobs before it ran, as it always did
+        return basic(launcher, job_overrides, initial)
+    dirs = [_job_dir(cfg) for cfg in configs]
+    plan = plan_stacks([_candidate(initial + i, cfg, d) for i, (cfg, d) in enumerate(zip(configs, dirs, strict=True))],
+                       memory_fit)  # fmt: skip
+    if not plan.groups and not plan.why_not:
+        return basic(launcher, job_overrides, initial)
+    setup_globals()
+    configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
+    Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    _announce(plan)
+    runs: dict[int, JobReturn] = {}
+    for i, cfg in enumerate(configs):
+        num = initial + i
+        if num in runs:
+            continue
+        group = plan.group_of(num)
+        if group is None:
+            runs[num] = _run_one(launcher, cfg)
+        else:
+            names = [Path(dirs[n - initial] or "").name for n in group]
+            for n, ret in zip(group, _run_group(launcher, [configs[n - initial] for n in group], names), strict=True):
+                runs[n] = ret
+        configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
+    return [runs[initial + i] for i in range(len(configs))]
+
+
+def _compose(launcher: Any, overrides: Sequence[str], num: int) -> DictConfig:
+    """Job ``num``'s config, composed as the basic launcher composes it."""
+    cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(overrides))
+    with open_dict(cfg):
+        cfg.hydra.job.id = num
+        cfg.hydra.job.num = num
+    return cfg
+
+
+def _job_dir(cfg: DictConfig) -> str | None:
+    """The folder the job runs in (``hydra.sweep.dir``/``hydra.sweep.subdir``, resolved with it as Hydra's current
+    config, as run_job resolves it); None when it does not resolve (the job's attempt says why)."""
+    saved = HydraConfig.instance().cfg
+    try:
+        HydraConfig.instance().set_config(cfg)
+        sweep_dir = Path(str(OmegaConf.select(cfg, "hydra.sweep.dir")))
+        return str(sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        HydraConfig.instance().cfg = saved
+
+
+def _candidate(num: int, cfg: DictConfig, folder: str | None) -> Candidate:
+    """Job ``num`` as the planner sees it: its validated config (None when it does not validate), and what of its
+    folder keeps it alone (a finished run is skipped; a run begun on another engine resumes on it)."""
+    task = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
+    try:
+        spec = validate(task, imports=compose_checks.command_imports())
+    except Exception:  # noqa: BLE001 - its attempt refuses it, in one line, when it runs
+        return Candidate(num, None)
+    if folder is None:
+        return Candidate(num, None)
+    rd = RunDir(Path(folder))
+    with contextlib.suppress(Exception):
+        if rd.status() in FINISHED:
+            return Candidate(num, spec, alone="finished")
+        summary = rd.summary() if rd.checkpoint_file.is_file() else None
+        if summary is not None and summary.engine not in (None, "vectorised"):
+            return Candidate(num, spec, alone=f"resumes a run begun on the {summary.engine} engine")
+    return Candidate(num, spec)
+
+
+def _announce(plan: StackPlan) -> None:
+    """The console's lines of the sweep's stacks: which jobs train together, and why jobs that would have did not."""
+    for group in plan.groups:
+        sweeps.say_stacked(group)
+    for nums, why in plan.why_not:
+        sweeps.say_not_stacked(nums, why)
+
+
+def _run_one(launcher: Any, cfg: DictConfig) -> JobReturn:
+    """One job, as the basic launcher runs it."""
+    return run_job(
+        hydra_context=launcher.hydra_context,
+        task_function=launcher.task_function,
+        config=cfg,
+        job_dir_key="hydra.sweep.dir",
+        job_subdir_key="hydra.sweep.subdir",
+    )
+
+
+def _run_group(launcher: Any, cfgs: list[DictConfig], names: list[str]) -> list[JobReturn]:
+    """A stack's jobs, each through ``run_job`` in its own thread, in turns (fedrun/run/stacking.py's
+    :func:`run_stacked`); an interrupt that stopped them stops the sweep (the first job's, naming it)."""
+    saved = HydraConfig.instance().cfg
+    try:
+        ended = run_stacked([functools.partial(_run_one, launcher, cfg) for cfg in cfgs], names)
+    finally:
+        HydraConfig.instance().cfg = saved
+    for e in ended:
+        if isinstance(e.error, KeyboardInterrupt):
+            raise e.error
+    for e in ended:
+        if e.error is not None:
+            raise e.error
+    return [e.value for e in ended]

@@ -1,0 +1,218 @@
+"""Which jobs of a sweep train together, stacked: the decision, as pure functions of the jobs' validated configs.
+
+Jobs that differ only in values that leave the model's shapes and the method's client step as they are (the seed,
+``fl.lr`` and its decay, ``fl.rounds``, the method's scalars it declares in ``stack_scalars`` such as FedProx's mu,
+the partition's parameters, the evaluation, the sections of capabilities that act outside the client step) can run
+as one vectorised job with a run dimension beside the client dimension (fedrun/engines/stacked.py). A job stacks
+only when its engine is the vectorised one (``hardware.engine`` auto or vectorised), its method declares that it
+stacks (``Algorithm.stacks``), its model draws no random numbers in training (dropout masks come from torch's one
+global generator, which the stacked jobs would share) and has no buffers, and every capability it turns on says it
+stacks (:meth:`~fedrun.capabilities.base.Capability.stack_blocker`). ``hardware.stack`` (``auto``, ``off``, or a
+width) bounds how many train together; ``auto`` stacks as many as the memory estimate allows.
+
+:func:`plan_stacks` turns a sweep's jobs into groups of jobs that train together, and says why, in one line, a job
+that shares its key with others (it would have stacked) runs alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedrun.config.fit import model_buffers, model_draws
+from fedrun.config.identity import comparable
+from fedrun.config.schema import RunSpec
+from fedrun.config.sections import capabilities
+
+STACK_ENGINES = ("auto", "vectorised")  # the hardware.engine values a stacked job may have
+# keys of the root sections that may differ between stacked jobs: each job's own value reaches the stacked step as
+# an argument (the lr) or is used outside it (the rounds, the schedule)
+FREE_FL = ("lr", "lr_decay", "rounds")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A job of a sweep as the planner sees it: its number, its validated config (None: it does not validate, and
+    its attempt refuses it alone), and why it runs alone whatever the others (``alone``: it finished before, or it
+    resumes a run begun on another engine; None: nothing of its folder stops it)."""
+
+    num: int
+    spec: RunSpec | None
+    alone: str | None = None
+
+
+@dataclass
+class StackPlan:
+    """The sweep's stacks: ``groups`` (job numbers that train together, two or more each, in job order) and
+    ``why_not`` (``(job numbers, why)`` of jobs that could have stacked with each other but run one after another)."""
+
+    groups: list[list[int]] = field(default_factory=list)
+    why_not: list[tuple[list[int], str]] = field(default_factory=list)
+
+    def group_of(self, num: int) -> list[int] | None:
+        """The group job ``num`` trains in (None: it runs alone)."""
+        return next((g for g in self.groups if num in g), None)
+
+
+def chosen_alone(spec: RunSpec) -> str | None:
+    """The hardware settings by which a job is run as it always was, alone, without a word: ``hardware.stack=off``,
+    another engine named (``hardware.engine=sequential``: a stack trains on the vectorised one), a compiled step."""
+    hw = spec.hardware
+    if hw.stack == "off":
+        return "hardware.stack=off"
+    if hw.engine not in STACK_ENGINES:
+        return f"hardware.engine={hw.engine}: a stack trains on the vectorised engine"
+    if getattr(hw, "compile", False):
+        return "hardware.compile=true: the stacked step is not compiled"
+    return None
+
+
+def job_blocker(spec: RunSpec) -> str | None:
+    """Why this job cannot train stacked with any other, in a few words naming the setting; None: it can."""
+    chosen = chosen_alone(spec)
+    if chosen is not None:
+        return chosen
+    algo = spec.algorithm.obj
+    if not algo.declares("stacks"):
+        return f"algorithm={spec.algorithm.name}: its client step has not been checked to stack"
+    draws = model_draws(spec)
+    if draws:
+        return (
+            f"model={spec.model.name} draws dropout masks (module {draws[0]!r}) from torch's one global generator,"
+            " which stacked jobs would share"
+        )
+    if model_buffers(spec):
+        return f"model={spec.model.name} has buffers (BatchNorm statistics): the vectorised engine cannot run it"
+    for cap in capabilities():
+        settings = spec.sections.get(cap.name)
+        if settings is not None and cap.active(settings):
+            why = cap.stack_blocker(settings)
+            if why is not None:
+                return f"{cap.section}: {why}"
+    return None
+
+
+def stack_key(spec: RunSpec) -> str:
+    """A hash of what must be equal for jobs to stack: the job's identity (:func:`comparable`) less the seed, the
+    free ``fl`` keys, the evaluation, the partition's parameters, the method's ``stack_scalars``, the sections of
+    capabilities and ``hardware.stack`` (never part of an identity)."""
+    part = comparable(spec.raw)
+    part.pop("seed", None)
+    part.pop("eval", None)
+    for key in FREE_FL:
+        part.get("fl", {}).pop(key, None)
+    if isinstance(part.get("partition"), dict):
+        part["partition"] = {"name": part["partition"].get("name")}
+    for name in spec.algorithm.obj.stack_scalars:
+        part.get("algorithm", {}).pop(name, None)
+    for cap in capabilities():
+        if not cap.joins:  # (a joined capability's keys are in a root section: eval's are out already)
+            part.pop(cap.section, None)
+    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def plan_stacks(jobs: Sequence[Candidate], fit: Callable[[RunSpec], int | None] = lambda spec: None) -> StackPlan:
+    """The stacks of a sweep's ``jobs``: the jobs that may stack, grouped by :func:`stack_key` in job order and cut
+    into groups of at most the width (the smallest ``hardware.stack`` of the group, and ``fit(spec)``: how many such
+    jobs the memory holds at once, None: no bound); and, for each key shared by jobs that may not, why not (the
+    first job's blocker). Jobs that chose to run alone (:func:`chosen_alone`), that do not validate or whose folder
+    keeps them alone are left out without a word."""
+    keyed: dict[str, list[Candidate]] = {}
+    for job in jobs:
+        if job.spec is None or job.alone is not None or chosen_alone(job.spec) is not None:
+            continue
+        keyed.setdefault(stack_key(job.spec), []).append(job)
+    plan = StackPlan()
+    for same in keyed.values():
+        why = {j.num: job_blocker(j.spec) for j in same if j.spec is not None}
+        ok = [j for j in same if why.get(j.num) is None]
+        if len(same) > 1:
+            for reason in dict.fromkeys(r for r in why.values() if r is not None):
+                plan.why_not.append(([n for n, r in why.items() if r == reason], reason))
+        width = _width([j.spec for j in ok if j.spec is not None], fit)
+        for lo in range(0, len(ok), width):
+            group = [j.num for j in ok[lo : lo + width]]
+            if len(group) > 1:
+                plan.groups.append(group)
+    plan.groups.sort(key=lambda g: g[0])
+    plan.why_not.sort(key=lambda w: w[0][0])
+    return plan
+
+
+def _width(specs: list[RunSpec], fit: Callable[[RunSpec], int | None]) -> int:
+    """How many of these jobs (of one key) train together at most: their smallest ``hardware.stack`` width, and what
+    the memory holds (``fit`` of the first: they share their shapes); at least 1."""
+    if not specs:
+        return 1
+    widths = [w for s in specs if (w := s.hardware.stack_width) is not None]
+    held = fit(specs[0])
+    if held is not None:
+        widths.append(held)
+    return max(1, min(widths)) if widths else len(specs)
+
+
+# share of the memory free now that the stacked jobs' estimated needs may take together: the estimate is a lower
+# bound (fedrun/config/resources.py) and each job also holds its data, its evaluation and Python's own
+MEMORY_SHARE = 0.5
+# bytes one stored sample takes, by the kind of input (images as uint8, features as float32, token ids as int64)
+SAMPLE_BYTES = {"images": 1, "features": 4, "tokens": 8}
+FULL_DATA = 100_000  # samples assumed of a dataset without data.max_train_samples and max_test_samples
+
+
+def memory_fit(spec: RunSpec) -> int | None:
+    """How many jobs like ``spec`` the memory free now holds at once (a stack's width): :data:`MEMORY_SHARE` of the
+    free memory of its device over the job's estimated need (:func:`~fedrun.config.resources.estimate`) and its
+    data; None when either is unknown."""
+    from fedrun.config.registry import DATASETS
+    from fedrun.config.resources import estimate
+
+    need, entry = estimate(spec), DATASETS.get(spec.data.name)
+    free = _free_memory(spec.hardware.device)
+    if need is None or free is None or entry.signature is None:
+        return None
+    sig, p = entry.signature(spec.data.params), spec.data.params
+    samples = (getattr(p, "max_train_samples", None) or FULL_DATA) + (getattr(p, "max_test_samples", None) or 0)
+    per_sample = SAMPLE_BYTES[sig.inputs] * math.prod(sig.input_shape)
+    return max(1, int(MEMORY_SHARE * free // max(need.total + samples * per_sample, 1)))
+
+
+def _free_memory(device: str) -> int | None:
+    """Bytes free now on the device ``hardware.device`` names (the first GPU for ``cuda`` and ``auto`` with one)."""
+    if device.startswith("cuda") or device == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info(torch.device("cuda" if device == "auto" else device))[0])
+        if device != "auto":
+            return None
+    from fedrun.host.memory import available_memory
+
+    return available_memory()
+
+
+def record(names: Sequence[str], index: int) -> dict[str, Any]:
+    """summary.json's ``stack`` of the job ``names[index]`` of a stack of the jobs ``names`` (their folders)."""
+    return {"jobs": len(names), "index": index, "with": [n for i, n in enumerate(names) if i != index]}
+
+
+def run_stacked(jobs: Sequence[Callable[[], Any]], names: Sequence[str]) -> list[Any]:
+    """Run ``jobs`` (each a whole run's attempt, whose runs build their engines in its thread) as one stack: in turns
+    (fedrun/host/turns.py), their cohorts trained together (fedrun/engines/stacked.py); ``names``: their folders,
+    for each run's ``stack`` record. How each ended (:class:`~fedrun.host.turns.Ended`), in order."""
+    from fedrun.engines.stacked import in_stack, serve
+    from fedrun.host.turns import Turns
+
+    turns = Turns(serve)
+
+    def in_turn(job: Callable[[], Any], i: int) -> Callable[[], Any]:
+        def go() -> Any:
+            with in_stack(turns, record(names, i)):
+                return job()
+
+        return go
+
+    return turns.run([in_turn(job, i) for i, job in enumerate(jobs)])

@@ -1,0 +1,201 @@
+"""``make bench``'s stacked-sweep section (issue 53): whole ``fedrun -m`` sweeps through the CLI, timed side by side in
+one sitting, stacked (``hardware.stack=auto``, the default) against the same jobs one after another
+(``hardware.stack=off``: what a sweep did before stacking, each job on the engine ``hardware.engine=auto`` picks,
+and the same on the vectorised engine, which a stack trains on);
+and the largest difference between the metrics of a stack whose jobs differ in their lr and FedProx's mu and the
+same jobs alone on the vectorised engine (0 on a CPU: bit for bit, as tests/engines/test_stacked.py checks).
+
+Sweeps (FMNIST, MLP 784-200-200-10, fedrun's default experiment: 20 clients Dirichlet(0.5), 1 epoch of batch 50,
+30 rounds unless ``--rounds``, make bench's ``--stack-rounds``):
+  seeds    FedAvg, ``seed=0,1,2,3,4``: one stack of 5
+  methods  ``algorithm=fedavg,fedprox,scaffold seed=0,1,2``: three stacks of 3
+  small    the seeds' sweep with MLP 784-32-10 and batches of 10 (``--only small``): a step's dispatch outweighs its
+           arithmetic, as on a GPU
+Each sweep runs in each mode ``--repeats`` times, the order of the modes rotated each time (a busy machine's load
+changes from minute to minute), after a warm-up of its first job; medians of wall and CPU time (the child's user
++ system: what a quiet machine would take, with one thread), and the ratios of the medians.
+Each wall time is the whole command's (start-up, data, evaluation, checkpoints and plots included).
+
+    python scripts/bench_stack.py [--rounds 5] [--repeats 3] [--threads 1] [--only seeds,methods,small,tolerance]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+STACK_DESC = "FMNIST MLP 784-200-200-10, fedrun's default experiment (20 clients, 1 epoch of batch 50)"
+SWEEPS = {
+    "seeds": ["algorithm=fedavg", "seed=0,1,2,3,4"],
+    "methods": ["algorithm=fedavg,fedprox,scaffold", "seed=0,1,2"],
+    # where a step's Python and autograd dispatch outweighs its arithmetic: MLP 784-32-10, batches of 10
+    "small": ["algorithm=fedavg", "seed=0,1,2,3,4", "model.hidden=[32]", "fl.batch_size=10"],
+}
+TOLERANCE = ["algorithm=fedprox", "algorithm.mu=0.01,0.1", "fl.lr=0.05,0.1", "seed=0"]
+TIMING = {"seconds", "round_seconds", "aggregate_seconds"}
+
+
+MODES = {  # how each sweep is run: the overrides added to its own
+    "one_after_another": ["hardware.stack=off"],
+    "stacked": [],
+    "one_after_another_vectorised": ["hardware.stack=off", "hardware.engine=vectorised"],
+}
+
+
+def sweep(args: list[str], folder: Path, threads: int, device: str, timeout: float) -> dict[str, Any]:
+    """``fedrun -m *args`` into ``folder``: its wall and CPU time (the child's user + system), exit code and the
+    stack lines it printed."""
+    cmd = [sys.executable, "-m", "fedrun.cli", "-m", *args, f"hardware.threads={threads}", f"hardware.device={device}",
+           "output.plots=false", f"hydra.sweep.dir={folder}", f"cache_dir={folder.parent / 'cache'}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=folder.parent, timeout=timeout)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lines = p.stdout.splitlines()
+    return {
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "returncode": p.returncode,
+        "stacks": [ln.strip() for ln in lines if ln.strip().startswith(("stack ", "not stacked"))],
+        "error": (p.stderr.strip().splitlines() or [""])[-1] if p.returncode else None,
+    }
+
+
+def metrics(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each job's metrics rows (timing columns dropped), by the part of its folder's name before the hash."""
+    import pandas as pd
+
+    out = {}
+    for p in sorted(folder.iterdir()):
+        if (p / "metrics.csv").is_file():
+            frame = pd.read_csv(p / "metrics.csv")
+            out[p.name.rsplit("-", 1)[0]] = frame.drop(columns=[c for c in frame if c in TIMING]).to_dict("records")
+    return out
+
+
+def max_difference(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """The largest absolute and relative difference of any numeric cell between the same jobs' metrics."""
+    worst_abs = worst_rel = 0.0
+    for name, rows in a.items():
+        for ra, rb in zip(rows, b[name], strict=True):
+            for k, va in ra.items():
+                vb = rb[k]
+                if isinstance(va, int | float) and isinstance(vb, int | float) and va == va and vb == vb:
+                    d = abs(va - vb)
+                    worst_abs = max(worst_abs, d)
+                    worst_rel = max(worst_rel, d / max(abs(va), 1e-12))
+    return {"max_abs": worst_abs, "max_rel": worst_rel, "jobs": len(a)}
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians of each mode's wall and CPU time over the repeats, and the speed-ups of stacking: the ratio of the
+    medians, and the median of the ratios of each repeat (the runs of one repeat ran next to each other)."""
+    out: dict[str, Any] = {}
+    for mode, rs in runs.items():
+        out[mode] = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")}
+    for base in ("one_after_another", "one_after_another_vectorised"):
+        tag = "" if base == "one_after_another" else "_vs_vectorised"
+        for k in ("wall_s", "cpu_s"):
+            unit = k.split("_")[0]
+            out[f"speedup_{unit}{tag}"] = out[base][k] / out["stacked"][k]
+            pairs = [a[k] / b[k] for a, b in zip(runs[base], runs["stacked"], strict=True)]
+            out[f"speedup_{unit}{tag}_paired_median"] = statistics.median(pairs)
+    return out
+
+
+def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device: str, timeout: float,
+                  repeats: int) -> dict[str, Any]:  # fmt: skip
+    """One sweep in each mode, ``repeats`` times, the modes' order rotated each repeat (the machine's load changes
+    from minute to minute: each mode gets the same chances), after a warm-up of its first seed (the data and
+    partition caches, ``engine=auto``'s cached choice: what a second sweep finds)."""
+    args = [*SWEEPS[name], *extra]
+    warm = [a if not a.startswith("seed=") else "seed=0" for a in args]
+    res: dict[str, Any] = {"args": args, "repeats": repeats, "load_start": os.getloadavg()[0]}
+    res["warm_up"] = sweep([*warm, "hardware.stack=off"], root / f"{name}-warm", threads, device, timeout)
+    modes = list(MODES)
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for rep in range(repeats):
+        for mode in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
+            r = sweep([*args, *MODES[mode]], root / f"{name}-{mode}-{rep}", threads, device, timeout)
+            runs[mode].append(r)
+            print(f"    {name} {mode} #{rep}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU", flush=True)
+    res["runs"] = runs
+    res["load_end"] = os.getloadavg()[0]
+    res["stacks"] = runs["stacked"][0]["stacks"]
+    res["errors"] = [f"{m} #{i}: {r['error']}" for m, rs in runs.items() for i, r in enumerate(rs) if r["error"]]
+    res.update(summarise(runs))
+    return res
+
+
+def measure_stack(rounds: int | None, threads: int, device: str, timeout: float, only: list[str],
+                  repeats: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Each sweep one after another (``hardware.stack=off``) and stacked, in one sitting; and the tolerance."""
+    extra = [f"fl.rounds={rounds}"] if rounds else []
+    out: dict[str, Any] = {"rounds": rounds or "the experiment's (30)", "threads": threads, "device": device}
+    with tempfile.TemporaryDirectory(prefix="fedrun-bench-stack-") as tmp:
+        root = Path(tmp)
+        for name in [n for n in SWEEPS if n in only]:
+            out[name] = measure_sweep(name, extra, root, threads, device, timeout, repeats)
+        if "tolerance" in only:
+            args = [*TOLERANCE, *extra, "hardware.engine=vectorised"]
+            alone = sweep([*args, "hardware.stack=off"], root / "tol-off", threads, device, timeout)
+            stacked = sweep(args, root / "tol-stacked", threads, device, timeout)
+            diff = max_difference(metrics(root / "tol-off"), metrics(root / "tol-stacked"))
+            out["tolerance"] = {"args": args, "alone": alone, "stacked": stacked, **diff}
+    return out
+
+
+def print_stack(r: dict[str, Any]) -> None:
+    for name in SWEEPS:
+        s = r.get(name)
+        if not s:
+            continue
+        off, on, vec = s["one_after_another"], s["stacked"], s["one_after_another_vectorised"]
+        print(
+            f"  {name} ({' '.join(s['args'])}; median of {s['repeats']}): one after another {off['wall_s']:.1f} s wall"
+            f" / {off['cpu_s']:.1f} s CPU (on the vectorised engine {vec['wall_s']:.1f} / {vec['cpu_s']:.1f}),"
+            f" stacked {on['wall_s']:.1f} / {on['cpu_s']:.1f} -> {s['speedup_wall']:.2f}x wall,"
+            f" {s['speedup_cpu']:.2f}x CPU (vs the vectorised engine {s['speedup_wall_vs_vectorised']:.2f}x /"
+            f" {s['speedup_cpu_vs_vectorised']:.2f}x); load {s['load_start']:.1f} -> {s['load_end']:.1f};"
+            f" {'; '.join(s['stacks'])}" + (f"; errors: {s['errors']}" if s["errors"] else "")
+        )
+    t = r.get("tolerance")
+    if t:
+        print(
+            f"  tolerance ({' '.join(t['args'])}): stacked vs alone on the vectorised engine, {t['jobs']} jobs,"
+            f" largest difference {t['max_abs']:.3g} absolute, {t['max_rel']:.3g} relative, over every metrics cell"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=None, help="fl.rounds of every job (default: the experiment's 30)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument("--only", default="seeds,methods,tolerance")
+    ap.add_argument("--repeats", type=int, default=1, help="each sweep in each mode this many times (medians)")
+    ap.add_argument("--out", default=None, help="write the JSON result here")
+    args = ap.parse_args()
+    print(f"stacked sweeps ({STACK_DESC}), load average {os.getloadavg()[0]:.1f} ...", flush=True)
+    r = measure_stack(args.rounds, args.threads, args.device, args.timeout, args.only.split(","), args.repeats)
+    print_stack(r)
+    if args.out:
+        Path(args.out).write_text(json.dumps(r, indent=1))
+
+
+if __name__ == "__main__":
+    main()
