@@ -33,8 +33,10 @@ def anchor(name: str) -> str:
 
 
 def record_card(record: dict[str, Any]) -> pd.DataFrame:
-    """The scorecard lines (ours, ours_std, n, paper, difference, reproduced) of one evidence record's cells."""
-    return scorecard(evidence_runs([record]), BY_NAME[record["target"]])
+    """The scorecard lines (ours, ours_std, n, paper, difference, reproduced) of one evidence record's cells, of
+    its one table (the same runs can fill cells of another: a backdoor run's accuracy and its ASR)."""
+    card = scorecard(evidence_runs([record]), BY_NAME[record["target"]])
+    return card[card["table"].astype(str) == str(record["table"])]
 
 
 def counts(records: list[dict[str, Any]] | None = None) -> tuple[int, int, int]:
