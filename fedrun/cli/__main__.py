@@ -15,7 +15,8 @@ def main() -> None:
     from fedrun.host.limits import refuse_small_memory_limits
 
     refuse_small_memory_limits()  # before the imports below, which a small limit makes fail
-    with loading("nothing was started; run the command again"):
+    # handed over to fedrun_main's own routing (fedrun/cli/main.py): no moment in between is unrouted
+    with loading("nothing was started; run the command again", handover=True):
         from fedrun.cli.main import main as fedrun_main
     if "--privacy-noise" in sys.argv[1:]:  # a question about the run, not a run (fedrun/cli/privacy_query.py)
         from fedrun.cli.privacy_query import main as privacy_noise

@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 # Read when this module is first imported, before fedrun installs any handler: what the process inherited.
@@ -40,6 +41,8 @@ IGNORED_AT_START = frozenset(int(s) for s in SIGNALS if signal.getsignal(s) == s
 _IMPORTING = "<frozen importlib._bootstrap"
 # inside :func:`deferred`: its depth, and the first signal that arrived there (re-raised when the block ends)
 _DEFER: dict[str, int] = {"depth": 0, "pending": 0}
+# the handlers a `loading(handover=True)` replaced, put back by the next `interrupts` when it ends
+_HANDOVER: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -183,23 +186,34 @@ def deferred() -> Iterator[None]:
 
 
 @contextmanager
-def loading(after: str) -> Iterator[None]:
+def loading(after: str, handover: bool = False) -> Iterator[None]:
     """While the command's modules load (before :func:`interrupts` can help): any of the :func:`handled_signals`
     prints ``fedrun: stopped by SIG...; <after>`` and ends the process with 128 + its number at once. Nothing
-    has been written yet, and no exception may surface inside an import (see the module docstring)."""
+    has been written yet, and no exception may surface inside an import (see the module docstring).
+
+    With ``handover`` the handler stays after the block, until the next :func:`interrupts` replaces it (and puts
+    back, when it ends, what was there before this block): no moment between the two is left to the default
+    action, which killed the process without a line (a SIGTERM 1.5 s in, on a loaded machine)."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         _say(f"fedrun: stopped by {signal.Signals(signum).name}; {after}")
         os._exit(128 + signum)
 
-    with _handling(handled_signals() if threading.current_thread() is threading.main_thread() else (), handler):
-        yield
+    signums = handled_signals() if threading.current_thread() is threading.main_thread() else ()
+    if not handover:
+        with _handling(signums, handler):
+            yield
+        return
+    for s in signums:
+        _HANDOVER.setdefault(s, signal.getsignal(s))
+        signal.signal(s, handler)
+    yield
 
 
 @contextmanager
 def _handling(signums: Iterable[int], handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """``handler`` for each of ``signums`` inside the block; the handlers before it are put back after it."""
-    previous = {s: signal.getsignal(s) for s in signums}
+    previous = {s: _HANDOVER.pop(s, signal.getsignal(s)) for s in signums}
     for s in previous:
         signal.signal(s, handler)
     try:

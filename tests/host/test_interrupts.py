@@ -19,7 +19,7 @@ import pytest
 from fedrun.cli import main as cli
 from fedrun.config.schema import RunSpec
 from fedrun.engines.sequential import SequentialEngine
-from fedrun.host.interrupts import Interrupted, interrupts
+from fedrun.host.interrupts import SIGNALS, Interrupted, interrupts, loading
 from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedrun.run.loop import run
 from tests.conftest import REPO, compose_cfg
@@ -264,3 +264,18 @@ def test_a_second_signal_to_the_command_names_no_job(capsys: pytest.CaptureFixtu
     assert e.value.code == 130
     err = capsys.readouterr().err
     assert err == "fedrun: SIGINT again: stopping now, without finishing up; the same command resumes a sweep\n"
+
+
+@pytest.mark.usefixtures("foreground_signals")
+def test_loading_hands_over_to_the_next_interrupts_with_no_moment_unrouted() -> None:
+    """fedrun/cli/__main__.py: after its modules load, loading's handler stays until fedrun.cli.main.main's own
+    routing replaces it, which puts back what was there before loading. Before, the moments in between (limits,
+    Hydra's patches) were left to the default action: a SIGTERM 1.5 s in killed the process without a line."""
+    before = {s: signal.getsignal(s) for s in SIGNALS}
+    with loading("nothing was started", handover=True):
+        pass
+    between = {s: signal.getsignal(s) for s in SIGNALS}
+    assert all(between[s] is not before[s] and between[s] not in (signal.SIG_DFL, signal.SIG_IGN) for s in SIGNALS)
+    with interrupts("", "run it again"):
+        assert all(signal.getsignal(s) is not between[s] for s in SIGNALS)
+    assert {s: signal.getsignal(s) for s in SIGNALS} == before
