@@ -8,17 +8,16 @@ stack's jobs in turns. Processes, not threads: torch's global generator, its thr
 current config and the working directory are per process, and a job's metrics are those of its run alone with the
 same ``hardware.threads``.
 
-The workers are this sweep's own (fedrun/cli/parallel_pool.py), started as the same Python with the same
-``sys.path`` (the approach of Hydra's joblib launcher, which runs ``run_job`` in loky's processes; fedrun's contracts
-need more than joblib gives, see docs/sweeps.md): each is sent the launcher's task and Hydra callbacks once, then one
-unit at a time (each job's composed config, :func:`portable`), and tells this process, on a pipe of its own, when
-each job starts, each evaluated round, and how each job ended (its ``JobReturn``). So the
-sweep's console (its live table or its lines) is the basic launcher's; the workers' own output comes through this
-process, line by line. A signal to the sweep is passed to every worker (they run in a process group of their own,
-so a Ctrl-C at the terminal reaches them once, from here): each stops its job as a run stops (status
-``interrupted``, its last checkpoint kept) and the command ends with 128 + the signal's number and one line naming
-the job, as a sweep in one process does; a second signal kills them. A worker whose sweep process died (SIGKILL)
-stops its job the same way.
+The workers are this sweep's own (fedrun/cli/parallel_pool.py), started as the same Python with the same ``sys.path``
+(the approach of Hydra's joblib launcher, which runs ``run_job`` in loky's processes; fedrun's contracts need more than
+joblib gives, see docs/sweeps.md): each is sent the launcher's task and Hydra callbacks once, then one unit at a time
+(each job's composed config, :func:`portable`), and tells this process, on a pipe of its own, when each job starts,
+each evaluated round, and how each job ended (its ``JobReturn``). So the sweep's console (its live table or its lines)
+is the basic launcher's; the workers' own output comes through this process, line by line. A signal to the sweep is
+passed to every worker (they run in a process group of their own, so a Ctrl-C at the terminal reaches them once, from
+here): each stops its job as a run stops (status ``interrupted``, its last checkpoint kept) and the command ends with
+128 + the signal's number and one line naming the job, as a sweep in one process does; a second signal stops them at
+once, as it stops a run. A worker whose sweep process died (SIGKILL) stops its job the same way.
 """
 
 from __future__ import annotations

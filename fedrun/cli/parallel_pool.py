@@ -11,6 +11,7 @@ while units wait; and, on a signal, passes it to every worker and waits for them
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import os
@@ -40,6 +41,7 @@ BOOT = (
     "from fedrun.cli.parallel_worker import main; main(int(sys.argv[2]))"
 )
 FRAME = 8  # bytes of a message's length, before the message (a pickle), on a worker's stdin
+STOP_S = 5.0  # after a second signal, how long the workers have to record their interrupted jobs before a kill
 
 
 @dataclass
@@ -115,7 +117,7 @@ class Pool:
         self.returns: dict[int, JobReturn] = {}
         self.started: dict[int, Job] = {}
         self.stopped: list[tuple[int, dict[str, Any]]] = []  # (its unit's first job, the worker's interrupt)
-        self.stopping = False
+        self.stopping = 0  # the signal that stops the sweep
         self.failed_starts = 0
 
     def serve(self) -> dict[int, JobReturn]:
@@ -144,10 +146,10 @@ class Pool:
         return self.returns
 
     def stop(self, interrupt: KeyboardInterrupt) -> Interrupted:
-        """The sweep was interrupted: the signal passed to every worker, their ends awaited (a second signal kills
-        them: :meth:`close`), and the interrupt to raise, naming the first job that stopped in it."""
+        """The sweep was interrupted: the signal passed to every worker, their ends awaited (a second signal stops
+        them at once: :meth:`close`), and the interrupt to raise, naming the first job that stopped in it."""
         signum = interrupt.signum if isinstance(interrupt, Interrupted) else int(signal.SIGINT)
-        self.stopping = True
+        self.stopping = signum
         for w in self.workers:
             w.signal(signum)
             w.close_stdin()
@@ -155,20 +157,32 @@ class Pool:
             self._pump(POLL)
             self._reap(False)
         stopped = Interrupted(signum)
-        if self.stopped:
-            _, first = min(self.stopped, key=lambda s: s[0])
+        named = [s for s in self.stopped if s[1].get("job")]  # (a job stopped before its attempt began: no name)
+        if named:
+            _, first = min(named, key=lambda s: s[0])
             stopped.job = first.get("job")  # type: ignore[attr-defined]
             stopped.sweep_dir = Path(str(first.get("sweep_dir")))  # type: ignore[attr-defined]
         return stopped
 
     def close(self) -> None:
-        """Kill the workers still running (an error, or a second signal), and let go of their pipes."""
+        """End the workers still running and let go of their pipes: after a second signal, the signal again (each
+        job records that it was interrupted, as a run's second signal does, its lines no longer passed on), then,
+        as after an error, a kill."""
         for w in self.workers:
             w.close_stdin()
-            if w.proc.poll() is None:
-                w.proc.kill()
-            w.proc.wait()
-            self._release(w)
+            if self.stopping:
+                w.signal(self.stopping)
+        end = time.monotonic() + (STOP_S if self.stopping else 0.0)
+        try:
+            for w in self.workers:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    w.proc.wait(timeout=max(end - time.monotonic(), 0.0))
+        finally:  # (a third signal too)
+            for w in self.workers:
+                if w.proc.poll() is None:
+                    w.proc.kill()
+                w.proc.wait()
+                self._release(w)
         self.workers.clear()
         self.selector.close()
 

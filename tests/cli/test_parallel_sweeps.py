@@ -48,7 +48,7 @@ def _wait_for(what: Callable[[], bool], why: str, proc: subprocess.Popen[str] | 
 
 def _ended(lines: list[str]) -> list[str]:
     """A sweep's job lines without their seconds, sorted (side by side, they come in any order)."""
-    return sorted(re.sub(r" \(\d+\.\d s\)", "", line) for line in lines if line.startswith("["))
+    return sorted(re.sub(r"\(\d+\.\d s", "(", line) for line in lines if line.startswith("["))
 
 
 def _record(folder: Path, name: str) -> dict[str, object]:
