@@ -1,11 +1,14 @@
-"""A sweep of Hydra's basic launcher with its stackable jobs trained together (docs/sweeps.md, "Stacked jobs").
+"""A sweep of Hydra's basic launcher with its stackable jobs trained together (docs/sweeps.md, "Stacked jobs"), and
+its jobs run side by side on idle cores ("Jobs side by side").
 
 fedrun/cli/hydra_patches.py routes the basic launcher's ``launch`` here. The sweep's jobs are composed as the basic
 launcher composes them, validated, and fedrun/run/stacking.py decides which of them train together. Each job then runs
 through Hydra's own ``run_job`` (its folder, its ``.hydra`` record, fedrun's callback and its attempt at the run),
 the jobs of a stack in turns, each in a thread of its own, their cohorts trained as one (fedrun/engines/stacked.py).
-The console says which jobs ran together, and why jobs that would have stacked did not. A sweep with nothing to stack
-(or with a job that does not compose) is handed back to the basic launcher whole: it runs as it always did.
+Where the machine has idle cores (``hardware.parallel``), the stacks and the lone jobs run side by side, each in a
+worker process of fedrun/cli/parallel_launch.py, which runs them as this module does. The console says which jobs
+ran together, and why jobs that would have stacked did not. A sweep with nothing to stack and nothing to run side by
+side (or with a job that does not compose) is handed back to the basic launcher whole: it runs as it always did.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fedrun.cli import compose_checks, sweeps
+from fedrun.cli import compose_checks, parallel_launch, sweeps
 from fedrun.config.validate import validate
 from fedrun.run.stacking import Candidate, StackPlan, memory_fit, plan_stacks, run_stacked
 from fedrun.storage.rundir import RunDir
@@ -39,14 +42,17 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, 
     except Exception:  # noqa: BLE001 - Hydra reports it, after the jobs before it ran, as it always did
         return basic(launcher, job_overrides, initial)
     dirs = [_job_dir(cfg) for cfg in configs]
-    plan = plan_stacks([_candidate(initial + i, cfg, d) for i, (cfg, d) in enumerate(zip(configs, dirs, strict=True))],
-                       memory_fit)  # fmt: skip
-    if not plan.groups and not plan.why_not:
+    jobs = [_candidate(initial + i, cfg, d) for i, (cfg, d) in enumerate(zip(configs, dirs, strict=True))]
+    plan = plan_stacks(jobs, memory_fit)
+    side = parallel_launch.side_by_side(launcher, jobs, plan, configs, dirs)
+    if side is None and not plan.groups and not plan.why_not:
         return basic(launcher, job_overrides, initial)
     setup_globals()
     configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
     Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     _announce(plan)
+    if side is not None:
+        return parallel_launch.run(side, configs, dirs, initial)
     runs: dict[int, JobReturn] = {}
     for i, cfg in enumerate(configs):
         num = initial + i
@@ -54,7 +60,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, 
             continue
         group = plan.group_of(num)
         if group is None:
-            runs[num] = _run_one(launcher, cfg)
+            runs[num] = run_one(launcher, cfg)
         else:
             names = [Path(dirs[n - initial] or "").name for n in group]
             for n, ret in zip(group, _run_group(launcher, [configs[n - initial] for n in group], names), strict=True):
@@ -114,8 +120,8 @@ def _announce(plan: StackPlan) -> None:
         sweeps.say_not_stacked(nums, why)
 
 
-def _run_one(launcher: Any, cfg: DictConfig) -> JobReturn:
-    """One job, as the basic launcher runs it."""
+def run_one(launcher: Any, cfg: DictConfig) -> JobReturn:
+    """One job, as the basic launcher runs it (``launcher``: its ``hydra_context`` and ``task_function``)."""
     return run_job(
         hydra_context=launcher.hydra_context,
         task_function=launcher.task_function,
@@ -126,11 +132,17 @@ def _run_one(launcher: Any, cfg: DictConfig) -> JobReturn:
 
 
 def _run_group(launcher: Any, cfgs: list[DictConfig], names: list[str]) -> list[JobReturn]:
-    """A stack's jobs, each through ``run_job`` in its own thread, in turns (fedrun/run/stacking.py's
-    :func:`run_stacked`); an interrupt that stopped them stops the sweep (the first job's, naming it)."""
+    """A stack's jobs, each through ``run_job`` in its own thread, in turns (:func:`run_together`)."""
+    return run_together([functools.partial(run_one, launcher, cfg) for cfg in cfgs], names)
+
+
+def run_together(jobs: list[Callable[[], JobReturn]], names: list[str]) -> list[JobReturn]:
+    """A stack's ``jobs`` (each one job's ``run_job``; ``names``: their folders), each in its own thread, in turns
+    (fedrun/run/stacking.py's :func:`run_stacked`); an interrupt that stopped them stops the sweep (the first job's,
+    naming it)."""
     saved = HydraConfig.instance().cfg
     try:
-        ended = run_stacked([functools.partial(_run_one, launcher, cfg) for cfg in cfgs], names)
+        ended = run_stacked(jobs, names)
     finally:
         HydraConfig.instance().cfg = saved
     for e in ended:

@@ -171,6 +171,12 @@ def say_not_stacked(nums: list[int], why: str) -> None:
         _ACTIVE.not_stacked(nums, why)
 
 
+def active_console() -> SweepConsole | None:
+    """The console of the sweep whose jobs run in this process (None: none): a sweep whose jobs run side by side in
+    worker processes (fedrun/cli/parallel_launch.py) tells it how they start, go and end."""
+    return _ACTIVE
+
+
 def close_console() -> None:
     """Stop the sweep console of this process, if any (an interrupted sweep, an error between jobs): the live table
     leaves the terminal as it was last drawn, before the line that says how the command ended."""

@@ -27,8 +27,9 @@ _VOLATILE_DATA = ("root", "download")
 # an uninterrupted run to float tolerance, not bit for bit (GPU and CPU kernels round differently).
 _VOLATILE_HARDWARE = ("device",)
 # hardware.stack: whether a sweep's job trains stacked with others, which changes its results by float rounding at
-# most (docs/sweeps.md); never part of an identity, so the folders and checkpoints of before it existed keep theirs
-_UNCOUNTED_HARDWARE = ("stack",)
+# most (docs/sweeps.md); hardware.parallel: whether it runs beside others in a process of its own, which changes
+# nothing of its results; never part of an identity, so the folders and checkpoints of before they existed keep theirs
+_UNCOUNTED_HARDWARE = ("stack", "parallel")
 
 
 # Evaluation settings that change what is measured or summarised, never the training: a resumed or extended

@@ -128,6 +128,9 @@ class HardwareConfig:
     # a sweep's jobs that differ only in seed, lr, method scalars or partition run as one vectorised cohort:
     # auto (as many as fit in memory) | off | N (at most N jobs together); docs/sweeps.md
     stack: str = "auto"
+    # a sweep's jobs (and stacks) run side by side in processes of their own: auto (one per idle core and as many
+    # as memory holds, for jobs with threads 0) | off | N (N processes); docs/sweeps.md
+    parallel: str = "auto"
 
     def __post_init__(self) -> None:
         if not (self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")):
@@ -139,11 +142,22 @@ class HardwareConfig:
             self.stack = "off"
         if self.stack not in ("auto", "off") and not (self.stack.isdigit() and int(self.stack) >= 1):
             raise ConfigError("stack", f"invalid value {self.stack!r}; valid: auto, off, or a width N >= 1")
+        self.parallel = str(self.parallel).strip()
+        if self.parallel in ("False", "false"):  # YAML reads a bare ``off`` as false
+            self.parallel = "off"
+        if self.parallel not in ("auto", "off") and not (self.parallel.isdigit() and int(self.parallel) >= 1):
+            raise ConfigError("parallel", f"invalid value {self.parallel!r}; valid: auto, off, or N >= 1 processes")
 
     @property
     def stack_width(self) -> int | None:
         """The most jobs of a sweep stacked together: None for ``auto`` (as many as fit), 1 for ``off``."""
         return None if self.stack == "auto" else 1 if self.stack == "off" else int(self.stack)
+
+    @property
+    def parallel_workers(self) -> int | None:
+        """The processes a sweep's jobs run in side by side: None for ``auto`` (chosen from the idle cores and the
+        memory), 1 for ``off`` (one job after another, in the sweep's own process)."""
+        return None if self.parallel == "auto" else 1 if self.parallel == "off" else int(self.parallel)
 
 
 @dataclass

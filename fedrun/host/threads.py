@@ -6,6 +6,9 @@ an idle CPU more threads are faster. So ``hardware.threads=0`` samples the CPU's
 second and takes one thread per idle core (at least one): all cores on an idle machine, one on a busy one.
 The choice is made once per process and recorded in summary.json; a resumed run keeps its recorded count,
 because the thread count changes results in the last digits.
+
+A worker process of a sweep whose jobs run side by side (``hardware.parallel``, fedrun/cli/parallel_launch.py) is
+given its share instead (:func:`assign_worker`: one core), and each of its runs records the arrangement.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 THREADS_PER_CORE = 8  # hardware.threads above this many per CPU (and above 64) only oversubscribes the cores
 _CHOICE: dict[str, Any] = {}  # once per process: a sweep's jobs in one process share the measurement
+_WORKER: dict[str, Any] = {}  # a side-by-side sweep's worker process: its runs' summary.json ``parallel`` record
 
 
 def usable_cores() -> int:
@@ -58,20 +62,37 @@ def choose_threads(cores: int, busy: float) -> int:
     return max(1, min(cores, int(cores - busy + 0.5)))
 
 
+def measured() -> dict[str, Any]:
+    """This process's measurement of the CPU, made once (``threads``: one per idle core, ``cores``, ``busy_cores``;
+    a worker's share where :func:`assign_worker` gave one)."""
+    if not _CHOICE:
+        cores, busy = usable_cores(), busy_cores()
+        _CHOICE.update(threads=choose_threads(cores, busy), cores=cores, busy_cores=round(busy, 2))
+    return _CHOICE
+
+
+def assign_worker(threads: int, record: dict[str, Any]) -> None:
+    """This process is a worker of a sweep whose jobs run side by side: its runs of ``hardware.threads=0`` take
+    ``threads`` (its share of the idle cores) instead of measuring, and every run records ``record`` (how many
+    workers, chosen how) as summary.json's ``parallel``."""
+    _CHOICE.clear()
+    _CHOICE.update(threads=threads, selection=f"side by side: {threads} per process of {record.get('workers')}")
+    _WORKER.clear()
+    _WORKER.update(record)
+
+
 def apply_threads(configured: int, pinned: int | None = None) -> dict[str, Any]:
     """Set torch's intra-op threads: ``configured`` when > 0, else ``pinned`` (the count a resumed run recorded),
     else :func:`choose_threads` on a measurement. Returns what summary.json records."""
     import torch  # here: validation asks max_threads() without importing torch
 
+    worker = {"parallel": dict(_WORKER)} if _WORKER else {}
     if configured > 0 or pinned:
         n = configured if configured > 0 else int(pinned or 1)
         torch.set_num_threads(n)
-        return {"threads": n, "threads_selection": "configured" if configured > 0 else "kept from the resumed run"}
-    if not _CHOICE:
-        cores, busy = usable_cores(), busy_cores()
-        _CHOICE.update(threads=choose_threads(cores, busy), cores=cores, busy_cores=round(busy, 2))
-    torch.set_num_threads(_CHOICE["threads"])
-    return {
-        "threads": _CHOICE["threads"],
-        "threads_selection": f"measured: {_CHOICE['busy_cores']} of {_CHOICE['cores']} cores busy",
-    }
+        why = "configured" if configured > 0 else "kept from the resumed run"
+        return {"threads": n, "threads_selection": why, **worker}
+    choice = measured()
+    torch.set_num_threads(choice["threads"])
+    why = choice.get("selection") or f"measured: {choice['busy_cores']} of {choice['cores']} cores busy"
+    return {"threads": choice["threads"], "threads_selection": why, **worker}

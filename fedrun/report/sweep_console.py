@@ -153,6 +153,11 @@ class SweepConsole:
         """Jobs ``nums`` (0-based) could have trained together but run one after another: why, in one line."""
         self._say(f"not stacked: jobs {job_numbers(nums)} run one after another ({why})")
 
+    def side_by_side(self, nums: Sequence[int], workers: int, why: str) -> None:
+        """Jobs ``nums`` (0-based) run side by side in ``workers`` processes (fedrun/cli/parallel_launch.py): one
+        line, and why that many."""
+        self._say(f"side by side: jobs {job_numbers(nums)} run in {workers} processes ({why})")
+
     # -- its jobs
     def job_started(self, num: int, name: str, rounds: int | None, run_dir: Path | None = None) -> Job:
         """A job starts (``run_dir``: its folder, which tells a finished job that will be skipped)."""

@@ -167,17 +167,24 @@ def memory_fit(spec: RunSpec) -> int | None:
     """How many jobs like ``spec`` the memory free now holds at once (a stack's width): :data:`MEMORY_SHARE` of the
     free memory of its device over the job's estimated need (:func:`~fedrun.config.resources.estimate`) and its
     data; None when either is unknown."""
+    need, free = job_bytes(spec), _free_memory(spec.hardware.device)
+    if need is None or free is None:
+        return None
+    return max(1, int(MEMORY_SHARE * free // max(need, 1)))
+
+
+def job_bytes(spec: RunSpec) -> int | None:
+    """What one job like ``spec`` holds at least: its estimated need (:func:`~fedrun.config.resources.estimate`)
+    and its data; None when either is unknown."""
     from fedrun.config.registry import DATASETS
     from fedrun.config.resources import estimate
 
     need, entry = estimate(spec), DATASETS.get(spec.data.name)
-    free = _free_memory(spec.hardware.device)
-    if need is None or free is None or entry.signature is None:
+    if need is None or entry.signature is None:
         return None
     sig, p = entry.signature(spec.data.params), spec.data.params
     samples = (getattr(p, "max_train_samples", None) or FULL_DATA) + (getattr(p, "max_test_samples", None) or 0)
-    per_sample = SAMPLE_BYTES[sig.inputs] * math.prod(sig.input_shape)
-    return max(1, int(MEMORY_SHARE * free // max(need.total + samples * per_sample, 1)))
+    return int(need.total + samples * SAMPLE_BYTES[sig.inputs] * math.prod(sig.input_shape))
 
 
 def _free_memory(device: str) -> int | None:

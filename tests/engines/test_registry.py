@@ -23,7 +23,7 @@ from tests.conftest import CONF_DIR, compose_cfg
 
 def test_the_hardware_section_is_the_shared_keys_then_each_engines_options() -> None:
     keys = [f.name for f in dataclasses.fields(schema.hardware_class())]
-    shared = ["device", "engine", "threads", "precision", "stack"]
+    shared = ["device", "engine", "threads", "precision", "stack", "parallel"]
     assert keys == [*shared, "chunk", "compile", "actors", "address", "placement"]
     assert set(compose_cfg([]).hardware) == set(keys)
     for params in (VectorisedParams, RayParams):
