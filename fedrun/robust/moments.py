@@ -3,16 +3,22 @@
 
 ``torch.std(x, dim=0)`` reduces along the strided first axis, about 3x slower on the CPU than one subtraction
 and a sum of squares along it (the same two-pass arithmetic: the deviations from the mean, then their squares).
-On the CPU both passes run by chunks of :data:`CHUNK` columns, so that a chunk's deviations are still in the
-cache when they are squared and summed: 2x faster on 80 rows of 199,210 (one thread), and the same numbers bit for
-bit, as each column is reduced over the same rows in the same order (``tests/robust/test_attacks.py``).
+On the CPU a large matrix is reduced by chunks of :data:`CHUNK` columns, so that a chunk's deviations are still in
+the cache when they are squared and summed: about 2x faster on 80 rows of 199,210 (one thread), and the same
+numbers bit for bit, as each column is reduced over the same rows in the same order (``tests/robust/test_attacks.py``).
+A matrix under :data:`MIN_BYTES` is reduced at once: there the chunks' own dispatches would cost more than they
+save (20 rows of 199,210: 5 ms at once, 8 ms by chunks).
 """
 
 from __future__ import annotations
 
 import torch
 
-CHUNK = 2048  # columns per chunk on the CPU: 80 rows of them are 640 KiB of float32, within a core's L2
+# columns per chunk on the CPU (80 rows of them: 640 KiB of float32, within a core's L2); a multiple of 256: torch
+# sums whole blocks of columns with its vector kernel and the columns left over with a scalar one, which rounds
+# otherwise, so chunks must leave over the columns the whole matrix does (a width of 3276 changes the last bits)
+CHUNK = 2048
+MIN_BYTES = 32 << 20  # the smallest matrix reduced by chunks
 
 
 def coordinate_std(x: torch.Tensor, mean: torch.Tensor | None = None) -> torch.Tensor:
@@ -29,7 +35,7 @@ def coordinate_moments(x: torch.Tensor, mean: torch.Tensor | None = None) -> tup
     r, d = x.shape[0], x[0].numel()
     if r < 2:
         return (x.mean(dim=0) if mean is None else mean), torch.zeros_like(x[0])
-    if not (x.device.type == "cpu" and x.dim() == 2 and x.is_contiguous() and d > CHUNK):
+    if not (x.device.type == "cpu" and x.dim() == 2 and x.is_contiguous() and x.nbytes >= MIN_BYTES):
         # (a GPU's reduction may be laid out by the output's size: the whole at once there, as before)
         mean = x.mean(dim=0) if mean is None else mean
         return mean, _std(x, mean)
