@@ -29,7 +29,7 @@ from fedrun.robust.base import (
     robust_aggregate,
     round_generator,
 )
-from fedrun.upload.base import UploadContext, UploadStage
+from fedrun.upload.base import RowStage, UploadContext, UploadStage
 
 log = logging.getLogger("fedrun")
 PARAMS = "params"  # the upload part attacked and defended: the model update
@@ -40,8 +40,9 @@ def malicious_rows(clients: torch.Tensor, malicious: torch.Tensor) -> torch.Tens
     return torch.isin(clients.cpu(), malicious)
 
 
-class AttackStage(UploadStage):
-    """A model attack on the malicious rows of each round (or model replacement behind a backdoor).
+class AttackStage(RowStage):
+    """A model attack on the malicious rows of each round (or model replacement behind a backdoor): a row stage, so
+    the pipeline rebuilds only the attackers' uploads (the honest ones are passed on as they are).
 
     Column ``attack_uploads``: the malicious uploads of the round (the attackers sampled and reporting).
     """
@@ -52,15 +53,15 @@ class AttackStage(UploadStage):
     def __init__(self, attack: ModelAttack, malicious: torch.Tensor, server_lr: float = 1.0) -> None:
         self.attack, self.malicious, self.server_lr = attack, malicious.cpu(), server_lr
 
-    def apply(
-        self, delta: torch.Tensor, state: torch.Tensor | None, ctx: UploadContext
-    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+    def replace_rows(
+        self, delta: torch.Tensor, ctx: UploadContext
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, dict[str, float]]:
         if ctx.part != PARAMS:
-            return delta, None, {}
+            return None, {}
         bad = malicious_rows(ctx.clients, self.malicious)
         a = int(bad.sum())
         if a == 0:
-            return delta, None, {"attack_uploads": 0.0}
+            return None, {"attack_uploads": 0.0}
         at = bad.nonzero().flatten().to(delta.device)
         own = delta.index_select(0, at)
         # the honest rows, copied only for an attack that reads them (an omniscient one)
@@ -77,7 +78,7 @@ class AttackStage(UploadStage):
         )
         # a round of attackers alone: an omniscient attacker sees no honest row, and its own stand in for them
         sent = self.attack(own, honest if honest.shape[0] else own, view)
-        return delta.index_copy(0, at, sent.to(delta.dtype)), None, {"attack_uploads": float(a)}
+        return (at, sent.to(delta.dtype)), {"attack_uploads": float(a)}
 
 
 class DefenceStage(UploadStage):

@@ -85,4 +85,25 @@ class UploadStage(ABC):
         return None
 
 
+class RowStage(UploadStage):
+    """A stage that replaces some rows of the cohort's matrix and leaves every other row as it is (a model attack on
+    the malicious clients' uploads). The pipeline keeps its result as ``delta`` plus the replaced rows, so that only
+    their uploads are rebuilt (:meth:`UploadPipeline.apply`) and no [m, d] copy is made, unless a later stage reads
+    the whole matrix. Stateless."""
+
+    @abstractmethod
+    def replace_rows(
+        self, delta: torch.Tensor, ctx: UploadContext
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, dict[str, float]]:
+        """((the replaced rows' indices [a] on ``delta``'s device, their new values [a, d] in ``delta``'s dtype) or
+        None when no row changes; diagnostics for metrics.csv)."""
+
+    def apply(
+        self, delta: torch.Tensor, state: torch.Tensor | None, ctx: UploadContext
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+        """The whole matrix: ``delta`` with the rows of :meth:`replace_rows` replaced (``delta`` itself if none)."""
+        patch, diag = self.replace_rows(delta, ctx)
+        return (delta if patch is None else delta.index_copy(0, *patch)), None, diag
+
+
 COMPRESSORS: Registry[Any] = Registry("compressor", "fedrun.upload.compressors")  # compressors/base.py's Compressor

@@ -20,11 +20,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedrun.algorithms.base import Algorithm, ClientContext
 from fedrun.core.tree import Tensors, Tree, leaves, nbytes
-from fedrun.upload.base import UploadContext, UploadStage
+from fedrun.upload.base import RowStage, UploadContext, UploadStage
 
 UPLOAD_STATE = "_upload"  # the client-state key of the stages' per-client rows
 
@@ -110,10 +111,13 @@ class UploadPipeline:
             pctx = UploadContext(ctx.rnd, ctx.clients, ctx.seed, ctx.weights, ctx.device, part.key)
             ref = params if part.key == "params" else extras[part.key] if part.broadcast_ref else None
             delta = _flat(uploads[part.key], ref)
-            sent, stage_rows, d = self.run_stages(delta, rows, pctx)
+            sent, stage_rows, d = self.transform(delta, rows, pctx)
             for name, row in stage_rows.items():
                 new_rows[name][part.key] = row
-            out[part.key] = _rebuild(uploads[part.key], ref, sent, delta)
+            if sent.rows is delta:  # only a row stage's rows changed (or none): only their uploads are rebuilt
+                out[part.key] = _rebuild_rows(uploads[part.key], ref, sent, delta)
+            else:
+                out[part.key] = _rebuild(uploads[part.key], ref, sent.full(), delta)
             diag.update(d if part.key == "params" else {f"{part.key}_{k}": v for k, v in d.items()})
         return out, (new_rows or None), diag
 
@@ -124,17 +128,43 @@ class UploadPipeline:
         then the stages' hook on the weighted sum; the new rows by stage; diagnostics). A changed sum sum_i p_i delta_i
         is spread back over the rows as delta_i + (total' - total), which the weighted mean (sum_i p_i = 1) turns into
         total'."""
-        sent, new_rows, diag = delta, {}, {}
+        sent, new_rows, diag = self.transform(delta, rows, ctx)
+        return sent.full(), new_rows, diag
+
+    def transform(
+        self, delta: torch.Tensor, rows: Tree | None, ctx: UploadContext
+    ) -> tuple[Patched, dict[str, torch.Tensor], dict[str, float]]:
+        """:meth:`run_stages` with its matrix as :class:`Patched`: a row stage's rows are kept apart from the
+        matrix until a later stage or a sum reads the whole of it."""
+        sent, new_rows, diag = Patched(delta), {}, {}
         for stage in self.stages:
-            state = rows[stage.name][ctx.part] if stage.stateful and rows else None
-            sent, state, d = stage.apply(sent, state, ctx)
+            if isinstance(stage, RowStage):
+                whole = sent.full()
+                patch, d = stage.replace_rows(whole, ctx)
+                sent = Patched(whole) if patch is None else Patched(whole, *patch)
+            else:
+                state = rows[stage.name][ctx.part] if stage.stateful and rows else None
+                whole, state, d = stage.apply(sent.full(), state, ctx)
+                sent = Patched(whole)
+                if stage.stateful and state is not None:
+                    new_rows[stage.name] = state
             diag.update(d)
-            if stage.stateful and state is not None:
-                new_rows[stage.name] = state
         summed = [s for s in self.stages if type(s).apply_sum is not UploadStage.apply_sum]
         replaced = [s for s in self.stages if type(s).replace_sum is not UploadStage.replace_sum]
         if not summed and not replaced:
             return sent, new_rows, diag
+        return Patched(self.spread(sent.full(), summed, replaced, ctx, diag)), new_rows, diag
+
+    @staticmethod
+    def spread(
+        sent: torch.Tensor,
+        summed: list[UploadStage],
+        replaced: list[UploadStage],
+        ctx: UploadContext,
+        diag: dict[str, float],
+    ) -> torch.Tensor:
+        """The rows shifted so that their weighted mean is the stages' aggregate (``replaced``), then their hook on
+        the sum (``summed``); ``diag`` gets their columns."""
         w = ctx.weights.to(sent.device, torch.float64).unsqueeze(1)
         total = weighted_sum(w.squeeze(1), sent)
         for stage in replaced:  # (a robust aggregate: the weighted mean of the spread rows is it)
@@ -148,7 +178,21 @@ class UploadPipeline:
             diag.update(d)
             if new_total is not total:
                 sent, total = sent + (new_total - total), new_total
-        return sent, new_rows, diag
+        return sent
+
+
+@dataclass(frozen=True)
+class Patched:
+    """The stages' matrix: ``rows`` [m, d] with its rows ``at`` [a] replaced by ``patch`` [a, d] (a row stage's:
+    none when ``at`` is None)."""
+
+    rows: torch.Tensor
+    at: torch.Tensor | None = None
+    patch: torch.Tensor | None = None
+
+    def full(self) -> torch.Tensor:
+        """The whole matrix (``rows`` itself when nothing is patched)."""
+        return self.rows if self.at is None else self.rows.index_copy(0, self.at, self.patch)  # type: ignore[arg-type]
 
 
 SUM_CHUNK = 16384  # columns per float64 product of weighted_sum: a float64 copy of 16k columns, not of all d
@@ -206,12 +250,47 @@ def _rebuild(upload: Any, ref: Any, sent: torch.Tensor, delta: torch.Tensor) -> 
         n = t[0].numel() if t.dim() else 1
         r = _lookup(refs, k)
         new = sent[:, at : at + n]
-        same = (new == delta[:, at : at + n]).reshape(t.shape)
-        full = new.reshape(t.shape) if r is None else new.reshape(t.shape) + r.float().unsqueeze(0)
-        values[k] = torch.where(same, t, full.to(t.dtype))
+        values[k] = _entry(new.reshape(t.shape), delta[:, at : at + n].reshape(t.shape), t, r)
         at += n
     out = _replace(tree, values, ())
     return out if isinstance(upload, dict) else out["_"]
+
+
+def _rebuild_rows(upload: Any, ref: Any, sent: Patched, delta: torch.Tensor) -> Any:
+    """:func:`_rebuild` of ``delta`` with only the rows ``sent.at`` replaced: ``upload`` itself when none are,
+    else each float entry a copy of the client's own with those rows rebuilt (the others are equal to ``delta``,
+    so :func:`_rebuild` keeps the client's own value there too), the same numbers without an [m, d] comparison."""
+    if sent.at is None or sent.patch is None:
+        return upload
+    at, tree = sent.at.to(delta.device), _as_tree(upload)
+    refs = _as_tree(ref) if ref is not None else None
+    old = delta.index_select(0, at)
+    values: dict[tuple[str, ...], torch.Tensor] = {}
+    col = 0
+    for k, t in _float_items(tree):
+        n = t[0].numel() if t.dim() else 1
+        r, shape = _lookup(refs, k), (at.shape[0], *t.shape[1:])
+        new = sent.patch[:, col : col + n]
+        rebuilt = _entry(new.reshape(shape), old[:, col : col + n].reshape(shape), t.index_select(0, at), r)
+        values[k] = t.index_copy(0, at, rebuilt)
+        col += n
+    out = _replace(tree, values, ())
+    return out if isinstance(upload, dict) else out["_"]
+
+
+NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)  # the float dtypes numpy shares with torch
+
+
+def _entry(new: torch.Tensor, old: torch.Tensor, own: torch.Tensor, ref: torch.Tensor | None) -> torch.Tensor:
+    """One rebuilt upload entry: ``torch.where(new == old, own, new + ref)`` in ``own``'s dtype, i.e. the client's
+    own value where the stages left its row ``old`` as it was (``new``, ``old``: float32 rows in ``own``'s shape;
+    ``ref`` [*shape[1:]] or None: zero). On the CPU the comparison and the choice run in numpy, into the fresh
+    ``new + ref``: the same values, 2x faster than torch's ``==`` and ``where`` on 100 x 200k (one thread)."""
+    full = (new + ref.float().unsqueeze(0)).to(own.dtype) if ref is not None else new.to(own.dtype, copy=True)
+    if full.device.type != "cpu" or own.dtype not in NUMPY_FLOATS or full.requires_grad or own.requires_grad:
+        return torch.where(new == old, own, full)
+    np.copyto(full.numpy(), own.numpy(), where=np.equal(new.numpy(), old.numpy()))
+    return full
 
 
 def _float_items(tree: Tree, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], torch.Tensor]]:

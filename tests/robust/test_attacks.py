@@ -30,6 +30,7 @@ from fedrun.robust.defences.krum import Krum, KrumParams
 from fedrun.robust.defences.mean import Mean, MeanParams
 from fedrun.robust.defences.trimmed_mean import trimmed_mean
 from fedrun.robust.malicious import malicious_clients
+from fedrun.robust.moments import coordinate_moments, coordinate_std
 
 
 def updates(n: int, d: int = 25, seed: int = 0, shift: float = 1.0) -> torch.Tensor:
@@ -80,6 +81,36 @@ def test_alie_z_max_follows_baruch_et_al() -> None:
     assert torch.allclose(sent, want.expand(4, 25))
     single = ALIE(ALIEParams(z=2.0))(own[:1], None, AttackView(n=12))
     assert torch.equal(single[0], own[0])  # one update: no spread, mu itself
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("r", "d"), [(1, 845), (2, 845), (5, 845), (80, 845), (80, 199_210)])
+def test_coordinate_moments_by_chunks_are_the_whole_reductions_bit_for_bit(
+    r: int, d: int, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ALIE's mu and sigma (and min-max's, Fang et al.'s sigma), reduced by chunks of columns on the CPU, are
+    ``x.mean(0)`` and the deviations' root mean square of the whole matrix, bit for bit, on one thread or two (the
+    small matrices cut into chunks of 256 columns here, the last a partial one; 80 x 199,210 as a round cuts it)."""
+    from fedrun.robust import moments
+
+    if d < 1000:
+        monkeypatch.setattr(moments, "MIN_BYTES", 0)
+        monkeypatch.setattr(moments, "CHUNK", 256)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = torch.randn(r, d, generator=torch.Generator().manual_seed(r)) * torch.logspace(-6, 2, d).float()
+        mean = x.mean(dim=0)
+        std = ((x - mean).square().sum(dim=0) / (r - 1)).sqrt() if r > 1 else torch.zeros(d)
+        got_mean, got_std = coordinate_moments(x)
+        assert torch.equal(got_mean, mean) and torch.equal(got_std, std)
+        assert torch.equal(coordinate_std(x), std) and torch.equal(coordinate_std(x, mean), std)
+        y = x.T.contiguous().T  # column-major: not chunked, reduced whole as its own layout reduces
+        y_mean = y.mean(dim=0)
+        y_std = ((y - y_mean).square().sum(dim=0) / (r - 1)).sqrt() if r > 1 else torch.zeros(d)
+        assert all(torch.equal(a, b) for a, b in zip(coordinate_moments(y), (y_mean, y_std), strict=True))
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_ipm_turns_the_inner_product_with_the_honest_mean_negative() -> None:

@@ -22,7 +22,7 @@ from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from fedrun.run.state import fresh_state
 from fedrun.storage.atomic import TIMING_COLUMNS
-from fedrun.upload.base import COMPRESSORS, UploadContext, UploadStage
+from fedrun.upload.base import COMPRESSORS, RowStage, UploadContext, UploadStage
 from fedrun.upload.pipeline import UPLOAD_STATE, UploadPipeline
 from tests.conftest import compose_cfg, main_exit_code
 from tests.run.run_util import interrupted_copy
@@ -228,6 +228,63 @@ def test_a_stage_on_the_sum_moves_the_weighted_mean_by_its_change() -> None:
     torch.testing.assert_close(mean, (w.float().unsqueeze(1) * delta).sum(0) + 1.0)
     assert rows == {} and diag == {"shift": 1.0}
     assert "shift" not in COMPRESSORS.names()  # a test stage, not registered
+
+
+class _Negate(RowStage):
+    """A test row stage: negates the rows ``rows`` (an entry 0 stays 0: equal to the client's, so kept as sent)."""
+
+    name = "negate"
+    order = 0
+
+    def __init__(self, rows: list[int]) -> None:
+        self.rows = rows
+
+    def replace_rows(self, delta, ctx):  # noqa: ANN001, ANN201
+        at = torch.tensor(self.rows, dtype=torch.long)
+        return ((at, -delta.index_select(0, at)) if self.rows else None), {"negated": float(len(self.rows))}
+
+
+class _Copy(UploadStage):
+    """A test stage that reads the whole matrix and changes no value of it."""
+
+    name = "copy"
+    order = 1
+
+    def apply(self, delta, state, ctx):  # noqa: ANN001, ANN201
+        return delta.clone(), state, {}
+
+
+@pytest.mark.parametrize("stages", [[0, 3], [2], [0, 3, "copy"], ["copy", 1]])  # (the stages in this order)
+def test_a_row_stage_rebuilds_its_rows_only_as_the_whole_rebuild_would(stages: list) -> None:
+    """A row stage (a model attack) is rebuilt on its rows only, the other uploads passed on as the clients sent
+    them: bit for bit the uploads of rebuilding the whole matrix, also before or after a stage that reads it."""
+    from fedrun.upload import pipeline
+
+    m, gen = 4, torch.Generator().manual_seed(0)
+    params = {"a": torch.randn(3, 5, generator=gen), "b": {"c": torch.randn(7, generator=gen).double()}}
+    uploads = {k: v.unsqueeze(0) + torch.randn(m, *v.shape, generator=gen, dtype=v.dtype) for k, v in
+               [("a", params["a"]), ("c", params["b"]["c"])]}  # fmt: skip
+    uploads = {"a": uploads["a"], "b": {"c": uploads["c"]}}
+    rows = [r for r in stages if isinstance(r, int)]
+    order = [_Copy() if s == "copy" else None for s in stages if s == "copy" or s == rows[0]]
+    pipe = UploadPipeline([_Negate(rows) if s is None else s for s in order])  # in the order given
+    pipe.parts = [pipeline.Part("params", 15 + 7)]
+    ctx = UploadContext(0, torch.arange(m), 0, torch.full((m,), 0.25, dtype=torch.float64), torch.device("cpu"))
+    got, _, diag = pipe.apply(params, {}, {"params": uploads}, None, ctx)
+    delta = pipeline._flat(uploads, params)
+    want = pipeline._rebuild(uploads, params, pipe.run_stages(delta, None, ctx)[0], delta)
+    for path in [("a",), ("b", "c")]:
+        g, w, t = got["params"], want, uploads
+        for k in path:
+            g, w, t = g[k], w[k], t[k]
+        assert torch.equal(g, w) and g.dtype == t.dtype
+        kept = [i for i in range(m) if i not in rows]
+        assert torch.equal(g[kept], t[kept]) and not torch.equal(g[rows], t[rows])
+    assert diag == {"negated": float(len(rows))}
+    none = UploadPipeline([_Negate([])])
+    none.parts = pipe.parts
+    unchanged, _, _ = none.apply(params, {}, {"params": uploads}, None, ctx)
+    assert unchanged["params"] is uploads  # no row replaced: nothing rebuilt, nothing copied
 
 
 def test_a_simulated_system_aggregates_and_times_the_compressed_uploads(

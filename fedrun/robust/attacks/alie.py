@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.robust.base import ATTACKS, AttackView, Knowledge, ModelAttack
-from fedrun.robust.moments import coordinate_std
+from fedrun.robust.moments import coordinate_moments
 
 
 @dataclass
@@ -40,8 +40,8 @@ def z_max(n: int, m: int) -> float:
 
 def alie(reference: torch.Tensor, z: float) -> torch.Tensor:
     """mu + z sigma [d] of the rows of ``reference`` [r, d] (sigma: unbiased std; 0 when r = 1)."""
-    mu = reference.mean(dim=0)
-    return mu + z * coordinate_std(reference, mu)
+    mu, sigma = coordinate_moments(reference)
+    return mu + z * sigma
 
 
 @ATTACKS.register("alie", ALIEParams)
