@@ -16,19 +16,25 @@ that shares its key with others (it would have stacked) runs alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fedrun.config.fit import model_buffers, model_draws
 from fedrun.config.identity import comparable
 from fedrun.config.schema import RunSpec
 from fedrun.config.sections import capabilities
+from fedrun.config.validate import validate
+from fedrun.storage.rundir import RunDir
+from fedrun.storage.status import Status
 
 STACK_ENGINES = ("auto", "vectorised")  # the hardware.engine values a stacked job may have
+FINISHED = (Status.COMPLETED.value, Status.DIVERGED.value)  # a job found so is skipped: it trains with nobody
 # keys of the root sections that may differ between stacked jobs: each job's own value reaches the stacked step as
 # an argument (the lr) or is used outside it (the rounds, the schedule)
 FREE_FL = ("lr", "lr_decay", "rounds")
@@ -43,6 +49,27 @@ class Candidate:
     num: int
     spec: RunSpec | None
     alone: str | None = None
+
+
+def candidate(num: int, task: Any, folder: Path | None, imports: Collection[str] = ()) -> Candidate:
+    """Job ``num`` as the planner sees it, composed as ``task`` (its config without Hydra's node) to run in
+    ``folder``: validated (None when it does not validate: its attempt refuses it alone, in one line; none either when
+    ``folder`` is unknown), and what of its folder keeps it alone (a finished run is skipped; a run begun on another
+    engine resumes on it). ``imports``: the modules the command named (fedrun/config/imports.py)."""
+    try:
+        spec = validate(task, imports=imports)
+    except Exception:  # noqa: BLE001 - its attempt refuses it, in one line, when it runs
+        return Candidate(num, None)
+    if folder is None:
+        return Candidate(num, None)
+    rd = RunDir(folder)
+    with contextlib.suppress(Exception):
+        if rd.status() in FINISHED:
+            return Candidate(num, spec, alone="finished")
+        summary = rd.summary() if rd.checkpoint_file.is_file() else None
+        if summary is not None and summary.engine not in (None, "vectorised"):
+            return Candidate(num, spec, alone=f"resumes a run begun on the {summary.engine} engine")
+    return Candidate(num, spec)
 
 
 @dataclass
@@ -99,10 +126,11 @@ def job_blocker(spec: RunSpec) -> str | None:
 def stack_key(spec: RunSpec) -> str:
     """A hash of what must be equal for jobs to stack: the job's identity (:func:`comparable`) less the seed, the
     free ``fl`` keys, the evaluation, the partition's parameters, the method's ``stack_scalars``, the sections of
-    capabilities and ``hardware.stack`` (never part of an identity)."""
+    capabilities, the ``tags`` (labels for the report: a reproduce target's commands each tag their method) and
+    ``hardware.stack`` (never part of an identity)."""
     part = comparable(spec.raw)
-    part.pop("seed", None)
-    part.pop("eval", None)
+    for key in ("seed", "eval", "tags"):
+        part.pop(key, None)
     for key in FREE_FL:
         part.get("fl", {}).pop(key, None)
     if isinstance(part.get("partition"), dict):
