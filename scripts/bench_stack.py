@@ -12,7 +12,8 @@ Sweeps (FMNIST, MLP 784-200-200-10, fedrun's default experiment: 20 clients Diri
   small    the seeds' sweep with MLP 784-32-10 and batches of 10 (``--only small``): a step's dispatch outweighs its
            arithmetic, as on a GPU
   cnn      the seeds' sweep with McMahan et al.'s CNN (``model=cnn``) on 2,000 training samples (100 a client, 2 steps
-           of 50; ``--only cnn``): a step's arithmetic outweighs its dispatch many times over
+           of 50; ``--only cnn``): a step's arithmetic outweighs its dispatch many times over; stacked as told
+           (``hardware.stack=5``), which ``hardware.stack=auto`` declines on a CPU
 Reproduce targets (``--only fedcos_smoke``, in ``make bench``): ``fedrun-reproduce run fedcos-table2 --smoke`` (FedCos
 Table II's 36 jobs: 9 methods x 4 IID fractions, 2 rounds of 5 clients x 1 step, in fedrun-reproduce's in-process
 runner, fedrun/cli/reproduce_sweep.py), stacked against ``--override hardware.stack=off``; and the largest difference
@@ -48,8 +49,9 @@ SWEEPS = {
     "methods": ["algorithm=fedavg,fedprox,scaffold", "seed=0,1,2"],
     # where a step's Python and autograd dispatch outweighs its arithmetic: MLP 784-32-10, batches of 10
     "small": ["algorithm=fedavg", "seed=0,1,2,3,4", "model.hidden=[32]", "fl.batch_size=10"],
-    # where a step is all arithmetic: McMahan et al.'s CNN (conv 5x5 32 and 64, FC 512), 100 samples a client
-    "cnn": ["algorithm=fedavg", "seed=0,1,2,3,4", "model=cnn", "data.max_train_samples=2000"],
+    # where a step is all arithmetic: McMahan et al.'s CNN (conv 5x5 32 and 64, FC 512), 100 samples a client; stacked
+    # as told (hardware.stack=5): under auto a CPU runs its jobs alone (fedrun/run/stacking.py, CPU_STEP_FLOPS)
+    "cnn": ["algorithm=fedavg", "seed=0,1,2,3,4", "model=cnn", "data.max_train_samples=2000", "hardware.stack=5"],
 }
 REPRODUCE = {"fedcos_smoke": "fedcos-table2"}  # name: the reproduce target whose -smoke is timed
 TOLERANCE = ["algorithm=fedprox", "algorithm.mu=0.01,0.1", "fl.lr=0.05,0.1", "seed=0"]

@@ -40,6 +40,7 @@ from fedrun.cli import compose_checks, hydra_patches
 from fedrun.cli.main import CONF_DIR, error_line, execute, one_line
 from fedrun.cli.sweeps import say_not_stacked, say_stacked, varying_keys, watching
 from fedrun.config.schema import RunSpec
+from fedrun.engines.stacked import alone
 from fedrun.host.interrupts import interrupts
 from fedrun.report.sweep_console import SweepConsole, job_numbers
 from fedrun.run.attempt import SWEEP_AFTER
@@ -140,6 +141,7 @@ def _run_steps(steps: list[Job | str], console: SweepConsole) -> None:
         say_stacked(group)
     for nums, why in plan.why_not:
         say_not_stacked(nums, why)
+    why_not = {num: why for nums, why in plan.why_not for num in nums}
     ran: set[int] = set()
     for step in steps:
         if isinstance(step, str):
@@ -148,10 +150,13 @@ def _run_steps(steps: list[Job | str], console: SweepConsole) -> None:
         if step.num in ran:
             continue
         group = plan.group_of(step.num)
-        if group is None:
-            _run_job(step, console)
-        else:
+        if group is not None:
             _run_stack([jobs[n] for n in group], console)
+        elif step.num in why_not:  # its summary.json says why it ran alone, as its console line does
+            with alone({"jobs": 1, "not_stacked": why_not[step.num]}):
+                _run_job(step, console)
+        else:
+            _run_job(step, console)
         ran.update(group or [step.num])
 
 

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,105 @@ def job_blocker(spec: RunSpec) -> str | None:
             why = cap.stack_blocker(settings)
             if why is not None:
                 return f"{cap.section}: {why}"
-    return None
+    return arithmetic_bound(spec)
+
+
+# On a CPU, ``hardware.stack=auto`` stacks a job only while one client step's arithmetic, per torch thread, is at most
+# this many FLOPs. A stack saves each step's dispatch (Python, autograd), not its arithmetic, and its wider ``vmap``
+# runs a step's arithmetic more slowly per row than a lone job does: measured on this project's 2-core CPU, one
+# thread (docs/hardware.md "Stacked sweeps"), McMahan et al.'s CNN (3.7 GFLOP a step of 50) stacked took 1.5x the CPU
+# time of its jobs one after another, fedrun's default MLP (60 MFLOP) about the same, an MLP 784-32-10 on batches of
+# 10 (1.5 MFLOP) 0.65x. The bound lies between the last two measured alike and the CNN (its batches of 2 and 10, 0.15
+# and 0.7 GFLOP, ran 2-3x slower per row under vmap than alone in a micro-benchmark), not measured closer.
+CPU_STEP_FLOPS = 1e8
+
+
+def arithmetic_bound(spec: RunSpec) -> str | None:
+    """Why ``hardware.stack=auto`` leaves this job alone on a CPU (:data:`CPU_STEP_FLOPS`): one client step of its model
+    (:func:`step_flops`) is that much arithmetic per thread; None on a GPU, for a width set (``hardware.stack=N``
+    stacks as told) and when the step's FLOPs cannot be told. A function of the config's shapes and the machine's CPU
+    count, never of a timing, so a sweep's stacks do not change with the machine's load."""
+    hw = spec.hardware
+    if hw.stack != "auto" or not _on_cpu(hw.device):
+        return None
+    flops = step_flops(spec)
+    threads = hw.threads or os.cpu_count() or 1
+    if flops is None or flops / threads <= CPU_STEP_FLOPS:
+        return None
+    return (
+        f"hardware.stack=auto on a CPU: a client step of model={spec.model.name} is {flops / 1e9:.2g} GFLOP on"
+        f" {threads} thread{'s' if threads > 1 else ''}, arithmetic a stack does not save and runs more slowly;"
+        " hardware.stack=N stacks them anyway"
+    )
+
+
+def _on_cpu(device: str) -> bool:
+    """Whether ``hardware.device`` trains on the CPU (``auto`` without a GPU)."""
+    if device == "cpu":
+        return True
+    if device != "auto":
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def step_flops(spec: RunSpec) -> float | None:
+    """FLOPs of one client step of the run's model: 6 x its forward multiply-adds per sample (2 FLOPs each, the
+    backward pass twice the forward: FedScale's factor 3) x ``fl.batch_size``; None when they cannot be told."""
+    macs = forward_macs(spec)
+    return None if macs is None else 6.0 * macs * spec.fl.batch_size
+
+
+_MACS: dict[tuple[str, str, Any], int | None] = {}
+
+
+def forward_macs(spec: RunSpec) -> int | None:
+    """Multiply-adds of the run's model's forward pass on one sample, over its Linear and Conv layers (what the
+    others add is left out: a lower bound), from the shapes of their outputs on a zero input of the dataset's
+    registered signature, kept for the process; None when the dataset registered no signature or the model cannot
+    be built or run so."""
+    from fedrun.config.registry import DATASETS, MODELS
+
+    entry = DATASETS.get(spec.data.name)
+    if entry.signature is None:
+        return None
+    data = entry.signature(spec.data.params)
+    key = (spec.model.name, repr(spec.model.params), data)
+    if key not in _MACS:
+        _MACS[key] = _count_macs(MODELS.get(spec.model.name).obj, spec.model.params, data)
+    return _MACS[key]
+
+
+def _count_macs(build: Callable[..., Any], params: Any, data: Any) -> int | None:
+    """:func:`forward_macs` of the model ``build`` makes: built on PyTorch's meta device, run on CPU with zero weights
+    (up to fedrun/config/fit.py's ``PROBE_ON_CPU`` numbers, as its fit check runs it), else on the meta device."""
+    import torch
+
+    from fedrun.config.fit import PROBE_ON_CPU
+
+    total = [0]
+
+    def count(module: torch.nn.Module, inputs: Any, out: Any) -> None:
+        if isinstance(module, torch.nn.Linear):
+            total[0] += out.numel() * module.in_features
+        elif isinstance(module, torch.nn.modules.conv._ConvNd):  # noqa: SLF001 - torch's conv base
+            total[0] += out.numel() * (module.in_channels // module.groups) * math.prod(module.kernel_size)
+
+    dtype = torch.int64 if data.inputs == "tokens" else torch.float32
+    try:
+        with torch.device("meta"):
+            model = build(params, data.input_shape, data.num_classes).eval()
+        on_cpu = sum(t.numel() for t in (*model.parameters(), *model.buffers())) <= PROBE_ON_CPU
+        if on_cpu:
+            model = model._apply(lambda t: torch.zeros(t.shape, dtype=t.dtype))
+        for m in model.modules():
+            m.register_forward_hook(count)
+        with torch.no_grad(), torch.device("cpu" if on_cpu else "meta"):
+            model(torch.zeros((1, *data.input_shape), dtype=dtype))
+    except Exception:  # noqa: BLE001 - the fit check names why the model does not run; here it is not counted
+        return None
+    return total[0]
 
 
 def stack_key(spec: RunSpec) -> str:

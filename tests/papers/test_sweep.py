@@ -172,3 +172,16 @@ def test_a_stacked_job_that_fails_is_recorded_the_others_go_on_and_a_rerun_skips
     more = capsys.readouterr().out
     assert _stack_lines(more) == ["stack 1: jobs 5, 6, 11, 12 train together, as one vectorised cohort"]
     assert more.count(": completed, acc ") == more.count(": diverged") == 2 and more.count(": skipped") == 8
+
+
+def test_jobs_that_would_have_stacked_say_why_not_in_a_line_and_in_their_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cmds = _commands(tmp_path / "sweep", "model.dropout=0.5")[:1]
+    assert run_commands(cmds) == 0
+    (line,) = _stack_lines(capsys.readouterr().out)
+    assert line.startswith("not stacked: jobs 1, 2 run one after another (model=mlp draws dropout masks")
+    for folder in (tmp_path / "sweep" / "m00").iterdir():
+        if folder.is_dir():
+            summary = json.loads((folder / "summary.json").read_text())
+            assert summary["stack"] == {"jobs": 1, "not_stacked": line.partition("(")[2].removesuffix(")")}
