@@ -17,14 +17,15 @@ Sweeps (FMNIST, MLP 784-200-200-10, fedrun's default experiment: 20 clients Diri
 Reproduce targets (``--only fedcos_smoke``, in ``make bench``): ``fedrun-reproduce run fedcos-table2 --smoke`` (FedCos
 Table II's 36 jobs: 9 methods x 4 IID fractions, 2 rounds of 5 clients x 1 step, in fedrun-reproduce's in-process
 runner, fedrun/cli/reproduce_sweep.py), stacked against ``--override hardware.stack=off``; and the largest difference
-between the two modes' metrics.
+between the two modes' metrics. ``--only robust_smoke``: ``robust-fmnist --smoke`` the same way (80 jobs, 10 attacks
+x 8 defences on the MLP 784-200-200-10, one command per defence, all 80 one stack).
 Each sweep runs in each mode ``--repeats`` times, the order of the modes rotated each time (a busy machine's load
 changes from minute to minute), after a warm-up of its first job; medians of wall and CPU time (the child's user
 + system: what a quiet machine would take, with one thread), and the ratios of the medians.
 Each wall time is the whole command's (start-up, data, evaluation, checkpoints and plots included).
 
     python scripts/bench_stack.py [--rounds 5] [--repeats 3] [--threads 1]
-                                  [--only seeds,methods,small,cnn,tolerance,fedcos_smoke]
+                                  [--only seeds,methods,small,cnn,tolerance,fedcos_smoke,robust_smoke]
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ SWEEPS = {
     # as told (hardware.stack=5): under auto a CPU runs its jobs alone (fedrun/run/stacking.py, CPU_STEP_FLOPS)
     "cnn": ["algorithm=fedavg", "seed=0,1,2,3,4", "model=cnn", "data.max_train_samples=2000", "hardware.stack=5"],
 }
-REPRODUCE = {"fedcos_smoke": "fedcos-table2"}  # name: the reproduce target whose -smoke is timed
+REPRODUCE = {"fedcos_smoke": "fedcos-table2", "robust_smoke": "robust-fmnist"}  # name: the target whose -smoke is timed
 TOLERANCE = ["algorithm=fedprox", "algorithm.mu=0.01,0.1", "fl.lr=0.05,0.1", "seed=0"]
 TIMING = {"seconds", "round_seconds", "aggregate_seconds"}
 
@@ -242,7 +243,7 @@ def print_stack(r: dict[str, Any]) -> None:
             f" ratio {s['speedup_cpu_paired_range'][0]:.2f}-{s['speedup_cpu_paired_range'][1]:.2f}; CPU s {spread});"
             f" load {s['load_start']:.1f} -> {s['load_end']:.1f}; {len(s['stacks'])} stack lines"
             f" ({'; '.join(s['stacks'][:2])}{' ...' if len(s['stacks']) > 2 else ''}); metrics of the"
-            f" {diff['jobs']} jobs differ by at most {diff['max_abs']:.3g}"
+            f" {diff['jobs']} jobs differ by at most {diff['max_abs']:.3g} ({diff['max_rel']:.3g} relative)"
             + (f"; errors: {s['errors']}" if s["errors"] else "")
         )
     t = r.get("tolerance")

@@ -12,11 +12,17 @@ width) bounds how many train together; ``auto`` stacks as many as the memory est
 
 :func:`plan_stacks` turns a sweep's jobs into groups of jobs that train together, and says why, in one line, a job
 that shares its key with others (it would have stacked) runs alone.
+
+While a stack runs, the objects its jobs hold once every run is built (each job's data, model, evaluation, records)
+are kept out of Python's cyclic garbage collector (``gc.freeze``, until the stack ends): with each collection
+scanning them all, a stack of 80 ``robust-fmnist --smoke`` jobs spent about 20% more CPU time than its jobs one
+after another; frozen, about the same (docs/hardware.md "Stacked sweeps").
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import math
@@ -333,7 +339,16 @@ def run_stacked(jobs: Sequence[Callable[[], Any]], names: Sequence[str]) -> list
     from fedrun.engines.stacked import in_stack, serve
     from fedrun.host.turns import Turns
 
-    turns = Turns(serve)
+    frozen: list[bool] = []
+
+    def serve_frozen(requests: list[Any]) -> list[Any]:
+        if not frozen:  # every job's run is built: what they hold now lives as long as the stack (module docstring)
+            frozen.append(gc.get_freeze_count() == 0)
+            if frozen[0]:
+                gc.freeze()
+        return serve(requests)
+
+    turns = Turns(serve_frozen)
 
     def in_turn(job: Callable[[], Any], i: int) -> Callable[[], Any]:
         def go() -> Any:
@@ -342,4 +357,8 @@ def run_stacked(jobs: Sequence[Callable[[], Any]], names: Sequence[str]) -> list
 
         return go
 
-    return turns.run([in_turn(job, i) for i, job in enumerate(jobs)])
+    try:
+        return turns.run([in_turn(job, i) for i, job in enumerate(jobs)])
+    finally:
+        if frozen and frozen[0]:
+            gc.unfreeze()
