@@ -222,8 +222,7 @@ def execute(
     table) and ended with its exit code (:data:`EXIT_CODES`). In a multirun nothing exits: the job returns its
     objective (None unless it completed), and an interrupted job raises, so the sweep stops.
 
-    ``record``: the folder of Hydra's record of the job, written for this attempt (``hydra.output_subdir``);
-    ``spec``: ``cfg`` validated already (:func:`~fedrun.run.attempt.attempt`).
+    ``record``: the folder of Hydra's record of the job (``hydra.output_subdir``); ``spec``: ``cfg`` validated already.
     """
     name = label or str(run_dir)
     REFUSED_HERE.discard(run_dir.absolute())
