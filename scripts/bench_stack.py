@@ -16,7 +16,8 @@ Sweeps (FMNIST, MLP 784-200-200-10, fedrun's default experiment: 20 clients Diri
            (``hardware.stack=5``), which ``hardware.stack=auto`` declines on a CPU
 Reproduce targets (``--only fedcos_smoke``, in ``make bench``): ``fedrun-reproduce run fedcos-table2 --smoke`` (FedCos
 Table II's 36 jobs: 9 methods x 4 IID fractions, 2 rounds of 5 clients x 1 step, in fedrun-reproduce's in-process
-runner, fedrun/cli/reproduce_sweep.py), stacked against ``--override hardware.stack=off``; and the largest difference
+runner, fedrun/cli/reproduce_sweep.py), stacked (``--override hardware.engine=auto``: a -smoke target pins the
+sequential engine, which does not stack) against ``--override hardware.stack=off``; and the largest difference
 between the two modes' metrics. ``--only robust_smoke``: ``robust-fmnist --smoke`` the same way (80 jobs, 10 attacks
 x 8 defences on the MLP 784-200-200-10, one command per defence, all 80 one stack).
 Each sweep runs in each mode ``--repeats`` times, the order of the modes rotated each time (a busy machine's load
@@ -176,7 +177,7 @@ def measure_reproduce(name: str, root: Path, threads: int, timeout: float, repea
     target = REPRODUCE[name]
     res: dict[str, Any] = {"target": f"{target} --smoke", "repeats": repeats, "load_start": os.getloadavg()[0]}
     res["warm_up"] = reproduce(target, ["hardware.stack=off"], root / f"{name}-warm", threads, timeout)
-    modes = {"one_after_another": ["hardware.stack=off"], "stacked": []}
+    modes = {"one_after_another": ["hardware.stack=off"], "stacked": ["hardware.engine=auto"]}  # (-smoke: sequential)
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for rep in range(repeats):
         for mode in list(modes)[rep % 2 :] + list(modes)[: rep % 2]:

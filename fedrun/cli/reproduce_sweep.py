@@ -137,8 +137,8 @@ def _run_steps(steps: list[Job | str], console: SweepConsole) -> None:
     place."""
     jobs = [step for step in steps if isinstance(step, Job)]
     plan = plan_jobs(jobs)
-    for group in plan.groups:
-        say_stacked(group)
+    for stack in plan.groups:
+        say_stacked(stack)
     for nums, why in plan.why_not:
         say_not_stacked(nums, why)
     why_not = {num: why for nums, why in plan.why_not for num in nums}

@@ -75,11 +75,10 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     """Shrink a preset (``cfg``, composed) by ``SMOKE``: 2 rounds of at most 5 clients (whole groups per domain),
     each 1 local step of batch <= 4 whatever its epochs (a swept ``fl.local_epochs`` keeps its columns; IMA's ``ed``
     schedule, which lowers epochs, gets 1 epoch instead; FedRep one epoch more than its ``rep_epochs``), a
-    300/100-sample subset evaluated once at the end, a proxy set of 1 per class, ``hardware.engine=auto`` (a run
-    this small is not timed: alone, the sequential engine; jobs that stack train as one vectorised cohort,
-    docs/sweeps.md) on one thread (batches this small gain nothing from more, and on a busy CPU threads waiting for
-    each other cost 10x), no checkpoints, stand-in data where the dataset's files are missing (not for
-    ``REAL_DATA``).
+    300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
+    probe; no stack either: jobs this small gain nothing from one, docs/hardware.md "Stacked sweeps") on one thread
+    (batches this small gain nothing from more, and on a busy CPU threads waiting for each other cost 10x), no
+    checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``).
     Keys in ``swept`` (key: comma-separated values) keep their swept values."""
     fl = cfg["fl"]
     shrink: dict[str, Any] = {
@@ -92,7 +91,7 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
         "eval.last_k": 1,
         "checkpoint.every": 0,
         "checkpoint.keep_final": "false",
-        "hardware.engine": "auto",
+        "hardware.engine": "sequential",
         "hardware.threads": 1,
         "fl.clients": smoke_clients(cfg, swept),
         "fl.batch_size": min(fl["batch_size"], SMOKE["batch_size"]),
