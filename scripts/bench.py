@@ -26,9 +26,9 @@ width (McMahan CNN, 100 clients of 600), the share of a 1,000-client async run's
 (ALIE) against FedAvg's on 100 MLP clients (scripts/bench_robust_round.py; the issue bounds them by 1.2x and 1.1x)
 and, without ``--quick``, the
 end-to-end wall time of workload (a) over 8 rounds through the CLI (start-up included) and the stacked sweeps
-(scripts/bench_stack.py: a 5-seed sweep and a 3 methods x 3 seeds sweep of the default experiment, stacked against
-the same jobs one after another, in one sitting; ``--stack yes|no``, ``--stack-rounds``). Writes
-``outputs/bench/bench-<timestamp>.json``.
+(scripts/bench_stack.py: a 5-seed sweep and a 3 methods x 3 seeds sweep of the default experiment, and
+``fedrun-reproduce run fedcos-table2 --smoke``, stacked against the same jobs one after another, in one sitting;
+``--stack yes|no``, ``--stack-rounds``). Writes ``outputs/bench/bench-<timestamp>.json``.
 
     python scripts/bench.py [--quick] [--workloads a,b,c] [--rounds 2] [--out outputs/bench]
 """
@@ -973,7 +973,7 @@ def main() -> None:
         print(f"end to end, workload (a), 8 rounds through the CLI: {fmt(e2e.get('wall_s'), '.1f')} s")
     if args.stack == "yes" or (args.stack == "auto" and not args.quick):
         print(f"stacked sweeps ({STACK_DESC}): one after another, then stacked ...", flush=True)
-        only = ["seeds", "methods", "tolerance"]
+        only = ["seeds", "methods", "tolerance", "fedcos_smoke"]
         report["stack"] = measure_stack(args.stack_rounds, args.threads or 1, device, 4 * args.timeout, only)
         print_stack(report["stack"])
     report["meta"]["loadavg_end"] = os.getloadavg()

@@ -11,12 +11,22 @@ Sweeps (FMNIST, MLP 784-200-200-10, fedrun's default experiment: 20 clients Diri
   methods  ``algorithm=fedavg,fedprox,scaffold seed=0,1,2``: three stacks of 3
   small    the seeds' sweep with MLP 784-32-10 and batches of 10 (``--only small``): a step's dispatch outweighs its
            arithmetic, as on a GPU
+  cnn      the seeds' sweep with McMahan et al.'s CNN (``model=cnn``) on 2,000 training samples (100 a client, 2 steps
+           of 50; ``--only cnn``): a step's arithmetic outweighs its dispatch many times over; stacked as told
+           (``hardware.stack=5``), which ``hardware.stack=auto`` declines on a CPU
+Reproduce targets (``--only fedcos_smoke``, in ``make bench``): ``fedrun-reproduce run fedcos-table2 --smoke`` (FedCos
+Table II's 36 jobs: 9 methods x 4 IID fractions, 2 rounds of 5 clients x 1 step, in fedrun-reproduce's in-process
+runner, fedrun/cli/reproduce_sweep.py), stacked (``--override hardware.engine=auto``: a -smoke target pins the
+sequential engine, which does not stack) against ``--override hardware.stack=off``; and the largest difference
+between the two modes' metrics. ``--only robust_smoke``: ``robust-fmnist --smoke`` the same way (80 jobs, 10 attacks
+x 8 defences on the MLP 784-200-200-10, one command per defence, all 80 one stack).
 Each sweep runs in each mode ``--repeats`` times, the order of the modes rotated each time (a busy machine's load
 changes from minute to minute), after a warm-up of its first job; medians of wall and CPU time (the child's user
 + system: what a quiet machine would take, with one thread), and the ratios of the medians.
 Each wall time is the whole command's (start-up, data, evaluation, checkpoints and plots included).
 
-    python scripts/bench_stack.py [--rounds 5] [--repeats 3] [--threads 1] [--only seeds,methods,small,tolerance]
+    python scripts/bench_stack.py [--rounds 5] [--repeats 3] [--threads 1]
+                                  [--only seeds,methods,small,cnn,tolerance,fedcos_smoke,robust_smoke]
 """
 
 from __future__ import annotations
@@ -41,7 +51,11 @@ SWEEPS = {
     "methods": ["algorithm=fedavg,fedprox,scaffold", "seed=0,1,2"],
     # where a step's Python and autograd dispatch outweighs its arithmetic: MLP 784-32-10, batches of 10
     "small": ["algorithm=fedavg", "seed=0,1,2,3,4", "model.hidden=[32]", "fl.batch_size=10"],
+    # where a step is all arithmetic: McMahan et al.'s CNN (conv 5x5 32 and 64, FC 512), 100 samples a client; stacked
+    # as told (hardware.stack=5): under auto a CPU runs its jobs alone (fedrun/run/stacking.py, CPU_STEP_FLOPS)
+    "cnn": ["algorithm=fedavg", "seed=0,1,2,3,4", "model=cnn", "data.max_train_samples=2000", "hardware.stack=5"],
 }
+REPRODUCE = {"fedcos_smoke": "fedcos-table2", "robust_smoke": "robust-fmnist"}  # name: the target whose -smoke is timed
 TOLERANCE = ["algorithm=fedprox", "algorithm.mu=0.01,0.1", "fl.lr=0.05,0.1", "seed=0"]
 TIMING = {"seconds", "round_seconds", "aggregate_seconds"}
 
@@ -58,10 +72,24 @@ def sweep(args: list[str], folder: Path, threads: int, device: str, timeout: flo
     stack lines it printed."""
     cmd = [sys.executable, "-m", "fedrun.cli", "-m", *args, f"hardware.threads={threads}", f"hardware.device={device}",
            "output.plots=false", f"hydra.sweep.dir={folder}", f"cache_dir={folder.parent / 'cache'}"]  # fmt: skip
+    return timed(cmd, folder.parent, timeout)
+
+
+def reproduce(target: str, overrides: list[str], folder: Path, threads: int, timeout: float) -> dict[str, Any]:
+    """``fedrun-reproduce run TARGET --smoke`` into ``folder``, each run with ``overrides`` (``--override``): as
+    :func:`sweep`."""
+    settings = [f"hardware.threads={threads}", f"cache_dir={folder.parent / 'cache'}", *overrides]
+    cmd = [sys.executable, "-m", "fedrun.cli.reproduce", "run", target, "--smoke", "--out", str(folder),
+           *(w for o in settings for w in ("--override", o))]  # fmt: skip
+    return timed(cmd, folder.parent, timeout)
+
+
+def timed(cmd: list[str], cwd: Path, timeout: float) -> dict[str, Any]:
+    """``cmd`` run in ``cwd``: its wall and CPU time (the child's user + system), exit code and stack lines."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=folder.parent, timeout=timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = p.stdout.splitlines()
@@ -75,14 +103,14 @@ def sweep(args: list[str], folder: Path, threads: int, device: str, timeout: flo
 
 
 def metrics(folder: Path) -> dict[str, list[dict[str, Any]]]:
-    """Each job's metrics rows (timing columns dropped), by the part of its folder's name before the hash."""
+    """Each job's metrics rows (timing columns dropped), by its folder's path below ``folder`` less the hash."""
     import pandas as pd
 
     out = {}
-    for p in sorted(folder.iterdir()):
-        if (p / "metrics.csv").is_file():
-            frame = pd.read_csv(p / "metrics.csv")
-            out[p.name.rsplit("-", 1)[0]] = frame.drop(columns=[c for c in frame if c in TIMING]).to_dict("records")
+    for p in sorted(folder.rglob("metrics.csv")):
+        frame = pd.read_csv(p)
+        name = str(p.parent.relative_to(folder)).rsplit("-", 1)[0]
+        out[name] = frame.drop(columns=[c for c in frame if c in TIMING]).to_dict("records")
     return out
 
 
@@ -106,13 +134,15 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode, rs in runs.items():
         out[mode] = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")}
-    for base in ("one_after_another", "one_after_another_vectorised"):
+        out[mode].update({f"{k}_range": [min(r[k] for r in rs), max(r[k] for r in rs)] for k in ("wall_s", "cpu_s")})
+    for base in [b for b in ("one_after_another", "one_after_another_vectorised") if b in runs]:
         tag = "" if base == "one_after_another" else "_vs_vectorised"
         for k in ("wall_s", "cpu_s"):
             unit = k.split("_")[0]
             out[f"speedup_{unit}{tag}"] = out[base][k] / out["stacked"][k]
             pairs = [a[k] / b[k] for a, b in zip(runs[base], runs["stacked"], strict=True)]
             out[f"speedup_{unit}{tag}_paired_median"] = statistics.median(pairs)
+            out[f"speedup_{unit}{tag}_paired_range"] = [min(pairs), max(pairs)]
     return out
 
 
@@ -140,6 +170,31 @@ def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device:
     return res
 
 
+def measure_reproduce(name: str, root: Path, threads: int, timeout: float, repeats: int) -> dict[str, Any]:
+    """A reproduce target's -smoke (:data:`REPRODUCE`) one after another (``hardware.stack=off``) and stacked,
+    ``repeats`` times, the modes alternated, after a warm-up run (its stand-in data and partitions cached); and the
+    largest difference between the two modes' metrics."""
+    target = REPRODUCE[name]
+    res: dict[str, Any] = {"target": f"{target} --smoke", "repeats": repeats, "load_start": os.getloadavg()[0]}
+    res["warm_up"] = reproduce(target, ["hardware.stack=off"], root / f"{name}-warm", threads, timeout)
+    modes = {"one_after_another": ["hardware.stack=off"], "stacked": ["hardware.engine=auto"]}  # (-smoke: sequential)
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for rep in range(repeats):
+        for mode in list(modes)[rep % 2 :] + list(modes)[: rep % 2]:
+            r = reproduce(target, modes[mode], root / f"{name}-{mode}-{rep}", threads, timeout)
+            runs[mode].append(r)
+            print(f"    {name} {mode} #{rep}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU", flush=True)
+    res["runs"] = runs
+    res["load_end"] = os.getloadavg()[0]
+    res["stacks"] = runs["stacked"][0]["stacks"]
+    res["errors"] = [f"{m} #{i}: {r['error']}" for m, rs in runs.items() for i, r in enumerate(rs) if r["error"]]
+    res.update(summarise(runs))
+    res["difference"] = max_difference(
+        metrics(root / f"{name}-one_after_another-0"), metrics(root / f"{name}-stacked-0")
+    )
+    return res
+
+
 def measure_stack(rounds: int | None, threads: int, device: str, timeout: float, only: list[str],
                   repeats: int = 1) -> dict[str, Any]:  # fmt: skip
     """Each sweep one after another (``hardware.stack=off``) and stacked, in one sitting; and the tolerance."""
@@ -155,6 +210,8 @@ def measure_stack(rounds: int | None, threads: int, device: str, timeout: float,
             stacked = sweep(args, root / "tol-stacked", threads, device, timeout)
             diff = max_difference(metrics(root / "tol-off"), metrics(root / "tol-stacked"))
             out["tolerance"] = {"args": args, "alone": alone, "stacked": stacked, **diff}
+        for name in [n for n in REPRODUCE if n in only]:
+            out[name] = measure_reproduce(name, root, threads, timeout, repeats)
     return out
 
 
@@ -171,6 +228,24 @@ def print_stack(r: dict[str, Any]) -> None:
             f" {s['speedup_cpu']:.2f}x CPU (vs the vectorised engine {s['speedup_wall_vs_vectorised']:.2f}x /"
             f" {s['speedup_cpu_vs_vectorised']:.2f}x); load {s['load_start']:.1f} -> {s['load_end']:.1f};"
             f" {'; '.join(s['stacks'])}" + (f"; errors: {s['errors']}" if s["errors"] else "")
+        )
+    for name in REPRODUCE:
+        s = r.get(name)
+        if not s:
+            continue
+        off, on, diff = s["one_after_another"], s["stacked"], s["difference"]
+        spread = ", ".join(
+            f"{m} {x[k][0]:.1f}-{x[k][1]:.1f}" for m, x in (("off", off), ("stacked", on)) for k in ("cpu_s_range",)
+        )
+        print(
+            f"  {name} (fedrun-reproduce run {s['target']}; median of {s['repeats']}): one after another"
+            f" (hardware.stack=off) {off['wall_s']:.1f} s wall / {off['cpu_s']:.1f} s CPU, stacked {on['wall_s']:.1f}"
+            f" / {on['cpu_s']:.1f} -> {s['speedup_wall']:.2f}x wall, {s['speedup_cpu']:.2f}x CPU (each repeat's CPU"
+            f" ratio {s['speedup_cpu_paired_range'][0]:.2f}-{s['speedup_cpu_paired_range'][1]:.2f}; CPU s {spread});"
+            f" load {s['load_start']:.1f} -> {s['load_end']:.1f}; {len(s['stacks'])} stack lines"
+            f" ({'; '.join(s['stacks'][:2])}{' ...' if len(s['stacks']) > 2 else ''}); metrics of the"
+            f" {diff['jobs']} jobs differ by at most {diff['max_abs']:.3g} ({diff['max_rel']:.3g} relative)"
+            + (f"; errors: {s['errors']}" if s["errors"] else "")
         )
     t = r.get("tolerance")
     if t:

@@ -48,7 +48,7 @@ from fedrun.cli import compose_checks, hydra_patches, stack_launch, sweeps
 from fedrun.cli import help as cli_help
 from fedrun.cli.outcome_lines import tell, waiting
 from fedrun.config import location as conf_location
-from fedrun.config.schema import store_schemas
+from fedrun.config.schema import RunSpec, store_schemas
 from fedrun.core import safe_yaml
 from fedrun.core.errors import ConfigError
 from fedrun.core.extras import MissingExtra, has_module
@@ -211,13 +211,18 @@ def exit_code_of(result: AttemptResult) -> int:
 
 
 def execute(
-    cfg: DictConfig | dict[str, Any], run_dir: Path, multirun: bool, label: str = "", record: str | None = None
+    cfg: DictConfig | dict[str, Any],
+    run_dir: Path,
+    multirun: bool,
+    label: str = "",
+    record: str | None = None,
+    spec: RunSpec | None = None,
 ) -> float | None:
     """One attempt at the run in ``run_dir`` (:func:`fedrun.run.attempt.attempt`), told in one line (or the summary
     table) and ended with its exit code (:data:`EXIT_CODES`). In a multirun nothing exits: the job returns its
     objective (None unless it completed), and an interrupted job raises, so the sweep stops.
 
-    ``record``: the folder of Hydra's record of the job, written for this attempt (``hydra.output_subdir``).
+    ``record``: the folder of Hydra's record of the job (``hydra.output_subdir``); ``spec``: ``cfg`` validated already.
     """
     name = label or str(run_dir)
     REFUSED_HERE.discard(run_dir.absolute())
@@ -231,6 +236,7 @@ def execute(
         echo=sweeps.round_echo(name) if multirun else None,
         wait=waiting(name) if multirun else None,
         imports=compose_checks.command_imports(),
+        spec=spec,
     )
     tell(result, run_dir, multirun, name)
     if not multirun and result.outcome is Outcome.REFUSED:

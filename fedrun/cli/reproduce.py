@@ -2,6 +2,7 @@
 
 fedrun-reproduce list                      every target: paper, runs, estimated CPU cost
 fedrun-reproduce run fedlaw-table3 [--smoke] [--dry-run] [--out DIR] [--methods FedAvg,FedLAW] [--presets P,...]
+                                   [--set KEY=VALUES] [--override KEY=VALUE]
 
 A full sweep runs one ``fedrun -m`` process per (preset, method), then prints the table and the scorecard of its
 runs (``fedrun-report scorecard TARGET OUT``: each published cell, ours | paper | difference; a -smoke sweep is
@@ -45,9 +46,15 @@ CONF_DIR = str(conf_location.CONF_DIR)  # the folder of the package fedrun.conf
 
 
 def commands(
-    target: Target, out: Path, smoke: bool = False, methods: list[str] | None = None, presets: list[str] | None = None
+    target: Target,
+    out: Path,
+    smoke: bool = False,
+    methods: list[str] | None = None,
+    presets: list[str] | None = None,
+    overrides: list[str] | None = None,
 ) -> list[list[str]]:
-    """One ``fedrun -m`` command per (preset, method); each sweeps settings and seeds into its own dir."""
+    """One ``fedrun -m`` command per (preset, method); each sweeps settings and seeds into its own dir.
+    ``overrides`` (``--override``) end each command's settings, after the smoke shrink's."""
     cmds = []
     swept = dict(target.sweep)
     seeds = target.seeds[:1] if smoke else target.seeds
@@ -74,6 +81,7 @@ def commands(
                 "output.plots=false",
                 *extra,
                 *(smoke_method_overrides(meth.overrides) if smoke else []),
+                *(overrides or []),
                 f"hydra.sweep.dir={out / preset / f'm{i:02d}'}",
             ]
             cmds.append(cmd)
@@ -215,6 +223,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     run.add_argument("--methods", default="", help="comma-separated method labels to keep")
     run.add_argument("--presets", default="", help="comma-separated presets to keep")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUES", help="replace a swept key's values")
+    run.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting added to every run, last (e.g. hardware.stack=off, hardware.threads=2)",
+    )
     if not argv:
         ap.print_help(sys.stderr)
         sys.exit(2)
@@ -271,7 +286,11 @@ def _main(argv: list[str]) -> int:
         )
     methods = [x for x in args.methods.split(",") if x] or None
     presets = [x for x in args.presets.split(",") if x] or None
-    cmds = commands(target, out, args.smoke, methods, presets)
+    for item in args.override:
+        key = item.partition("=")[0].lstrip("+~")
+        if "=" not in item or not key or key.startswith("hydra.") or key == "hydra":
+            return _fail(f"--override: {item!r} is not a run setting; valid: KEY=VALUE of a run (not hydra.*)")
+    cmds = commands(target, out, args.smoke, methods, presets, args.override)
     if args.dry_run:
         print("\n".join(fedrun_line(cmd) for cmd in cmds))
     elif args.smoke:  # seconds-long runs: one process for all, so start-up and data loading are paid once

@@ -49,6 +49,7 @@ from fedrun.engines.vectorised import (
 )
 
 _SLOT = threading.local()  # the stack the run of this thread trains in: (its turns, its record), set by in_stack
+_ALONE = threading.local()  # the record of a run of this thread that would have stacked but runs alone, set by alone
 
 
 @dataclass
@@ -131,6 +132,23 @@ def in_stack(turns: Any, record: dict[str, Any]) -> Iterator[None]:
         yield
     finally:
         _SLOT.value = None
+
+
+@contextlib.contextmanager
+def alone(record: dict[str, Any]) -> Iterator[None]:
+    """For the ``with`` block, in the thread of a sweep's job that would have stacked but runs alone (a ``not
+    stacked`` line of the console names it): its summary.json's ``stack`` is ``record`` (``{"jobs": 1,
+    "not_stacked": why}``)."""
+    _ALONE.value = record
+    try:
+        yield
+    finally:
+        _ALONE.value = None
+
+
+def alone_record() -> dict[str, Any] | None:
+    """The :func:`alone` record of the run of this thread, if any."""
+    return getattr(_ALONE, "value", None)
 
 
 def stacked_engine(

@@ -76,8 +76,9 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     each 1 local step of batch <= 4 whatever its epochs (a swept ``fl.local_epochs`` keeps its columns; IMA's ``ed``
     schedule, which lowers epochs, gets 1 epoch instead; FedRep one epoch more than its ``rep_epochs``), a
     300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
-    probe) on one thread (batches this small gain nothing from more, and on a busy CPU threads waiting for each
-    other cost 10x), no checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``).
+    probe; no stack either: jobs this small gain nothing from one, docs/hardware.md "Stacked sweeps") on one thread
+    (batches this small gain nothing from more, and on a busy CPU threads waiting for each other cost 10x), no
+    checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``).
     Keys in ``swept`` (key: comma-separated values) keep their swept values."""
     fl = cfg["fl"]
     shrink: dict[str, Any] = {

@@ -82,6 +82,7 @@ def attempt(
     echo: str | None = None,
     wait: Callable[[int], None] | None = None,
     imports: Collection[str] = (),
+    spec: RunSpec | None = None,
 ) -> AttemptResult:
     """Validate ``cfg`` (a composed config, or its mapping), then start, continue, extend or skip the run in
     ``run_dir``; how it ended.
@@ -91,7 +92,8 @@ def attempt(
     ``echo``: the label the run's log lines are echoed to stderr with (a launcher's job); ``wait``: wait for a run
     directory another process holds (``wait(pid)`` says so) instead of :attr:`Outcome.BUSY`; ``imports``: the
     modules the current command named (``imports=[...]``), the only ones validation imports (a run dir's own
-    ``imports`` never are: fedrun/config/imports.py).
+    ``imports`` never are: fedrun/config/imports.py); ``spec``: ``cfg`` validated already, with these ``imports``
+    (a sweep's planner validated it to see which jobs stack: fedrun/cli/reproduce_sweep.py), not validated again.
     """
     rd = RunDir(run_dir, record=record)
     after: str | Callable[[], str] = SWEEP_AFTER if multirun else lambda: resume_hint(rd.path)  # asked then
@@ -103,7 +105,7 @@ def attempt(
         try:
             with interrupts(label or str(run_dir), after, on_exit=interrupted):
                 lock = lambda: held.enter_context(rd.lock(wait))  # noqa: E731
-                return _attempt(rd, cfg, multirun, absolute, echo, lock, imports)
+                return _attempt(rd, cfg, multirun, absolute, echo, lock, imports, spec)
         except RunDirBusy as e:
             return AttemptResult(Outcome.BUSY, message=str(e))
         except (ConfigError, DataError, ResumeError) as e:
@@ -127,6 +129,7 @@ def _attempt(
     echo: str | None,
     lock: Callable[[], object],
     imports: Collection[str],
+    spec: RunSpec | None = None,
 ) -> AttemptResult:
     """:func:`attempt` inside its interrupt handling: the checks, the lock (``lock()`` takes it, for the rest of the
     attempt), then the skip or the run."""
@@ -138,7 +141,7 @@ def _attempt(
             f"{rd.path} is not empty and holds no fedrun run, so fedrun leaves it as it is;"
             " valid: a new or empty directory, or one of a fedrun run",
         )
-    spec = validate(cfg, imports=imports)
+    spec = validate(cfg, imports=imports) if spec is None else spec
     spec.data.params.root = absolute(spec.data.params.root)
     spec.cache_dir = absolute(spec.cache_dir) if spec.cache_dir else None
     if multirun:

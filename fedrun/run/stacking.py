@@ -12,23 +12,36 @@ width) bounds how many train together; ``auto`` stacks as many as the memory est
 
 :func:`plan_stacks` turns a sweep's jobs into groups of jobs that train together, and says why, in one line, a job
 that shares its key with others (it would have stacked) runs alone.
+
+While a stack runs, the objects its jobs hold once every run is built (each job's data, model, evaluation, records)
+are kept out of Python's cyclic garbage collector (``gc.freeze``, until the stack ends): with each collection
+scanning them all, a stack of 80 ``robust-fmnist --smoke`` jobs spent about 20% more CPU time than its jobs one
+after another; frozen, about the same (docs/hardware.md "Stacked sweeps").
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fedrun.config.fit import model_buffers, model_draws
 from fedrun.config.identity import comparable
 from fedrun.config.schema import RunSpec
 from fedrun.config.sections import capabilities
+from fedrun.config.validate import validate
+from fedrun.storage.rundir import RunDir
+from fedrun.storage.status import Status
 
 STACK_ENGINES = ("auto", "vectorised")  # the hardware.engine values a stacked job may have
+FINISHED = (Status.COMPLETED.value, Status.DIVERGED.value)  # a job found so is skipped: it trains with nobody
 # keys of the root sections that may differ between stacked jobs: each job's own value reaches the stacked step as
 # an argument (the lr) or is used outside it (the rounds, the schedule)
 FREE_FL = ("lr", "lr_decay", "rounds")
@@ -43,6 +56,27 @@ class Candidate:
     num: int
     spec: RunSpec | None
     alone: str | None = None
+
+
+def candidate(num: int, task: Any, folder: Path | None, imports: Collection[str] = ()) -> Candidate:
+    """Job ``num`` as the planner sees it, composed as ``task`` (its config without Hydra's node) to run in
+    ``folder``: validated (None when it does not validate: its attempt refuses it alone, in one line; none either when
+    ``folder`` is unknown), and what of its folder keeps it alone (a finished run is skipped; a run begun on another
+    engine resumes on it). ``imports``: the modules the command named (fedrun/config/imports.py)."""
+    try:
+        spec = validate(task, imports=imports)
+    except Exception:  # noqa: BLE001 - its attempt refuses it, in one line, when it runs
+        return Candidate(num, None)
+    if folder is None:
+        return Candidate(num, None)
+    rd = RunDir(folder)
+    with contextlib.suppress(Exception):
+        if rd.status() in FINISHED:
+            return Candidate(num, spec, alone="finished")
+        summary = rd.summary() if rd.checkpoint_file.is_file() else None
+        if summary is not None and summary.engine not in (None, "vectorised"):
+            return Candidate(num, spec, alone=f"resumes a run begun on the {summary.engine} engine")
+    return Candidate(num, spec)
 
 
 @dataclass
@@ -93,16 +127,115 @@ def job_blocker(spec: RunSpec) -> str | None:
             why = cap.stack_blocker(settings)
             if why is not None:
                 return f"{cap.section}: {why}"
-    return None
+    return arithmetic_bound(spec)
+
+
+# On a CPU, ``hardware.stack=auto`` stacks a job only while one client step's arithmetic, per torch thread, is at most
+# this many FLOPs. A stack saves each step's dispatch (Python, autograd), not its arithmetic, and its wider ``vmap``
+# runs a step's arithmetic more slowly per row than a lone job does: measured on this project's 2-core CPU, one
+# thread (docs/hardware.md "Stacked sweeps"), McMahan et al.'s CNN (3.7 GFLOP a step of 50) stacked took 1.5x the CPU
+# time of its jobs one after another, fedrun's default MLP (60 MFLOP) about the same, an MLP 784-32-10 on batches of
+# 10 (1.5 MFLOP) 0.65x. The bound lies between the last two measured alike and the CNN (its batches of 2 and 10, 0.15
+# and 0.7 GFLOP, ran 2-3x slower per row under vmap than alone in a micro-benchmark), not measured closer.
+CPU_STEP_FLOPS = 1e8
+
+
+def arithmetic_bound(spec: RunSpec) -> str | None:
+    """Why ``hardware.stack=auto`` leaves this job alone on a CPU (:data:`CPU_STEP_FLOPS`): one client step of its model
+    (:func:`step_flops`) is that much arithmetic per thread; None on a GPU, for a width set (``hardware.stack=N``
+    stacks as told) and when the step's FLOPs cannot be told. A function of the config's shapes and the machine's CPU
+    count, never of a timing, so a sweep's stacks do not change with the machine's load."""
+    hw = spec.hardware
+    if hw.stack != "auto" or not _on_cpu(hw.device):
+        return None
+    flops = step_flops(spec)
+    threads = hw.threads or os.cpu_count() or 1
+    if flops is None or flops / threads <= CPU_STEP_FLOPS:
+        return None
+    return (
+        f"hardware.stack=auto on a CPU: a client step of model={spec.model.name} is {flops / 1e9:.2g} GFLOP on"
+        f" {threads} thread{'s' if threads > 1 else ''}, arithmetic a stack does not save and runs more slowly;"
+        " hardware.stack=N stacks them anyway"
+    )
+
+
+def _on_cpu(device: str) -> bool:
+    """Whether ``hardware.device`` trains on the CPU (``auto`` without a GPU)."""
+    if device == "cpu":
+        return True
+    if device != "auto":
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def step_flops(spec: RunSpec) -> float | None:
+    """FLOPs of one client step of the run's model: 6 x its forward multiply-adds per sample (2 FLOPs each, the
+    backward pass twice the forward: FedScale's factor 3) x ``fl.batch_size``; None when they cannot be told."""
+    macs = forward_macs(spec)
+    return None if macs is None else 6.0 * macs * spec.fl.batch_size
+
+
+_MACS: dict[tuple[str, str, Any], int | None] = {}
+
+
+def forward_macs(spec: RunSpec) -> int | None:
+    """Multiply-adds of the run's model's forward pass on one sample, over its Linear and Conv layers (what the
+    others add is left out: a lower bound), from the shapes of their outputs on a zero input of the dataset's
+    registered signature, kept for the process; None when the dataset registered no signature or the model cannot
+    be built or run so."""
+    from fedrun.config.registry import DATASETS, MODELS
+
+    entry = DATASETS.get(spec.data.name)
+    if entry.signature is None:
+        return None
+    data = entry.signature(spec.data.params)
+    key = (spec.model.name, repr(spec.model.params), data)
+    if key not in _MACS:
+        _MACS[key] = _count_macs(MODELS.get(spec.model.name).obj, spec.model.params, data)
+    return _MACS[key]
+
+
+def _count_macs(build: Callable[..., Any], params: Any, data: Any) -> int | None:
+    """:func:`forward_macs` of the model ``build`` makes: built on PyTorch's meta device, run on CPU with zero weights
+    (up to fedrun/config/fit.py's ``PROBE_ON_CPU`` numbers, as its fit check runs it), else on the meta device."""
+    import torch
+
+    from fedrun.config.fit import PROBE_ON_CPU
+
+    total = [0]
+
+    def count(module: torch.nn.Module, inputs: Any, out: Any) -> None:
+        if isinstance(module, torch.nn.Linear):
+            total[0] += out.numel() * module.in_features
+        elif isinstance(module, torch.nn.modules.conv._ConvNd):  # noqa: SLF001 - torch's conv base
+            total[0] += out.numel() * (module.in_channels // module.groups) * math.prod(module.kernel_size)
+
+    dtype = torch.int64 if data.inputs == "tokens" else torch.float32
+    try:
+        with torch.device("meta"):
+            model = build(params, data.input_shape, data.num_classes).eval()
+        on_cpu = sum(t.numel() for t in (*model.parameters(), *model.buffers())) <= PROBE_ON_CPU
+        if on_cpu:
+            model = model._apply(lambda t: torch.zeros(t.shape, dtype=t.dtype))
+        for m in model.modules():
+            m.register_forward_hook(count)
+        with torch.no_grad(), torch.device("cpu" if on_cpu else "meta"):
+            model(torch.zeros((1, *data.input_shape), dtype=dtype))
+    except Exception:  # noqa: BLE001 - the fit check names why the model does not run; here it is not counted
+        return None
+    return total[0]
 
 
 def stack_key(spec: RunSpec) -> str:
     """A hash of what must be equal for jobs to stack: the job's identity (:func:`comparable`) less the seed, the
     free ``fl`` keys, the evaluation, the partition's parameters, the method's ``stack_scalars``, the sections of
-    capabilities and ``hardware.stack`` (never part of an identity)."""
+    capabilities, the ``tags`` (labels for the report: a reproduce target's commands each tag their method) and
+    ``hardware.stack`` (never part of an identity)."""
     part = comparable(spec.raw)
-    part.pop("seed", None)
-    part.pop("eval", None)
+    for key in ("seed", "eval", "tags"):
+        part.pop(key, None)
     for key in FREE_FL:
         part.get("fl", {}).pop(key, None)
     if isinstance(part.get("partition"), dict):
@@ -213,7 +346,16 @@ def run_stacked(jobs: Sequence[Callable[[], Any]], names: Sequence[str]) -> list
     from fedrun.engines.stacked import in_stack, serve
     from fedrun.host.turns import Turns
 
-    turns = Turns(serve)
+    frozen: list[bool] = []
+
+    def serve_frozen(requests: list[Any]) -> list[Any]:
+        if not frozen:  # every job's run is built: what they hold now lives as long as the stack (module docstring)
+            frozen.append(gc.get_freeze_count() == 0)
+            if frozen[0]:
+                gc.freeze()
+        return serve(requests)
+
+    turns = Turns(serve_frozen)
 
     def in_turn(job: Callable[[], Any], i: int) -> Callable[[], Any]:
         def go() -> Any:
@@ -222,4 +364,8 @@ def run_stacked(jobs: Sequence[Callable[[], Any]], names: Sequence[str]) -> list
 
         return go
 
-    return turns.run([in_turn(job, i) for i, job in enumerate(jobs)])
+    try:
+        return turns.run([in_turn(job, i) for i, job in enumerate(jobs)])
+    finally:
+        if frozen and frozen[0]:
+            gc.unfreeze()

@@ -90,9 +90,11 @@ def describe_run(experiment: Experiment, run_dir: Path) -> dict[str, Any]:
         "partition_stats": partition_stats(counts),
         "code": code_provenance(),  # the commit (and whether the checkout was modified) or package version
     }
-    stack = getattr(experiment.engine, "stack", None)
+    from fedrun.engines.stacked import alone_record  # (torch: not at the import of this module, which the CLI makes)
+
+    stack = getattr(experiment.engine, "stack", None) or alone_record()
     if stack:
-        info["stack"] = stack  # the sweep's jobs it trained with, stacked (fedrun/engines/stacked.py)
+        info["stack"] = stack  # the sweep's jobs it trained with, stacked, or why not (fedrun/engines/stacked.py)
     node = ray_node()
     if node is not None:
         info["ray_node"] = node

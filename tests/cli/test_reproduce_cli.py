@@ -76,6 +76,18 @@ def _dry_run(capsys: pytest.CaptureFixture, *args: str) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
+def test_an_override_ends_every_command_and_a_hydra_key_is_refused(capsys: pytest.CaptureFixture) -> None:
+    """``--override KEY=VALUE`` (``hardware.stack=off``: the jobs one after another) is each command's last setting,
+    after the smoke shrink's; Hydra's own keys are fedrun-reproduce's and are refused in one line."""
+    lines = _dry_run(capsys, "fedcos-table2", "--smoke", "--override", "hardware.stack=off", "--override", "seed=3")
+    commands = [shlex.split(line) for line in lines if line.startswith("fedrun -m ")]
+    assert len(commands) == 9 and all(words[-3:-1] == ["hardware.stack=off", "seed=3"] for words in commands)
+    for bad in ("hydra.run.dir=x", "hardware.stack"):
+        assert reproduce.main(["run", "fedcos-table2", "--dry-run", "--override", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"fedrun-reproduce: error: --override: '{bad}' is not a run")
+
+
 @pytest.mark.parametrize("smoke", [False, True])
 def test_dry_run_lines_are_fedrun_and_fedrun_report_invocations(
     tmp_path: Path, capsys: pytest.CaptureFixture, smoke: bool

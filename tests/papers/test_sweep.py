@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -86,3 +87,101 @@ def test_rejected_jobs_keep_their_labels_and_show_as_refused_cells(tmp_path: Pat
     out = capsys.readouterr().out
     row = next(ln for ln in out.splitlines() if ln.startswith("| tags.method=FedAvg"))
     assert row.count("refused") == 2 and "2 of 2 runs did not complete" in out
+
+
+STACKABLE = [  # jobs that stack: an MLP without dropout, engine auto (tests/cli/test_stacked_sweeps.py's)
+    "experiment=smoke",
+    "data.max_train_samples=300",
+    "data.max_test_samples=200",
+    "fl.clients=3",
+    "fl.rounds=2",
+    "model.hidden=[16]",
+    "hardware.threads=1",
+    "output.plots=false",
+]
+
+
+def _commands(root: Path, *extra: str) -> list[list[str]]:
+    """Two commands (FedProx's mu 0.1 and 0.01, seeds 0 and 1), each into its own sweep folder, as a reproduce
+    target's: their four jobs differ only in what stacks."""
+    cache = f"cache_dir={root.parent / 'cache'}"
+    return [
+        ["-m", "algorithm=fedprox", f"algorithm.mu={mu}", "seed=0,1", f"++tags.method='FedProx({mu})'", *STACKABLE,
+         *extra, cache, f"hydra.sweep.dir={root / f'm0{i}'}"]
+        for i, mu in enumerate((0.1, 0.01))
+    ]  # fmt: skip
+
+
+def _stack_lines(out: str) -> list[str]:
+    """The console's lines of a sweep's stacks."""
+    return [line for line in out.splitlines() if line.startswith(("stack ", "not stacked"))]
+
+
+def _metrics(root: Path) -> dict[str, pd.DataFrame]:
+    """Each job's metrics without the timing columns, by its sweep and its folder's name less the hash (which
+    ``hardware.engine``, part of a run's identity, changes)."""
+    return {
+        str(p.parent.relative_to(root)).rsplit("-", 1)[0]: pd.read_csv(p).drop(columns=list(TIMING_COLUMNS))
+        for p in sorted(root.rglob("metrics.csv"))
+    }
+
+
+def test_the_jobs_of_several_commands_train_stacked_say_so_and_equal_their_runs_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """fedrun-reproduce's runner stacks as ``fedrun -m`` does, across its commands: one console line, each job's own
+    folder, records and end line, its summary.json's stack naming the others, its metrics bit for bit those of the
+    same job alone on the vectorised engine; ``hardware.stack=off`` runs them one after another, without a word."""
+    stacked, alone = tmp_path / "stacked", tmp_path / "alone"
+    assert run_commands(_commands(stacked)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "stack 1: jobs 1-4 train together, as one vectorised cohort"
+    ends = [line for line in out if ": completed, acc " in line]
+    assert len(ends) == 4 and all(line.endswith(", stack 1)") for line in ends)
+    folders = [stacked / m / name for m in ("m00", "m01") for name in read_index(stacked / m)]
+    assert len(folders) == 4
+    for folder in folders:
+        assert sorted(p.name for p in (folder / ".hydra").iterdir()) == ["config.yaml", "overrides.yaml"]
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["engine"] == "vectorised"
+        others = [str(f.relative_to(stacked)) for f in folders if f != folder]
+        assert summary["stack"]["jobs"] == 4 and summary["stack"]["with"] == others
+    assert run_commands(_commands(alone, "hardware.stack=off", "hardware.engine=vectorised")) == 0
+    assert not _stack_lines(capsys.readouterr().out)
+    mine, theirs = _metrics(stacked), _metrics(alone)
+    assert sorted(mine) == sorted(theirs) and len(mine) == 4
+    for name, frame in mine.items():
+        pd.testing.assert_frame_equal(frame, theirs[name], check_exact=True)
+
+
+def test_a_stacked_job_that_fails_is_recorded_the_others_go_on_and_a_rerun_skips_the_finished(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A job of a stack that diverges ends diverged and its stack's others complete; the same commands again skip
+    every finished job (none stacks: a finished job trains with nobody) and run only a new one."""
+    cmds = _commands(tmp_path / "sweep", "fl.lr=0.05,1e18")
+    assert run_commands(cmds) == 0
+    out = capsys.readouterr().out
+    assert "stack 1: jobs 1-8 train together, as one vectorised cohort" in out
+    assert out.count(": diverged") == 4 and out.count(": completed, acc ") == 4
+    assert run_commands(cmds) == 0
+    again = capsys.readouterr().out
+    assert not _stack_lines(again) and again.count(": skipped (already done") == 8
+    grown = [[*c[:-1], "seed=0,1,2", c[-1]] for c in cmds]
+    assert run_commands(grown) == 0
+    more = capsys.readouterr().out
+    assert _stack_lines(more) == ["stack 1: jobs 5, 6, 11, 12 train together, as one vectorised cohort"]
+    assert more.count(": completed, acc ") == more.count(": diverged") == 2 and more.count(": skipped") == 8
+
+
+def test_jobs_that_would_have_stacked_say_why_not_in_a_line_and_in_their_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cmds = _commands(tmp_path / "sweep", "model.dropout=0.5")[:1]
+    assert run_commands(cmds) == 0
+    (line,) = _stack_lines(capsys.readouterr().out)
+    assert line.startswith("not stacked: jobs 1, 2 run one after another (model=mlp draws dropout masks")
+    for folder in (tmp_path / "sweep" / "m00").iterdir():
+        if folder.is_dir():
+            summary = json.loads((folder / "summary.json").read_text())
+            assert summary["stack"] == {"jobs": 1, "not_stacked": line.partition("(")[2].removesuffix(")")}

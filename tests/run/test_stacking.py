@@ -4,6 +4,7 @@ job that would have stacked but cannot says why in one line; ``hardware.stack`` 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,20 @@ from fedrun.capabilities.base import Capability
 from fedrun.config.registry import CAPABILITIES
 from fedrun.config.schema import RunSpec
 from fedrun.config.validate import validate
-from fedrun.run.stacking import Candidate, chosen_alone, job_blocker, memory_fit, plan_stacks, record, stack_key
+from fedrun.run.stacking import (
+    CPU_STEP_FLOPS,
+    Candidate,
+    arithmetic_bound,
+    candidate,
+    chosen_alone,
+    forward_macs,
+    job_blocker,
+    memory_fit,
+    plan_stacks,
+    record,
+    stack_key,
+    step_flops,
+)
 from tests.conftest import compose_cfg
 
 BASE = ["experiment=smoke", "hardware.threads=1"]
@@ -34,8 +48,9 @@ def plan(*jobs: tuple[str, ...], fit: Any = lambda s: None) -> Any:
 
 @pytest.mark.parametrize(
     "other",
-    [("seed=1",), ("fl.lr=0.1",), ("fl.lr_decay=0.9",), ("fl.rounds=7",), ("partition.alpha=0.1",), ("eval.every=2",)],
-)
+    [("seed=1",), ("fl.lr=0.1",), ("fl.lr_decay=0.9",), ("fl.rounds=7",), ("partition.alpha=0.1",), ("eval.every=2",),
+     ("++tags.method='FedAvg(b)'",)],
+)  # fmt: skip
 def test_jobs_that_differ_in_a_free_value_stack(other: tuple[str, ...]) -> None:
     assert stack_key(spec("seed=0")) == stack_key(spec(*other))
     assert plan(("seed=0",), other).groups == [[0, 1]]
@@ -124,3 +139,33 @@ def test_the_memory_fit_is_a_positive_width() -> None:
 
 def test_the_record_names_the_other_jobs() -> None:
     assert record(["a", "b", "c"], 1) == {"jobs": 3, "index": 1, "with": ["a", "c"]}
+
+
+def test_a_candidate_is_its_validated_config_and_what_of_its_folder_keeps_it_alone(tmp_path: Path) -> None:
+    """:func:`candidate` (fedrun -m's and fedrun-reproduce's planners): a config that does not validate, or a job
+    whose folder is not known, is no candidate (its attempt refuses it alone); a new folder keeps nobody alone."""
+    task = OmegaConf.to_container(compose_cfg([*BASE, "seed=3"]), resolve=True)
+    job = candidate(4, task, tmp_path / "job")
+    assert job.num == 4 and job.spec is not None and job.spec.seed == 3 and job.alone is None
+    assert candidate(4, task, None).spec is None
+    assert candidate(4, {**task, "algorithm": {"name": "nope"}}, tmp_path / "job").spec is None
+
+
+CNN = ("model=cnn", "fl.batch_size=50", "hardware.device=cpu")  # McMahan et al.'s, on a CPU
+
+
+def test_a_step_of_many_flops_stays_alone_on_a_cpu_under_auto_only() -> None:
+    """The CPU bound (:data:`CPU_STEP_FLOPS`): McMahan's CNN (24.5 MFLOP forward a sample, 3.7 GFLOP a step of 50)
+    runs alone under ``hardware.stack=auto`` on a CPU, in one line naming its FLOPs; a width set, a GPU, more threads
+    or a small step stack it; the default MLP (784-200-200-10, 60 MFLOP a step) stacks."""
+    assert forward_macs(spec("seed=0")) == 784 * 200 + 200 * 200 + 200 * 10
+    assert step_flops(spec("seed=0")) == 6 * 198_800 * 50 < CPU_STEP_FLOPS
+    cnn = spec(*CNN)
+    why = arithmetic_bound(cnn)
+    assert why is not None and "\n" not in why and "model=cnn is 3.7 GFLOP on 1 thread" in why
+    jobs = (CNN, (*CNN, "seed=1"))
+    assert job_blocker(cnn) == why and plan(*jobs).why_not == [([0, 1], why)] and plan(*jobs).groups == []
+    for alone in [("hardware.stack=4",), ("hardware.device=cuda",), ("fl.batch_size=1",)]:
+        assert arithmetic_bound(spec(*CNN, *alone)) is None, alone  # (the last setting of a key wins)
+    assert arithmetic_bound(spec(*CNN, "fl.batch_size=2", "hardware.threads=2")) is None  # 147 MFLOP on 2 threads
+    assert arithmetic_bound(spec("seed=0")) is None
