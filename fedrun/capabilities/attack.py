@@ -7,6 +7,11 @@ data attack (label flipping, the backdoor) poisons their training samples once, 
 (before compression and DP), knowing its own update or the round's honest ones (``attack.knowledge``). A backdoor
 adds the attack success rate ``asr`` to each evaluated round: the global model's accuracy on the triggered test
 inputs whose true class is not the target, labelled with the target.
+
+``attack.start_round``..``attack.end_round`` (a window; by default every round) are the rounds they attack in:
+outside it the attackers train on their clean samples (the poisoned ones are read in the window's rounds only:
+:meth:`~fedrun.data.federated.FederatedData.set_swap`) and upload what they trained; the set of attackers, and the
+``asr`` of every evaluated round, stay.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from fedrun.robust.attacks.scaling import Scaling, ScalingParams
 from fedrun.robust.base import ATTACKS, DataAttack, ModelAttack
 from fedrun.robust.base import Attack as AttackRule
 from fedrun.robust.malicious import malicious_clients
-from fedrun.robust.poison import poison_clients, triggered_test
-from fedrun.robust.settings import NONE, AttackSettings, check_unused_keys
+from fedrun.robust.poison import poison_clients, poisoned_rows, triggered_test
+from fedrun.robust.settings import FIRST_ROUND, NONE, AttackSettings, check_unused_keys
 from fedrun.robust.stages import AttackStage
 from fedrun.upload.base import UploadStage
 
@@ -74,6 +79,7 @@ class Attack(Capability):
         client, and a setting the dataset cannot take (a backdoor's target outside the classes, a trigger on data
         that is not images), each in one line naming the key."""
         check_unused_keys(settings, (settings.name,), cls.contributors(), cls.section)
+        check_window(settings, spec)
         if not settings.on:
             return
         entry = ATTACKS.get(settings.name)
@@ -105,24 +111,34 @@ class Attack(Capability):
 
     @classmethod
     def words(cls, settings: AttackSettings) -> str:
-        return f"{settings.name} attack ({settings.fraction:.0%} malicious)" if settings.on else ""
+        if not settings.on:
+            return ""
+        window = f", {window_words(settings)}" if settings.windowed else ""
+        return f"{settings.name} attack ({settings.fraction:.0%} malicious{window})"
 
     @classmethod
     def tag(cls, settings: AttackSettings) -> str:
-        return f"{settings.name}{settings.fraction:g}" if settings.on else ""
+        if not settings.on:
+            return ""
+        window = f"-r{settings.start_round}-{settings.end_round or ''}" if settings.windowed else ""
+        return f"{settings.name}{settings.fraction:g}{window}"
 
     @classmethod
     def identity(cls, node: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any] | None:
         """No attack at the section's defaults drops out: the runs of before the section existed keep their
-        identity (``attack.fraction`` counts: a defence's f derives from it)."""
+        identity (``attack.fraction`` counts: a defence's f derives from it); so does a window at its default (every
+        round: the attacks of before it existed)."""
         defaults = {f.name: f.default for f in fields(AttackSettings)}
         defaults.update({f.name: f.default for _, p in cls.contributors() if p is not None for f in fields(p)})
-        return None if all(node.get(k, v) == v for k, v in defaults.items()) else node
+        if all(node.get(k, v) == v for k, v in defaults.items()):
+            return None
+        return {k: v for k, v in node.items() if k not in WINDOW or v != defaults[k]}
 
     @classmethod
     def client_data(cls, settings: AttackSettings, spec: Any, data: Any, parts: list[np.ndarray]) -> Any:
-        """The malicious clients' training samples poisoned by a data attack (the test split stays clean)."""
-        if not settings.on:
+        """The malicious clients' training samples poisoned by a data attack (the test split stays clean); in a window
+        of rounds the samples stay clean, the attackers reading their poisoned ones in its rounds (:meth:`__init__`)."""
+        if not settings.on or settings.windowed:
             return data
         attack = build_attack(settings)
         if not isinstance(attack, DataAttack):
@@ -137,14 +153,22 @@ class Attack(Capability):
         self.attack = build_attack(settings)
         self.malicious = malicious_clients(spec.seed, spec.fl.clients, settings.fraction)
         self.triggered = triggered_test(run.fed.test, self.attack) if isinstance(self.attack, Backdoor) else None
+        self.window = (settings.start_round - FIRST_ROUND, None if settings.end_round is None else
+                       settings.end_round - FIRST_ROUND)  # fmt: skip
+        if settings.windowed and isinstance(self.attack, DataAttack):
+            self.attack.check(run.fed.data.num_classes, tuple(run.fed.data.input_shape))
+            poisoned = poisoned_rows(run.fed.data, run.parts, self.malicious, self.attack, spec.seed)
+            if poisoned is not None:
+                run.fed.set_swap(poisoned[1], poisoned[0], *self.window)
 
     def upload_stages(self) -> list[UploadStage]:
         bad = torch.as_tensor(self.malicious, dtype=torch.long)
         server_lr = float(getattr(self.run.spec.algorithm.params, "server_lr", 1.0))
         if isinstance(self.attack, ModelAttack):
-            return [AttackStage(self.attack, bad, server_lr)]
+            return [AttackStage(self.attack, bad, server_lr, self.window)]
         if replaces_model(self.attack):  # a backdoor's model replacement: its upload scaled as eq. (3)
-            return [AttackStage(Scaling(ScalingParams(getattr(self.attack.hp, "gamma", None))), bad, server_lr)]
+            scaling = Scaling(ScalingParams(getattr(self.attack.hp, "gamma", None)))
+            return [AttackStage(scaling, bad, server_lr, self.window)]
         return []
 
     def eval_columns(self, rnd: int, state: StateView, model: Tensors, lr: float) -> dict[str, float]:
@@ -161,6 +185,8 @@ class Attack(Capability):
             out["params"] = asdict(self.attack.hp)
         if isinstance(self.attack, ModelAttack):
             out["knowledge"] = self.attack.knowledge
+        if self.settings.windowed:
+            out["rounds"] = [self.settings.start_round, self.settings.end_round]
         return {"attack": {**out, "malicious_clients": self.malicious.tolist()}}
 
     def summarize(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -179,3 +205,36 @@ class Attack(Capability):
 
     def brief(self, summary: dict[str, Any]) -> str:
         return f"ASR {100 * summary['asr_final']:.2f}%" if "asr_final" in summary else ""
+
+
+WINDOW = ("start_round", "end_round")  # attack.*: the rounds they attack in
+
+
+def window_words(settings: AttackSettings) -> str:
+    """The attack's rounds in words: "rounds 5-5", "from round 5"."""
+    if settings.end_round is None:
+        return f"from round {settings.start_round}"
+    return f"rounds {settings.start_round}-{settings.end_round}"
+
+
+def check_window(settings: AttackSettings, spec: Any) -> None:
+    """Refuse a window of rounds without an attack, one that starts after the run's last round (no round would be
+    attacked), and one under an asynchronous server (whose steps are server updates, its training not in rounds)."""
+    if not settings.windowed:
+        return
+    key = "attack.start_round" if settings.start_round != FIRST_ROUND else "attack.end_round"
+    if not settings.on:
+        raise ConfigError(key, "sets the rounds an attack runs in, and attack.name is none; valid: leave it unset")
+    rounds = spec.fl.rounds
+    if settings.start_round > rounds:
+        raise ConfigError(
+            "attack.start_round",
+            f"{settings.start_round} is after the run's last round (fl.rounds={rounds}), so no round would be"
+            f" attacked; valid: {FIRST_ROUND}..{rounds}",
+        )
+    system = spec.sections.get("system")
+    if system is not None and system.asynchronous:
+        raise ConfigError(
+            key, f"not with system.server={system.server}: its steps are server updates, not rounds; valid: leave it"
+            f" unset, or system.server=sync",
+        )  # fmt: skip

@@ -58,8 +58,9 @@ if TYPE_CHECKING:
 @dataclass
 class RunView:
     """What a capability sees of its run, from when it is built: the validated spec, the device, the clients' data,
-    the model, the method (the final one, after every :meth:`Capability.wrap` and IMA, once bound) and what each
-    capability's :meth:`Capability.split_data` prepared, by name."""
+    the model, the method (the final one, after every :meth:`Capability.wrap` and IMA, once bound), what each
+    capability's :meth:`Capability.split_data` prepared, by name, and each client's samples (``parts``, as
+    :meth:`Capability.client_data` saw them)."""
 
     spec: Any
     device: torch.device
@@ -67,6 +68,7 @@ class RunView:
     model: FunctionalModel
     algorithm: Algorithm
     prepared: dict[str, Any] = field(default_factory=dict)
+    parts: list[np.ndarray] = field(default_factory=list)
 
 
 class StateView(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ class FederatedData:
         self.pre = Preprocess(data.mean, data.std, dtype).to(device)
         self.augment_key: int | None = None  # set by set_augment: client training batches are augmented
         self.augment = "none"
+        self.swap: Swap | None = None  # set by set_swap: some samples read otherwise in some training rounds
 
     def set_augment(self, mode: str, seed: int) -> None:
         """Augment client training batches (``data.augment``): none | crop_flip | flip_crop_half (images)."""
@@ -45,6 +47,28 @@ class FederatedData:
         if self.train.x.dim() != 4 or self.train.x.dtype != torch.uint8:
             raise ConfigError("data.augment", f"{mode} needs image data; valid: none")
         self.augment_key = base_key(seed)
+
+    def set_swap(self, rows: Split, at: torch.Tensor, first: int, last: int | None) -> None:
+        """In training rounds ``first``..``last`` (0-based, inclusive; None: to the end) the samples at ``at`` are read
+        from ``rows`` (row i for sample ``at[i]``) in client training batches; every other read sees the split as it is
+        (a data attack in a window of rounds: fedrun/capabilities/attack.py)."""
+        pos = torch.full((len(self.train),), -1, dtype=torch.long)
+        pos[at.cpu()] = torch.arange(len(at))
+        self.swap = Swap(rows.to(self.device), pos.to(self.device), first, last)
+
+    def _swapped(
+        self, idx: torch.Tensor, rnd: int, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` and ``y`` gathered at ``idx`` with the swapped samples' rows in round ``rnd`` (:meth:`set_swap`)."""
+        sw = self.swap
+        if sw is None or rnd < sw.first or (sw.last is not None and rnd > sw.last):
+            return x, y
+        pos = sw.pos.index_select(0, idx.reshape(-1)).reshape(idx.shape)
+        hit = pos >= 0
+        if bool(hit.any()):
+            x, y = x.clone(), y.clone()
+            x[hit], y[hit] = sw.rows.x.index_select(0, pos[hit]), sw.rows.y.index_select(0, pos[hit])
+        return x, y
 
     def _gather(self, idx: torch.Tensor, split: Split | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The stored ``x`` and ``y`` at ``idx`` (any leading shape), not yet preprocessed."""
@@ -81,14 +105,27 @@ class FederatedData:
     def _train_batch(
         self, idx: torch.Tensor, rnd: int, clients: int | torch.Tensor, step: int
     ) -> dict[str, torch.Tensor]:
-        if self.augment_key is None:
+        if self.augment_key is None and self.swap is None:
             return self.batch(idx)
+        x, y = self._swapped(idx, rnd, *self._gather(idx))
+        if self.augment_key is None:
+            return {"x": self.pre(x), "y": y}
         cl = torch.as_tensor(clients, dtype=torch.long, device=idx.device).reshape(idx.shape[:-1])
-        x, y = self._gather(idx)
         if self.augment == "crop_flip":  # on the stored image: black padding, as transforms before Normalize
             return {"x": self.pre(augment_batch(x, self.augment_key, rnd, cl, step)), "y": y}
         # flip_crop_half: on the normalised image (FL-Simulator stores it normalised), zero padding
         return {"x": augment_batch(self.pre(x), self.augment_key, rnd, cl, step, half_crop=True), "y": y}
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Samples read from other rows in a window of training rounds (:meth:`FederatedData.set_swap`): ``pos[i]`` the
+    row of ``rows`` sample i is read from (-1: its own)."""
+
+    rows: Split
+    pos: torch.Tensor
+    first: int
+    last: int | None
 
 
 def num_local_steps(n: int, fl: FLConfig) -> int:

@@ -78,8 +78,9 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     300/100-sample subset evaluated once at the end, a proxy set of 1 per class, the sequential engine (no timing
     probe; no stack either: jobs this small gain nothing from one, docs/hardware.md "Stacked sweeps") on one thread
     (batches this small gain nothing from more, and on a busy CPU threads waiting for each other cost 10x), no
-    checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``).
-    Keys in ``swept`` (key: comma-separated values) keep their swept values."""
+    checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``); an attack's window of
+    rounds that starts after the 2 rounds, in the last of them. Keys in ``swept`` (key: comma-separated values) keep
+    their swept values."""
     fl = cfg["fl"]
     shrink: dict[str, Any] = {
         "fl.rounds": SMOKE["rounds"],
@@ -110,6 +111,12 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
         shrink["system.concurrency"], shrink["system.buffer"] = c, min(system.get("buffer", 1), c)
     if cfg["proxy"]["per_class"]:
         shrink["proxy.per_class"] = min(cfg["proxy"]["per_class"], SMOKE["proxy_per_class"])
+    attack = cfg.get("attack") or {}
+    if isinstance(attack.get("start_round"), int) and attack["start_round"] > SMOKE["rounds"]:
+        # an attack's window past the smoke's rounds: in its last round (a window still, not every round)
+        shrink["attack.start_round"] = SMOKE["rounds"]
+        if attack.get("end_round") is not None:
+            shrink["attack.end_round"] = SMOKE["rounds"]
     return [f"{k}={v}" for k, v in shrink.items() if k not in swept]
 
 

@@ -32,20 +32,39 @@ def shared_samples(parts: list[np.ndarray], clients: np.ndarray) -> bool:
     return bool(len(mine) and counts[mine].max() > 1)
 
 
+def poisoned_rows(data: Dataset, parts: list[np.ndarray], malicious: np.ndarray, attack: DataAttack,
+                  seed: int) -> tuple[torch.Tensor, Split] | None:  # fmt: skip
+    """The training samples of the ``malicious`` clients (``parts``: each client's sample indices) poisoned by
+    ``attack``: (their indices, their poisoned rows in that order); None when no client is malicious."""
+    attackers = np.asarray([c for c in malicious if c < len(parts)], dtype=np.int64)
+    if len(attackers) == 0:
+        return None
+    if shared_samples(parts, attackers):
+        raise ConfigError("attack.name", f"{attack.name} needs a partition whose clients share no training sample")
+    ats, xs, ys = [], [], []
+    for c in attackers.tolist():
+        at = torch.as_tensor(parts[c], dtype=torch.long)
+        if at.numel():
+            x, y = attack.poison_client(data.train.x[at], data.train.y[at], data.num_classes,
+                                        torch_gen(seed, "robust", "poison", c))  # fmt: skip
+            ats.append(at)
+            xs.append(x)
+            ys.append(y)
+    if not ats:
+        return torch.zeros(0, dtype=torch.long), Split(data.train.x[:0], data.train.y[:0])
+    return torch.cat(ats), Split(torch.cat(xs), torch.cat(ys))
+
+
 def poison_clients(data: Dataset, parts: list[np.ndarray], malicious: np.ndarray, attack: DataAttack,
                    seed: int) -> Dataset:  # fmt: skip
     """A copy of ``data`` whose training samples of the ``malicious`` clients (``parts``: each client's sample
     indices) are poisoned by ``attack``; ``data`` itself when no client is malicious."""
-    attackers = np.asarray([c for c in malicious if c < len(parts)], dtype=np.int64)
-    if len(attackers) == 0:
+    poisoned = poisoned_rows(data, parts, malicious, attack, seed)
+    if poisoned is None:
         return data
-    if shared_samples(parts, attackers):
-        raise ConfigError("attack.name", f"{attack.name} needs a partition whose clients share no training sample")
+    at, rows = poisoned
     x, y = data.train.x.clone(), data.train.y.clone()
-    for c in attackers.tolist():
-        at = torch.as_tensor(parts[c], dtype=torch.long)
-        if at.numel():
-            x[at], y[at] = attack.poison_client(x[at], y[at], data.num_classes, torch_gen(seed, "robust", "poison", c))
+    x[at], y[at] = rows.x, rows.y
     return dataclasses.replace(data, train=dataclasses.replace(data.train, x=x, y=y))
 
 

@@ -17,6 +17,11 @@ from fedrun.robust.base import ATTACKS, DEFENCES, PREAGGREGATORS
 from fedrun.robust.malicious import check_fraction
 
 NONE = "none"  # attack.name, defence.name, defence.pre without one
+FIRST_ROUND = 1  # metrics.csv's first round (the run loop's round 0)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _one_of(field: str, value: str, names: list[str]) -> None:
@@ -33,16 +38,35 @@ class AttackSettings:
     (:func:`fedrun.robust.malicious.malicious_clients`); they take part when sampled, like anyone else. A data
     attack poisons their training samples; a model attack replaces their uploads (it knows its own update, or with
     ``knowledge=omniscient`` the round's honest ones, where the attack has the choice).
+
+    They attack in rounds ``start_round``..``end_round`` (1-based as metrics.csv's ``round``, inclusive; by default
+    every round): a single round of model replacement (Bagdasaryan et al. 2020, sec. 4), attacks at fixed rounds
+    (Sun et al. 2019), then how long a backdoor lasts. Outside the window they are honest clients: clean samples,
+    honest uploads.
     """
 
     name: str = "none"  # none | label_flip | backdoor | sign_flip | gaussian | scaling | alie | ipm | min_max ...
     fraction: float = 0.2  # f: the share of all clients that are malicious (Fang et al. 2020, FLTrust: 20%)
+    start_round: int = FIRST_ROUND  # the first round they attack (1: from the start)
+    end_round: int | None = None  # the last round they attack, inclusive (None: to the end)
 
     def __post_init__(self) -> None:
         _one_of("name", self.name, ATTACKS.names())
         if not isinstance(self.fraction, (int, float)) or not math.isfinite(self.fraction):
             raise ConfigError("fraction", f"must be a finite number in [0.0, 1.0), got {self.fraction!r}")
         check_fraction(float(self.fraction), "fraction")
+        start, end = self.start_round, self.end_round
+        if not _whole(start) or start < FIRST_ROUND:
+            raise ConfigError("start_round", f"must be an integer >= {FIRST_ROUND} (the first round), got {start!r}")
+        if end is not None and (not _whole(end) or end < start):
+            raise ConfigError(
+                "end_round", f"must be null (to the end) or an integer >= attack.start_round ({start}), got {end!r}"
+            )
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the attackers attack in some rounds only (``start_round``, ``end_round`` set)."""
+        return self.start_round != FIRST_ROUND or self.end_round is not None
 
     @property
     def on(self) -> bool:

@@ -44,20 +44,27 @@ class AttackStage(RowStage):
     """A model attack on the malicious rows of each round (or model replacement behind a backdoor): a row stage, so
     the pipeline rebuilds only the attackers' uploads (the honest ones are passed on as they are).
 
-    Column ``attack_uploads``: the malicious uploads of the round (the attackers sampled and reporting).
+    Column ``attack_uploads``: the malicious uploads of the round (the attackers sampled and reporting), 0 in a round
+    outside ``window`` (0-based first and last round, inclusive; None: to the end), whose uploads are left as sent.
     """
 
     name = "attack"
     order: ClassVar[int] = 50
 
-    def __init__(self, attack: ModelAttack, malicious: torch.Tensor, server_lr: float = 1.0) -> None:
-        self.attack, self.malicious, self.server_lr = attack, malicious.cpu(), server_lr
+    def __init__(
+        self, attack: ModelAttack, malicious: torch.Tensor, server_lr: float = 1.0,
+        window: tuple[int, int | None] = (0, None),
+    ) -> None:  # fmt: skip
+        self.attack, self.malicious, self.server_lr, self.window = attack, malicious.cpu(), server_lr, window
 
     def replace_rows(
         self, delta: torch.Tensor, ctx: UploadContext
     ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, dict[str, float]]:
         if ctx.part != PARAMS:
             return None, {}
+        first, last = self.window
+        if ctx.rnd < first or (last is not None and ctx.rnd > last):
+            return None, {"attack_uploads": 0.0}
         bad = malicious_rows(ctx.clients, self.malicious)
         a = int(bad.sum())
         if a == 0:

@@ -152,7 +152,7 @@ def build_experiment(spec: RunSpec, pinned_engine: str | None = None, pinned_thr
     fed.set_augment(spec.data.params.augment, spec.seed)
     model = build_model(spec, data, device)
     algorithm: Algorithm = spec.algorithm.obj(spec.algorithm.params, spec.fl, model)
-    view = RunView(spec, device, fed, model, algorithm, split.prepared)
+    view = RunView(spec, device, fed, model, algorithm, split.prepared, parts)
     caps = [cls(settings, view) for cls, settings in on]
     for cap in caps:  # (DP-SGD's form of the method)
         algorithm = cap.wrap(algorithm)

@@ -96,6 +96,22 @@ CASES = [
          ("attack.z: is a setting of alie, not of ipm; valid: attack.name=alie",)),
     Case("knowledge-without-a-choice", _r("attack=gaussian", "attack.knowledge=omniscient"), 2,
          ("attack.knowledge: is a setting of alie,", "not of gaussian")),
+    # an attack's window of rounds: one that no round of the run falls in, or that is not one
+    Case("attack-window-before-the-first-round", _r("attack=sign_flip", "attack.start_round=0"), 2,
+         ("attack.start_round: must be an integer >= 1 (the first round), got 0",)),
+    Case("attack-window-ends-before-it-starts", _r("attack=sign_flip", "fl.rounds=4", "attack.start_round=3",
+                                                   "attack.end_round=2"), 2,
+         ("attack.end_round: must be null (to the end) or an integer >= attack.start_round (3), got 2",)),
+    Case("attack-window-after-the-last-round", _r("attack=sign_flip", "attack.start_round=2"), 2,
+         ("attack.start_round: 2 is after the run's last round (fl.rounds=1), so no round would be attacked;"
+          " valid: 1..1",)),
+    Case("attack-window-not-an-integer", _r("attack=sign_flip", "fl.rounds=4", "attack.start_round=2.5"), 2,
+         ("attack.start_round: Value '2.5' of type 'float' could not be converted to Integer",)),
+    Case("attack-window-without-an-attack", _r("fl.rounds=4", "attack.end_round=2"), 2,
+         ("attack.end_round: sets the rounds an attack runs in, and attack.name is none",)),
+    Case("attack-window-under-an-async-server", _r("attack=label_flip", "fl.rounds=4", "attack.start_round=2",
+                                                   "system=fedbuff", "system.buffer=2"), 2,
+         ("attack.start_round: not with system.server=fedbuff: its steps are server updates, not rounds",)),
     Case("pre-aggregator-without-a-rule", _r("defence.pre=bucketing"), 2,
          ("defence.pre: bucketing mixes the uploads in front of a rule",)),
 ]  # fmt: skip

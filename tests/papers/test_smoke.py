@@ -157,3 +157,16 @@ def test_a_robust_rule_the_smokes_few_clients_cannot_hold_runs_with_f_zero() -> 
     assert smoke_method_overrides(("defence=krum",)) == []  # 2f + 3 = 5: it holds
     assert smoke_method_overrides(("defence=bulyan", "defence.f=1")) == []  # a row's own f is kept
     assert smoke_method_overrides(("defence=none",)) == smoke_method_overrides(("algorithm=fedavg",)) == []
+
+
+def test_an_attack_window_past_the_smoke_rounds_moves_into_the_last() -> None:
+    cfg = preset_cfg("fedlaw_table5_cifar10")
+    last = SMOKE["rounds"]
+    late = {**cfg, "attack": {"name": "backdoor", "start_round": 5, "end_round": 5}}
+    assert {f"attack.start_round={last}", f"attack.end_round={last}"} <= set(smoke_overrides(late, {}))
+    on = {**cfg, "attack": {"name": "sign_flip", "start_round": 10, "end_round": None}}
+    assert f"attack.start_round={last}" in smoke_overrides(on, {}) and "attack.end_round" not in keys(
+        smoke_overrides(on, {})
+    )
+    early = {**cfg, "attack": {"name": "sign_flip", "start_round": 1, "end_round": 9}}
+    assert not keys(smoke_overrides(early, {})) & {"attack.start_round", "attack.end_round"}
