@@ -79,7 +79,8 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
     probe; no stack either: jobs this small gain nothing from one, docs/hardware.md "Stacked sweeps") on one thread
     (batches this small gain nothing from more, and on a busy CPU threads waiting for each other cost 10x), no
     checkpoints, stand-in data where the dataset's files are missing (not for ``REAL_DATA``); an attack's window of
-    rounds that starts after the 2 rounds, in the last of them. Keys in ``swept`` (key: comma-separated values) keep
+    rounds that starts after the 2 rounds, in the last of them; an attack's fraction that leaves no malicious client
+    among the fewer clients, one of them. Keys in ``swept`` (key: comma-separated values) keep
     their swept values."""
     fl = cfg["fl"]
     shrink: dict[str, Any] = {
@@ -117,6 +118,10 @@ def smoke_overrides(cfg: dict[str, Any], swept: dict[str, str]) -> list[str]:
         shrink["attack.start_round"] = SMOKE["rounds"]
         if attack.get("end_round") is not None:
             shrink["attack.end_round"] = SMOKE["rounds"]
+    fraction = attack.get("fraction")
+    if attack.get("name", "none") != "none" and isinstance(fraction, (int, float)) and fraction > 0:
+        if round(fraction * shrink["fl.clients"]) == 0:  # (refused: no attacker among the fewer clients) one of them
+            shrink["attack.fraction"] = 1 / shrink["fl.clients"]
     return [f"{k}={v}" for k, v in shrink.items() if k not in swept]
 
 

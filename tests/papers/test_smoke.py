@@ -170,3 +170,14 @@ def test_an_attack_window_past_the_smoke_rounds_moves_into_the_last() -> None:
     )
     early = {**cfg, "attack": {"name": "sign_flip", "start_round": 1, "end_round": 9}}
     assert not keys(smoke_overrides(early, {})) & {"attack.start_round", "attack.end_round"}
+
+
+def test_an_attack_fraction_with_no_attacker_among_the_smoke_clients_becomes_one_of_them() -> None:
+    cfg = preset_cfg("fedlaw_table5_cifar10")
+    n = int(dict(o.split("=", 1) for o in smoke_overrides(cfg, {}))["fl.clients"])
+    one = {**cfg, "attack": {"name": "backdoor", "fraction": 0.02}}  # 1 of 50 clients, none of the smoke's
+    assert f"attack.fraction={1 / n}" in smoke_overrides(one, {})
+    kept = {**cfg, "attack": {"name": "sign_flip", "fraction": 0.2}}  # 0.2 x 5 = 1 attacker already
+    assert "attack.fraction" not in keys(smoke_overrides(kept, {}))
+    assert "attack.fraction" not in keys(smoke_overrides({**cfg, "attack": {"name": "none", "fraction": 0.02}}, {}))
+    assert "attack.fraction" not in keys(smoke_overrides(one, {"attack.fraction": "0.02,0.04"}))
