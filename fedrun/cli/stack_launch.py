@@ -13,7 +13,6 @@ side (or with a job that does not compose) is handed back to the basic launcher 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,12 +23,7 @@ from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedrun.cli import compose_checks, parallel_launch, sweeps
-from fedrun.config.validate import validate
-from fedrun.run.stacking import Candidate, StackPlan, memory_fit, plan_stacks, run_stacked
-from fedrun.storage.rundir import RunDir
-from fedrun.storage.status import Status
-
-FINISHED = (Status.COMPLETED.value, Status.DIVERGED.value)  # a job found so is skipped: it trains with nobody
+from fedrun.run.stacking import Candidate, StackPlan, candidate, memory_fit, plan_stacks, run_stacked
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, basic: Callable[..., Any]) -> Any:
@@ -93,23 +87,10 @@ def _job_dir(cfg: DictConfig) -> str | None:
 
 
 def _candidate(num: int, cfg: DictConfig, folder: str | None) -> Candidate:
-    """Job ``num`` as the planner sees it: its validated config (None when it does not validate), and what of its
-    folder keeps it alone (a finished run is skipped; a run begun on another engine resumes on it)."""
+    """Job ``num`` as the planner sees it (fedrun/run/stacking.py's :func:`candidate`), from its config less Hydra's
+    node."""
     task = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
-    try:
-        spec = validate(task, imports=compose_checks.command_imports())
-    except Exception:  # noqa: BLE001 - its attempt refuses it, in one line, when it runs
-        return Candidate(num, None)
-    if folder is None:
-        return Candidate(num, None)
-    rd = RunDir(Path(folder))
-    with contextlib.suppress(Exception):
-        if rd.status() in FINISHED:
-            return Candidate(num, spec, alone="finished")
-        summary = rd.summary() if rd.checkpoint_file.is_file() else None
-        if summary is not None and summary.engine not in (None, "vectorised"):
-            return Candidate(num, spec, alone=f"resumes a run begun on the {summary.engine} engine")
-    return Candidate(num, spec)
+    return candidate(num, task, None if folder is None else Path(folder), compose_checks.command_imports())
 
 
 def _announce(plan: StackPlan) -> None:
