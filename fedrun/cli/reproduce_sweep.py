@@ -45,7 +45,16 @@ from fedrun.host.interrupts import interrupts
 from fedrun.report.sweep_console import SweepConsole, job_numbers
 from fedrun.run.attempt import SWEEP_AFTER
 from fedrun.run.job_dirs import job_dir_name, override_key
-from fedrun.run.stacking import STACK_ENGINES, Candidate, StackPlan, candidate, memory_fit, plan_stacks, run_stacked
+from fedrun.run.stacking import (
+    STACK_ENGINES,
+    Candidate,
+    StackPlan,
+    candidate,
+    memory_fit,
+    plan_stacks,
+    raise_ended,
+    run_stacked,
+)
 from fedrun.run.sweep_index import record_job
 from fedrun.storage.atomic import atomic_write
 from fedrun.storage.rundir import HYDRA_DIR, RunDir
@@ -212,12 +221,7 @@ def _run_stack(jobs: list[Job], console: SweepConsole) -> None:
     names = record_names([job.folder for job in jobs])
     with interrupts(f"jobs {job_numbers([job.num for job in jobs])}", SWEEP_AFTER):
         ended = run_stacked([functools.partial(_run_job, job, console) for job in jobs], names)
-    for e in ended:
-        if isinstance(e.error, KeyboardInterrupt):
-            raise e.error
-    for e in ended:
-        if e.error is not None:
-            raise e.error
+    raise_ended(ended)
 
 
 def record_names(folders: list[Path]) -> list[str]:

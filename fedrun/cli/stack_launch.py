@@ -23,7 +23,7 @@ from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedrun.cli import compose_checks, parallel_launch, sweeps
-from fedrun.run.stacking import Candidate, StackPlan, candidate, memory_fit, plan_stacks, run_stacked
+from fedrun.run.stacking import Candidate, StackPlan, candidate, memory_fit, plan_stacks, raise_ended, run_stacked
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, basic: Callable[..., Any]) -> Any:
@@ -126,10 +126,5 @@ def run_together(jobs: list[Callable[[], JobReturn]], names: list[str]) -> list[
         ended = run_stacked(jobs, names)
     finally:
         HydraConfig.instance().cfg = saved
-    for e in ended:
-        if isinstance(e.error, KeyboardInterrupt):
-            raise e.error
-    for e in ended:
-        if e.error is not None:
-            raise e.error
+    raise_ended(ended)
     return [e.value for e in ended]

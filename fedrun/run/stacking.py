@@ -369,3 +369,14 @@ def run_stacked(jobs: Sequence[Callable[[], Any]], names: Sequence[str]) -> list
     finally:
         if frozen and frozen[0]:
             gc.unfreeze()
+
+
+def raise_ended(ended: Sequence[Any]) -> None:
+    """Raise what stopped a stack's jobs (:func:`run_stacked`'s :class:`~fedrun.host.turns.Ended`): an interrupt
+    first (it stops the sweep, naming the first job it stopped), else the first job's error; nothing if none."""
+    for e in ended:
+        if isinstance(e.error, KeyboardInterrupt):
+            raise e.error
+    for e in ended:
+        if e.error is not None:
+            raise e.error
