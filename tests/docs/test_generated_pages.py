@@ -16,9 +16,9 @@ def _headings(page: str, level: str) -> list[str]:
     return [re.sub(r"\s*\{[^}]*\}$", "", line) for line in page.splitlines() if line.startswith(level + " ")]
 
 
-def test_measured_cells_open_with_an_overview_of_every_cell() -> None:
+def test_measured_cells_open_with_an_overview_of_every_cell(generated_pages: dict[str, str]) -> None:
     records = load_evidence()
-    page = reproduction.reproduction_page(records)
+    page = generated_pages[reproduction.PAGE]  # = reproduction.reproduction_page(records)
     overview = page.split("## All cells", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in overview.splitlines() if line.startswith("| [")]
     assert len(rows) == sum(len(r["cells"]) for r in records), overview[:2000]
@@ -28,8 +28,8 @@ def test_measured_cells_open_with_an_overview_of_every_cell() -> None:
     assert page.index("## All cells") < page.index(f"`{records[0]['preset']}`", page.index("## All cells") + 1)
 
 
-def test_measured_cells_name_each_table_once_in_the_contents() -> None:
-    page = reproduction.reproduction_page(load_evidence())
+def test_measured_cells_name_each_table_once_in_the_contents(generated_pages: dict[str, str]) -> None:
+    page = generated_pages[reproduction.PAGE]
     h2 = _headings(page, "##")
     assert len(h2) == len(set(h2)), [h for h in h2 if h2.count(h) > 1]
     h3 = _headings(page, "###")

@@ -36,11 +36,9 @@ def test_a_generated_index_in_the_nav_gets_the_pages_beside_it() -> None:
     ]
 
 
-def test_no_generated_page_is_also_a_file_in_docs() -> None:
-    from fedrun.papers.reproduction import doc_pages
-
+def test_no_generated_page_is_also_a_file_in_docs(generated_pages: dict[str, str]) -> None:
     on_disk = {str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")}
-    assert not on_disk & {*doc_pages(), "index.md"}
+    assert not on_disk & {*generated_pages, "index.md"}
 
 
 def test_make_docs_builds_the_site_strict_and_ci_runs_it_after_lint() -> None:
