@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
@@ -77,7 +78,8 @@ def shrunk_argv(args: list[str], cache_dir: Path) -> list[str]:
     if search:
         plain.append("hydra.searchpath=[" + ",".join(f"file://{p}" for p in search) + "]")
     GlobalHydra.instance().clear()
-    store_schemas()
+    if "fedrun_schema.yaml" not in ConfigStore.instance().repo:  # stored already where fedrun.cli.main is imported
+        store_schemas()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = OmegaConf.to_container(compose(config_name="config", overrides=plain), resolve=False)
