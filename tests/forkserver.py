@@ -1,6 +1,7 @@
 """A fork server for the documentation's command test (tests/docs/test_doc_commands.py): each ``fedrun``,
 ``fedrun-report`` and ``fedrun-reproduce`` a page's line starts is still a process of its own, forked from one that
-imported fedrun, torch and Hydra once per page, instead of a fresh interpreter that imports them again (seconds each).
+imported fedrun, torch and Hydra once (one server per test worker serves its pages), instead of a fresh interpreter
+that imports them again (seconds each).
 
 The page's shims (``fedrun``...) are clients: :func:`client` sends the command's arguments, working directory,
 environment and ``sys.path`` and passes its stdin, stdout and stderr (``SCM_RIGHTS``); the server forks, the child
@@ -12,8 +13,9 @@ what it preloaded out of the children's garbage collections (``gc.freeze``) and 
 modules down: either would write to, and so copy, every memory page the fork shares (~0.6 and ~0.3 CPU s a child).
 
 What a fork could not reproduce sends the shim down the old path (a fresh interpreter, :func:`client` returns
-None): an environment that differs from the server's in anything bash sets itself (``PWD``, ``SHLVL``...), or
-signals inherited as ignored that differ (fedrun reads those at import: fedrun/host/interrupts.py), or no server.
+None): an environment that differs from the server's in anything but what bash sets itself (``PWD``, ``SHLVL``...)
+and the page's ``HOME`` and ``PATH`` (:data:`PER_PAGE`), or signals inherited as ignored that differ (fedrun reads
+those at import: fedrun/host/interrupts.py), or no server.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from pathlib import Path
 # set per command (by bash itself in each line's process; by pytest for each test), read by nothing at import: the
 # child gets them as the client has them; the rest of the environment must equal the server's
 SHELL_SET = {"PWD", "OLDPWD", "SHLVL", "_", "PYTEST_CURRENT_TEST"}
+# set per page by the documentation's test (the page's own HOME; its shims' folder first on PATH), read by nothing
+# the server preloads at import (no module keeps a value made from them), so one server serves every page
+PER_PAGE = {"HOME", "PATH"}
 WATCHED = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 PRELOAD = (
     "fedrun.cli.__main__",
@@ -59,7 +64,7 @@ def ignored() -> list[int]:
 
 
 def base_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in SHELL_SET}
+    return {k: v for k, v in env.items() if k not in SHELL_SET | PER_PAGE}
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -13,9 +13,10 @@ The rule (docs/extending.md, "Commands in the documentation"):
 - ``fedrun-reproduce run ...`` gets ``--dry-run`` (it prints the sweep's commands).
 
 Each ``fedrun``, ``fedrun-report`` and ``fedrun-reproduce`` a line starts is a process of its own, forked from the
-page's fork server (tests/forkserver.py: fedrun, torch and Hydra imported once per page, not once per command);
-where the fork could differ from a fresh interpreter (an environment of the line's own, signals inherited as
-ignored) the server declines and the shim starts a fresh one.
+worker's fork server (tests/forkserver.py: fedrun, torch and Hydra imported once for all the pages a test worker
+runs, not once per command; none for a page without such a line); where the fork could differ from a fresh
+interpreter (an environment of the line's own, signals inherited as ignored) the server declines and the shim starts
+a fresh one.
 
 Output shown in the docs goes in ```text blocks, which are not run. A page is one test (its lines depend on each
 other, in order); pages are independent, so pytest-xdist may spread them over workers.
@@ -28,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,8 +107,30 @@ def test_the_docs_show_commands_and_this_test_reads_them() -> None:
     assert any(c.startswith("fedrun -m") for c in readme) and any(c.startswith("fedrun-report") for c in readme)
 
 
+def page_env(home: Path) -> dict[str, str]:
+    """The environment of a page's lines: ``home`` its HOME, ``home/bin`` (the shims) first on PATH."""
+    venv = Path(sys.executable).parent
+    return {
+        "PATH": f"{home / 'bin'}:{venv}:/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "FEDRUN_DATA": os.environ.get("FEDRUN_DATA", str(REPO / "data")),
+        "HOME": str(home),
+        "OMP_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+    }
+
+
+@pytest.fixture(scope="session")
+def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
+    """The fork server of every page this worker runs (its socket): the pages' environments differ only in HOME and
+    PATH, which the server lets a child have as its page has them (tests/forkserver.py ``PER_PAGE``)."""
+    base = tmp_path_factory.mktemp("forkserver")
+    with forkserver.started(page_env(base), base, base / "forkserver.log") as sock:
+        yield sock
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
-def test_every_command_of_the_page_runs(page: Path, tmp_path: Path) -> None:
+def test_every_command_of_the_page_runs(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     work = tmp_path / "work"
     work.mkdir()
     for _, title, body in blocks(page):
@@ -114,21 +138,13 @@ def test_every_command_of_the_page_runs(page: Path, tmp_path: Path) -> None:
             (work / title).parent.mkdir(parents=True, exist_ok=True)
             (work / title).write_text(body)
             (work / title).parent.joinpath("__init__.py").touch() if title.endswith(".py") else None
-    venv = Path(sys.executable).parent
-    env = {
-        "PATH": f"{tmp_path / 'bin'}:{venv}:/usr/bin:/bin",
-        "PYTHONPATH": str(REPO),
-        "FEDRUN_DATA": os.environ.get("FEDRUN_DATA", str(REPO / "data")),
-        "HOME": str(tmp_path),
-        "OMP_NUM_THREADS": "1",
-        "MPLBACKEND": "Agg",
-    }
-    with forkserver.started(env, work, tmp_path / "forkserver.log") as sock:
-        shims(tmp_path / "bin", tmp_path / "cache", sock)
-        for line in commands(page):
-            res = subprocess.run(
-                ["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT
-            )
-            assert res.returncode == 0, (
-                f"{page.name}: `{line}` exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
-            )
+    env = page_env(tmp_path)
+    lines = commands(page)
+    # the server only where a line starts a Python command (a page of ``make`` lines needs none)
+    sock = request.getfixturevalue("fork_server") if any("fedrun" in line for line in lines) else None
+    shims(tmp_path / "bin", tmp_path / "cache", sock)
+    for line in lines:
+        res = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert res.returncode == 0, (
+            f"{page.name}: `{line}` exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+        )
