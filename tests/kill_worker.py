@@ -119,20 +119,28 @@ def same_rows(a: Path, b: Path) -> bool:
     return drop(a).equals(drop(b))
 
 
-def preload() -> None:
+def preload(cfg: Any) -> None:
     """Import here, once, what a run imports only when it starts (the run loop and what it reaches) or first
-    plots (matplotlib, headless): each forked child would otherwise import it again, about half a second a run."""
+    plots (matplotlib, headless): each forked child would otherwise import it again, about half a second a run.
+    And read the run's source data once (fedrun/data/memo.py keeps it for the process, as for the jobs of a sweep):
+    each child would otherwise read and checksum Fashion-MNIST again, about half a second more. Reading is no write
+    point; each child still writes its own partition cache."""
     import fedrun.run.loop  # noqa: F401 - imported for the children
+    from fedrun.config.validate import validate
+    from fedrun.run.experiment import load_data
     from fedrun.storage.figures import _plt
 
     _plt()
+    spec = validate(cfg)
+    spec.data.params.root = os.path.abspath(spec.data.params.root)  # as the run makes it (its memo key)
+    load_data(spec)
 
 
 def main(cases_file: str, out_file: str) -> None:
     spec = json.loads(Path(cases_file).read_text())
     root = Path(spec["root"])
     cfg = compose_cfg(spec["overrides"])
-    preload()
+    preload(cfg)
 
     def job(run_dir: Path, cache: Path) -> Any:
         run_cfg = cfg.copy()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fedrun.cli.privacy_query import main as privacy_noise
 from fedrun.cli.privacy_query import noise_line, solve
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
@@ -65,7 +66,7 @@ def test_sample_level_is_the_smallest_clients_budget(make_spec: Callable[..., Ru
 
 
 def test_the_command_answers_in_one_line_without_a_run_dir(
-    tmp_path: Path, run_cli: Callable[..., subprocess.CompletedProcess]
+    tmp_path: Path, run_cli: Callable[..., subprocess.CompletedProcess], capsys: pytest.CaptureFixture
 ) -> None:
     proc = run_cli("--privacy-noise", "privacy=client", "privacy.target_epsilon=4", "fl.rounds=100",
                    "fl.participation=0.1", "fl.clients=100")  # fmt: skip
@@ -77,9 +78,13 @@ def test_the_command_answers_in_one_line_without_a_run_dir(
     z = float(m[1])
     assert epsilon(0.1, z, 100, 1e-5) == pytest.approx(4, rel=1e-4)
     assert not (tmp_path / "run").exists()
-    proc = run_cli("--privacy-noise", "privacy=client", "privacy.target_epsilon=0.001", "fl.rounds=100")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout
-    assert "privacy.target_epsilon: 0.001 is unreachable over 100 steps" in proc.stderr
+    # the refusal in-process: the command's route to this answer is the one above
+    args = ["--privacy-noise", "privacy=client", "privacy.target_epsilon=0.001", "fl.rounds=100"]
+    with pytest.raises(SystemExit) as exit_:
+        privacy_noise([*args, f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and not out
+    assert "privacy.target_epsilon: 0.001 is unreachable over 100 steps" in err
     assert not (tmp_path / "run").exists()
 
 

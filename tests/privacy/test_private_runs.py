@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.privacy.accounting import epsilon
+from tests.conftest import main_exit_code
 from tests.run.run_util import finished_run, killed_then_resumed
 
 SMALL = (
@@ -87,17 +87,20 @@ def test_bad_input_is_refused(make_spec: Callable[..., RunSpec]) -> None:
 
 
 def test_cli_refuses_a_negative_z_and_an_unreachable_target_in_one_line(
-    run_cli: Callable[..., Any], tmp_path: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    proc = run_cli("privacy=client", "privacy.noise_multiplier=-0.5", "hardware.threads=1")
-    assert proc.returncode == 2
+    monkeypatch.chdir(tmp_path)  # ``fedrun`` in-process (the console script's code path): exit code and stderr
+    where = [f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"]
+    argv = ["fedrun", "privacy=client", "privacy.noise_multiplier=-0.5", "hardware.threads=1", *where]
+    assert main_exit_code(monkeypatch, argv) == 2
     assert (
-        proc.stderr.strip()
+        capsys.readouterr().err.strip()
         == "fedrun: error: privacy.noise_multiplier: must be a finite number >= 0 (0: no noise), got -0.5"
     )
-    proc = run_cli(*SMALL, "privacy.target_epsilon=0.001", "fl.rounds=50")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "privacy.target_epsilon: 0.001 is unreachable over 50 steps" in proc.stderr
+    assert main_exit_code(monkeypatch, ["fedrun", *SMALL, "privacy.target_epsilon=0.001", "fl.rounds=50", *where]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "privacy.target_epsilon: 0.001 is unreachable over 50 steps" in err
     assert not (tmp_path / "run" / "metrics.csv").exists()
 
 

@@ -175,9 +175,11 @@ def first_completed(*folders: str) -> object:
     return after
 
 
-SWEEP = ("-m", "hydra.sweep.dir={t}/s", "fl.rounds=120")
-TWIN = ("-m", *TINY, "hydra.sweep.dir={t}/s", "fl.rounds=120", "cache_dir={t}/cache")
-TEN = ("fl.rounds=30", "hydra.run.dir={t}/r")
+# The first process pauses in round 2 until the second has ended or waits for its lock (First), so a round after
+# that is all it needs: the rounds it trains once released only cost time
+SWEEP = ("-m", "hydra.sweep.dir={t}/s", "fl.rounds=3")
+TWIN = ("-m", *TINY, "hydra.sweep.dir={t}/s", "fl.rounds=3", "cache_dir={t}/cache")
+REAL_RUN = ("fl.rounds=3", "hydra.run.dir={t}/r")
 EXTEND = ("hydra.run.dir={t}/r", "tracking=[tensorboard]", "fl.rounds=2")
 TB_REFUSED = ("tracking.tensorboard: cannot open the TensorBoard tracker",)
 RUN_KEPT = ("r/summary.json", "r/config.yaml", "r/metrics.csv")
@@ -217,10 +219,10 @@ CASES = [
     ),  # before: what the first wrote meanwhile deleted
     Case(
         "two-real-runs",
-        TEN,
+        REAL_RUN,
         2,
         ("{t}/r: " + BUSY,),
-        fedrun(*TINY, *TEN, "cache_dir={t}/cache"),
+        fedrun(*TINY, *REAL_RUN, "cache_dir={t}/cache"),
         after=first_completed("r"),
     ),  # before: error.txt in the completed run, its lock deleted
     Case(

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,8 +17,8 @@ from fedrun.data.partition import make_partition
 from fedrun.data.partitions.basic import DirichletParams
 from fedrun.storage import cache
 from fedrun.storage.cache import cache_file, write_cache
+from tests.conftest import main_exit_code
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = [
     "experiment=smoke",
     "fl.rounds=1",
@@ -75,28 +74,27 @@ def test_a_failed_cache_write_leaves_no_temp_file(tmp_path: Path, capsys: pytest
     assert err == f"fedrun: warning: cache_dir: {why}; running without caching it\n"
 
 
-def _fedrun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "fedrun.cli", *SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
+def _fedrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> Any:
+    """``fedrun`` in-process (the console script's code path) in ``tmp_path``: (exit code, stderr)."""
+    monkeypatch.chdir(tmp_path)
+    code = main_exit_code(monkeypatch, ["fedrun", *SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}"])
+    return code, capsys.readouterr().err
 
 
-def test_cli_cache_dir_dev_null_is_exit_2_naming_it(tmp_path: Path) -> None:
-    r = _fedrun(tmp_path, "cache_dir=/dev/null")
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("fedrun: error: cache_dir: /dev/null is not a directory") and r.stderr.count("\n") == 1
+def test_cli_cache_dir_dev_null_is_exit_2_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    code, err = _fedrun(tmp_path, monkeypatch, capsys, "cache_dir=/dev/null")
+    assert code == 2, err
+    assert err.startswith("fedrun: error: cache_dir: /dev/null is not a directory") and err.count("\n") == 1
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".hydra", "error.txt"]
 
 
-def test_cli_unwritable_cache_dir_warns_once_and_the_run_completes(tmp_path: Path) -> None:
-    r = _fedrun(tmp_path, "cache_dir=/proc", "output.quiet=true")
-    assert r.returncode == 0, r.stderr
-    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("fedrun: warning: cache_dir")]
-    assert len(warnings) == 1 and "Traceback" not in r.stderr
+def test_cli_unwritable_cache_dir_warns_once_and_the_run_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    code, err = _fedrun(tmp_path, monkeypatch, capsys, "cache_dir=/proc", "output.quiet=true")
+    assert code == 0, err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("fedrun: warning: cache_dir")]
+    assert len(warnings) == 1 and "Traceback" not in err
     assert '"status": "completed"' in (tmp_path / "run" / "summary.json").read_text()

@@ -31,6 +31,7 @@ from fedrun.system.servers.base import AsyncServer, staleness_weight
 from fedrun.system.servers.fedbuff import FedBuff, buffer_weights
 from fedrun.system.servers.queue import Event, EventQueue
 from fedrun.system.settings import ASYNC_KEYS
+from tests.conftest import refused_in_one_line
 from tests.run.run_util import killed_then_resumed, metrics, run_in
 
 SMALL = (
@@ -343,12 +344,10 @@ def test_bad_settings_are_refused_in_one_line(
 
 @pytest.mark.parametrize("method", ["scaffold", "fednova"])
 def test_a_server_step_that_is_not_an_average_is_refused(
-    run_cli: Callable[..., Any], tmp_path: Path, method: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, method: str
 ) -> None:
-    proc = run_cli(*SMALL, f"algorithm={method}", "system.server=fedbuff", "system.buffer=2")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "system.server: fedbuff replaces the server step" in proc.stderr
-    assert not (tmp_path / "run" / "metrics.csv").exists()
+    args = [*SMALL, f"algorithm={method}", "system.server=fedbuff", "system.buffer=2", f"cache_dir={tmp_path / 'c'}"]
+    refused_in_one_line(tmp_path, monkeypatch, capsys, args, "system.server: fedbuff replaces the server step")
 
 
 def test_a_model_with_buffers_is_refused(make_spec: Callable[..., RunSpec]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from fedrun.config.schema import RunSpec
 from fedrun.core.errors import ConfigError
 from fedrun.run.loop import run
+from tests.conftest import main_exit_code
 from tests.run.run_util import killed_then_resumed, run_in
 
 TRACE = Path(__file__).with_name("sample_trace.json")
@@ -98,13 +98,18 @@ def test_a_trace_runs_and_bad_input_is_refused(tmp_path: Path, make_spec: Callab
         make_spec(*SMALL, "fl.local_epochs=1", "system.stragglers=0.2")
 
 
-def test_cli_refuses_bad_rates_and_traces_in_one_line(run_cli: Callable[..., Any], tmp_path: Path) -> None:
-    proc = run_cli("system.dropout=-0.1", "hardware.threads=1")
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == "fedrun: error: system.dropout: must be in [0.0, 1.0], got -0.1"
-    proc = run_cli(*SMALL, "fl.clients=5", "system.devices=trace", f"system.trace={TRACE}")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "system.trace:" in proc.stderr and "client '5' is not one of this run's clients 0..4" in proc.stderr
+def test_cli_refuses_bad_rates_and_traces_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)  # ``fedrun`` in-process (the console script's code path): exit code and stderr
+    where = [f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"]
+    assert main_exit_code(monkeypatch, ["fedrun", "system.dropout=-0.1", "hardware.threads=1", *where]) == 2
+    assert capsys.readouterr().err.strip() == "fedrun: error: system.dropout: must be in [0.0, 1.0], got -0.1"
+    argv = ["fedrun", *SMALL, "fl.clients=5", "system.devices=trace", f"system.trace={TRACE}", *where]
+    assert main_exit_code(monkeypatch, argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "system.trace:" in err and "client '5' is not one of this run's clients 0..4" in err
     assert not (tmp_path / "run" / "metrics.csv").exists()
 
 
