@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -101,15 +101,34 @@ def make_spec(tmp_path: Path) -> Callable[..., RunSpec]:
     return _make
 
 
-@pytest.fixture
-def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """Run ``fedrun`` in a subprocess with its run dir at tmp_path/run (or a sweep dir for -m)."""
+@pytest.fixture(scope="session")
+def cli_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
+    """A fork server (tests/forkserver.py) for :func:`run_cli`, started once per worker on first use: each command is
+    still a process of its own, forked from one that imported fedrun, torch and Hydra once, instead of a fresh
+    interpreter that imports them again (~1.7 s each). Its socket, or None where it did not come up."""
+    from tests import forkserver
 
-    def _run(*args: str, run_dir: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    base = tmp_path_factory.mktemp("cli-forkserver")
+    with forkserver.started({**os.environ, "PYTHONPATH": str(REPO)}, base, base / "log") as sock:
+        yield sock
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path, cli_fork_server: str | None) -> Callable[..., subprocess.CompletedProcess]:
+    """Run ``fedrun`` in a process of its own with its run dir at tmp_path/run (or a sweep dir for -m): forked from
+    :func:`cli_fork_server`, or a fresh interpreter where the server declines (an environment the test changed,
+    other signals ignored) or with ``fresh=True`` (what only a new interpreter shows: its own hash seed...)."""
+    from tests import forkserver
+
+    def _run(
+        *args: str, run_dir: Path | None = None, timeout: int = 300, fresh: bool = False
+    ) -> subprocess.CompletedProcess:
         run_dir = run_dir or tmp_path / "run"
         extra = [f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        return subprocess.run(
+        sock = None if fresh else cli_fork_server
+        forked = forkserver.forked_run(sock, "fedrun.cli", [*args, *extra], tmp_path, env, timeout=timeout)
+        return forked or subprocess.run(
             [sys.executable, "-m", "fedrun.cli", *args, *extra],
             capture_output=True,
             text=True,

@@ -95,8 +95,9 @@ def test_same_config_and_seed_give_identical_metrics(run_cli, tmp_path: Path) ->
     # engine and threads pinned, as the README says for bit-identical reruns: measured, they follow the load
     args = (*SMALL, "fl.participation=0.6", "fl.momentum=0.5", "hardware.engine=sequential", "hardware.threads=1")
     a, b = tmp_path / "a", tmp_path / "b"
-    assert run_cli(*args, run_dir=a).returncode == 0
-    assert run_cli(*args, run_dir=b).returncode == 0
+    # two fresh interpreters (each its own hash seed, nothing imported before): forked ones could share a state
+    assert run_cli(*args, run_dir=a, fresh=True).returncode == 0
+    assert run_cli(*args, run_dir=b, fresh=True).returncode == 0
     ma, mb = pd.read_csv(a / "metrics.csv"), pd.read_csv(b / "metrics.csv")
     pd.testing.assert_frame_equal(ma.drop(columns=TIMING), mb.drop(columns=TIMING), check_exact=True)
     c = tmp_path / "c"

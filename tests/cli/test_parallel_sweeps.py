@@ -22,11 +22,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedrun.cli import parallel_launch
+from fedrun.cli import hydra_patches, parallel_launch
 from fedrun.config.schema import RunSpec
 from fedrun.run.sweep_index import read_index
 from tests.cli.test_stacked_sweeps import TINY, jobs, sweep
-from tests.conftest import REPO
+from tests.conftest import REPO, main_exit_code
 from tests.dispositions import foreground
 from tests.pause_worker import RELEASE
 
@@ -122,9 +122,26 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=foreground)  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
+    """The metrics of the 3-round sweep run through in one process: what each stopped sweep must resume to (read
+    only, so both ways of stopping share it)."""
+    base = tmp_path_factory.mktemp("whole")
+    restore = hydra_patches.saved()  # set up before the test's own _unchecked_composition: put back here
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(base)
+        assert sweep(mp, base / "whole", "fl.rounds=3", *LONE, "hardware.parallel=off") == 0
+    restore()
+    return jobs(base / "whole")
+
+
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
 def test_a_stopped_side_by_side_sweep_resumes_every_job_to_the_uninterrupted_metrics(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, how: signal.Signals
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    uninterrupted: dict[str, pd.DataFrame],
+    how: signal.Signals,
 ) -> None:
     folder = tmp_path / "sweep"
     args = ["-m", *TINY, "fl.rounds=3", *LONE, "hardware.parallel=2", f"hydra.sweep.dir={folder}",
@@ -142,16 +159,14 @@ def test_a_stopped_side_by_side_sweep_resumes_every_job_to_the_uninterrupted_met
         assert shlex.split(line.split("resume the sweep with: ", 1)[1])[-1] == f"hydra.sweep.dir={folder}"
     status = lambda n: json.loads((folder / n / "summary.json").read_text())["status"]  # noqa: E731
     _wait_for(lambda: {status(n) for n in names} == {"interrupted"}, "a job was left running")  # (its worker's end)
-    resumed = subprocess.run([sys.executable, "-m", "fedrun.cli", *args], cwd=tmp_path, text=True, timeout=900,
-                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr
-    assert "side by side: jobs 1-3 run in 2 processes" in resumed.stdout
-    monkeypatch.chdir(tmp_path)
-    assert sweep(monkeypatch, tmp_path / "whole", "fl.rounds=3", *LONE, "hardware.parallel=off") == 0
-    whole = jobs(tmp_path / "whole")
-    assert sorted(jobs(folder)) == sorted(whole) and len(whole) == 3
-    for name, frame in whole.items():
-        pd.testing.assert_frame_equal(jobs(folder)[name], frame, check_exact=True)
+    monkeypatch.chdir(tmp_path)  # the same command resumes it (in this process: its workers are processes still)
+    capsys.readouterr()
+    assert main_exit_code(monkeypatch, ["fedrun", *args]) == 0
+    assert "side by side: jobs 1-3 run in 2 processes" in capsys.readouterr().out
+    resumed = jobs(folder)
+    assert sorted(resumed) == sorted(uninterrupted) and len(uninterrupted) == 3
+    for name, frame in uninterrupted.items():
+        pd.testing.assert_frame_equal(resumed[name], frame, check_exact=True)
 
 
 def test_a_worker_that_dies_costs_its_job_only_and_the_sweep_says_so(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from fedrun.cli import hydra_patches
 from fedrun.run.sweep_index import read_index
 from fedrun.storage.atomic import TIMING_COLUMNS
 from tests.conftest import REPO, main_exit_code
@@ -129,9 +130,26 @@ def _stopped_sweep(tmp_path: Path, how: signal.Signals) -> tuple[Path, subproces
     return folder, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
+    """The metrics of the 4-round stacked sweep run through: what each stopped one must resume to (read only, so
+    both ways of stopping share it)."""
+    base = tmp_path_factory.mktemp("whole")
+    restore = hydra_patches.saved()  # set up before the test's own _unchecked_composition: put back here
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(base)
+        assert sweep(mp, base / "whole", "fl.rounds=4", "seed=0,1,2") == 0
+    restore()
+    return jobs(base / "whole")
+
+
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
 def test_a_stopped_stacked_sweep_resumes_every_job_to_the_uninterrupted_metrics(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, how: signal.Signals
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    uninterrupted: dict[str, pd.DataFrame],
+    how: signal.Signals,
 ) -> None:
     folder, ended = _stopped_sweep(tmp_path, how)
     names = sorted(read_index(folder))
@@ -145,14 +163,11 @@ def test_a_stopped_stacked_sweep_resumes_every_job_to_the_uninterrupted_metrics(
         command = shlex.split(line.split("resume the sweep with: ", 1)[1])[1:]
     else:
         command = ["-m", *TINY, "fl.rounds=4", "seed=0,1,2", f"hydra.sweep.dir={folder}"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "fedrun.cli", *command, f"cache_dir={tmp_path / 'cache'}"],
-                          cwd=tmp_path, env=env, text=True, capture_output=True, timeout=900)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "stack 1: jobs 1-3 train together" in done.stdout
-    monkeypatch.chdir(tmp_path)
-    assert sweep(monkeypatch, tmp_path / "whole", "fl.rounds=4", "seed=0,1,2") == 0
-    resumed, whole = jobs(folder), jobs(tmp_path / "whole")
-    assert sorted(resumed) == sorted(whole) and len(whole) == 3
-    for name, frame in whole.items():
+    monkeypatch.chdir(tmp_path)  # the command resumes the sweep (in this process: what it runs is the same)
+    capsys.readouterr()
+    assert main_exit_code(monkeypatch, ["fedrun", *command, f"cache_dir={tmp_path / 'cache'}"]) == 0
+    assert "stack 1: jobs 1-3 train together" in capsys.readouterr().out
+    resumed = jobs(folder)
+    assert sorted(resumed) == sorted(uninterrupted) and len(uninterrupted) == 3
+    for name, frame in uninterrupted.items():
         pd.testing.assert_frame_equal(resumed[name], frame, check_exact=True)

@@ -79,7 +79,7 @@ def test_a_sweep_grows_by_its_new_jobs_only_and_the_report_sees_each_config_once
     assert len(runs) == 4 and runs.groupby(["algorithm", "seed"]).size().tolist() == [1, 1, 1, 1]
 
 
-def test_ctrl_c_stops_a_sweep(tmp_path: Path) -> None:
+def test_ctrl_c_stops_a_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """Ctrl-C in job 0 ends the sweep (exit 130, one line); before, the next job started and the sweep exited 0."""
     sweep = tmp_path / "sweep"
     long = [*TINY, "fl.rounds=6", "checkpoint.every=1"]  # job 0 pauses in round 2 until the signal (pause_worker)
@@ -100,14 +100,15 @@ def test_ctrl_c_stops_a_sweep(tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert json.loads((job0 / "summary.json").read_text())["status"] == "interrupted"
     assert list(read_index(sweep)) == [job0.name]  # job 1 never started
-    # the printed command, pasted in another folder, finishes the sweep: job 0 resumed, job 1 run
+    # the printed command, pasted in another folder, finishes the sweep: job 0 resumed, job 1 run (in this process:
+    # the stop above was the process's part)
     pasted = shlex.split(line.split("resume the sweep with: ", 1)[1])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = subprocess.run([sys.executable, "-m", "fedrun.cli", *pasted[1:]], cwd=elsewhere, env=env, text=True,
-                          capture_output=True, timeout=900)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "resuming after round" in done.stdout + done.stderr
+    monkeypatch.chdir(elsewhere)
+    assert main_exit_code(monkeypatch, pasted) == 0
+    done = capsys.readouterr()
+    assert "resuming after round" in done.out + done.err
     assert (
         sorted(read_index(sweep)) == sorted(p.name for p in sweep.iterdir() if p.is_dir())
         and len(read_index(sweep)) == 2

@@ -10,14 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from fedrun.cli import main as cli
-from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.engines.sequential import SequentialEngine
 from fedrun.host.interrupts import SIGNALS, Interrupted, interrupts, loading
 from fedrun.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
@@ -31,9 +30,21 @@ from tests.run.test_resume import SMALL, _metrics, _summary
 BETWEEN = [*(a for a in SMALL if not a.startswith("checkpoint.every")), "fl.rounds=10", "checkpoint.every=5"]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    """The metrics of the run of :data:`BETWEEN` run through (make_spec's settings): what each interrupted run must
+    resume to (read only, so the three signals share it)."""
+    base = tmp_path_factory.mktemp("reference")
+    quiet = ["output.quiet=true", "output.plots=false", f"cache_dir={base / 'cache'}"]
+    reference = base / "run"
+    reference.mkdir()
+    run(validate(compose_cfg([*quiet, *BETWEEN])), reference)
+    return _metrics(reference)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_mid_run_ends_it_as_interrupted_and_a_rerun_resumes_exactly(
-    tmp_path: Path, make_spec: Callable[..., RunSpec], sig: signal.Signals
+    tmp_path: Path, uninterrupted: pd.DataFrame, sig: signal.Signals
 ) -> None:
     """The signal lands in the middle of round 8 (trained and aggregated, not yet recorded): the checkpoint then
     holds round 7, and the printed command resumes from it to the uninterrupted run's metrics."""
@@ -54,10 +65,7 @@ def test_a_signal_mid_run_ends_it_as_interrupted_and_a_rerun_resumes_exactly(
 
     cli.resume(run_dir, [])
     assert _summary(run_dir)["status"] == "completed" and _summary(run_dir)["resumed_from_round"] == 7
-    reference = tmp_path / "reference"
-    reference.mkdir()
-    run(make_spec(*BETWEEN), reference)
-    pd.testing.assert_frame_equal(_metrics(run_dir), _metrics(reference), check_exact=True)
+    pd.testing.assert_frame_equal(_metrics(run_dir), uninterrupted, check_exact=True)
 
 
 def _popen(args: list[str], tmp_path: Path, stderr: Path, pause: str) -> subprocess.Popen:
