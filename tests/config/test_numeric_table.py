@@ -17,6 +17,7 @@ import torch
 
 from fedrun.config.validate import FLOAT_MAX
 from fedrun.core.errors import ConfigError
+from tests.conftest import main_exit_code
 
 # (overrides, the field the one-line error names, a piece of the valid range it states)
 REFUSED = [
@@ -114,11 +115,16 @@ def test_float_max_is_torch_finfo() -> None:
     assert FLOAT_MAX == {name: torch.finfo(dt).max for name, dt in dtypes.items()}
 
 
-def test_huge_lr_is_one_line_exit_2(run_cli: Callable, tmp_path: Path) -> None:
+def test_huge_lr_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The red team's case end to end: ``fl.lr=1e308`` crashed the first step with a traceback file (exit 1)."""
-    res = run_cli("experiment=smoke", "output.quiet=true", "output.plots=false", "fl.rounds=1", "fl.lr=1e308")
-    assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("fedrun: error: "), res.stderr
+    monkeypatch.chdir(tmp_path)  # `fedrun` through its console script's code path, in this process
+    argv = ["fedrun", "experiment=smoke", "output.quiet=true", "output.plots=false", "fl.rounds=1", "fl.lr=1e308"]
+    code = main_exit_code(monkeypatch, [*argv, f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"])
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedrun: error: "), stderr
     assert re.search(r"(?<![\w.])fl\.lr\b", lines[0]) and "<= 1.84e+19" in lines[0], lines[0]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".hydra", "error.txt"]

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -171,20 +169,17 @@ def test_changing_a_default_changes_what_fedrun_cfg_job_prints(
     }
 
 
-def test_a_wrong_type_is_refused_while_composing_also_for_cfg_job(tmp_path: Path) -> None:
+def test_a_wrong_type_is_refused_while_composing_also_for_cfg_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--cfg job`` composes only; a wrong type or an unknown key of a component is refused there too."""
+    monkeypatch.chdir(tmp_path)  # `fedrun` through its console script's code path, in this process
     for override, field in (("algorithm.mu=abc", "algorithm.mu"), ("algorithm.bogus=1", "algorithm.bogus")):
-        res = subprocess.run(
-            [sys.executable, "-m", "fedrun.cli", "--cfg", "job", "algorithm=fedprox", override],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
-        )
-        assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
-        lines = res.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"fedrun: error: {field}: "), res.stderr
+        code = main_exit_code(monkeypatch, ["fedrun", "--cfg", "job", "algorithm=fedprox", override])
+        out = capsys.readouterr()
+        assert code == 2, out.out[-2000:] + out.err[-2000:]
+        lines = out.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"fedrun: error: {field}: "), out.err
     ok = compose_cfg(["algorithm=fedprox", "algorithm.mu=0.1"])
     assert ok.algorithm.mu == 0.1 and ok.algorithm.name == "fedprox"
 

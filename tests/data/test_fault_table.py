@@ -13,8 +13,6 @@ import json
 import os
 import pickle
 import struct
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +34,8 @@ from fedrun.data.sources.mnist import MNISTParams, load_mnist
 from fedrun.data.sources.pacs import PACSParams, load_pacs
 from fedrun.data.sources.shakespeare import ShakespeareParams, load_shakespeare
 from fedrun.engines import auto, auto_budget
+from tests.conftest import main_exit_code
 
-REPO = Path(__file__).resolve().parents[2]
 IDX_STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 CODES = {np.uint8: 0x08, np.int8: 0x09, np.int16: 0x0B, np.int32: 0x0C, np.float32: 0x0D}
 
@@ -373,20 +371,16 @@ def test_a_gzip_is_read_no_further_than_its_format_allows(
     assert CountingGzip.total <= 16 + 12 + 1
 
 
-def test_a_damaged_data_file_through_the_cli_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_a_damaged_data_file_through_the_cli_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = cifar(tmp_path / "data", cifar_batch(data=None))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = ["data=cifar10", f"data.root={tmp_path / 'data'}", "data.verify=false"]
-    r = subprocess.run(
-        [sys.executable, "-m", "fedrun.cli", *args, f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'c'}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith(f"fedrun: error: {bad}: not a CIFAR batch") and r.stderr.count("\n") == 1
+    monkeypatch.chdir(tmp_path)  # `fedrun` through its console script's code path, in this process
+    args = ["fedrun", "data=cifar10", f"data.root={tmp_path / 'data'}", "data.verify=false"]
+    code = main_exit_code(monkeypatch, [*args, f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'c'}"])
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    assert stderr.startswith(f"fedrun: error: {bad}: not a CIFAR batch") and stderr.count("\n") == 1
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".hydra", "error.txt"]
 
 

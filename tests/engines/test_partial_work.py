@@ -84,7 +84,8 @@ def test_zero_budget_uploads_the_broadcast_model(make_spec: Callable[..., RunSpe
         assert not all(torch.equal(res.uploads["params"][k][1], params[k]) for k in params)
 
 
-def test_ray_equals_vectorised_on_budgets_exactly(make_spec: Callable[..., RunSpec]) -> None:
+@pytest.mark.xdist_group("ray")  # with the other Ray tests: one worker, one cluster at a time
+def test_ray_equals_vectorised_on_budgets_exactly(make_spec: Callable[..., RunSpec], local_cluster: None) -> None:
     pytest.importorskip("ray")
     from fedrun.engines.ray_engine import RayEngine
 

@@ -35,6 +35,7 @@ from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from tests.conftest import REPO, compose_cfg
+from tests.engines.conftest import leave_local_cluster
 from tests.engines.test_ray_engine import RAY, RUN, ray_workers_not_niced  # noqa: F401 - the module's fixture
 from tests.engines.test_vectorised_engine import SMALL
 from tests.run.run_util import metrics, run_in
@@ -57,6 +58,7 @@ def ray_args(cluster: Cluster, *extra: str) -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """A head with no CPU (no actor lands beside the driver's Ray processes) and two worker nodes of 1 CPU."""
+    leave_local_cluster()  # the engines join this cluster, not the Ray instance the tests before may have left up
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     try:
         for _ in range(2):

@@ -21,6 +21,7 @@ from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
+from tests.engines.conftest import leave_local_cluster
 from tests.engines.test_vectorised_engine import SMALL
 
 ray = pytest.importorskip("ray")  # the dist extra
@@ -141,6 +142,7 @@ def test_default_actor_count_fills_the_cluster(make_spec: Callable[..., RunSpec]
 def test_two_actors_equal_the_vectorised_engine_exactly(
     make_spec: Callable[..., RunSpec], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    leave_local_cluster()  # no Ray up: the engine starts its own cluster, and must end it
     spec = make_spec(*RUN, "fl.participation=0.8")
     exp = build_experiment(spec)
     fl, algo = spec.fl, exp.algorithm
@@ -172,17 +174,6 @@ def test_two_actors_equal_the_vectorised_engine_exactly(
     engine.close()  # idempotent
     assert not ray.is_initialized()
     assert wait_gone(seen[0]) == set()
-
-
-@pytest.fixture(scope="module")
-def local_cluster() -> Iterator[None]:
-    """A Ray cluster the tests own, started once for the module (an engine must kill its actors in it, and leave
-    it running). The tests before its first use (an engine that starts and ends its own cluster) run first."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def stop_in_round_2(exc: type[BaseException]) -> Callable[..., object]:

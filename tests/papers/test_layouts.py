@@ -14,6 +14,7 @@ from fedrun.papers.captions import layout_caption, layout_direction
 from fedrun.papers.layouts import base_method, render
 from fedrun.report.collect import load_runs
 from fedrun.report.select import select_best
+from tests.conftest import main_exit_code
 from tests.report.fake_runs import fake_run
 
 
@@ -128,21 +129,13 @@ def test_fedsam_client_spread_and_rounds_with_missing_keys() -> None:
     assert (t.loc["FedAvg", "Validation"], t.loc["FedAvg", "Round"]) == ("-", "-")
 
 
-def test_fedsam_validation_cell_from_a_real_run(run_cli, tmp_path) -> None:
+def test_fedsam_validation_cell_from_a_real_run(tmp_path, monkeypatch) -> None:
     """The runner's summary of an eval.client_acc run renders as "mean (std)" of its last evaluated round."""
     run = tmp_path / "run"
-    r = run_cli(
-        "algorithm=fedsam",
-        "eval.client_acc=true",
-        "eval.train_acc=true",
-        "data.max_train_samples=600",
-        "data.max_test_samples=300",
-        "fl.clients=4",
-        "fl.rounds=2",
-        "++tags.method=FedSAM",
-        run_dir=run,
-    )
-    assert r.returncode == 0, r.stderr
+    monkeypatch.chdir(tmp_path)  # a real `fedrun` run, in this process
+    argv = ["fedrun", "algorithm=fedsam", "eval.client_acc=true", "eval.train_acc=true", "data.max_train_samples=600"]
+    argv += ["data.max_test_samples=300", "fl.clients=4", "fl.rounds=2", "++tags.method=FedSAM"]
+    assert main_exit_code(monkeypatch, [*argv, f"hydra.run.dir={run}", f"cache_dir={tmp_path / 'cache'}"]) == 0
     last = pd.read_csv(run / "metrics.csv").iloc[-1]
     t = render("fedsam", load_runs([run]), ["tags.method"], [])
     mean, std = 100 * last["client_acc_mean"], 100 * last["client_acc_std"]

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from fedrun.cli import reproduce
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -52,13 +56,10 @@ def test_fedcos_table2_smoke_prints_the_gain_layout(tmp_path: Path) -> None:
     assert r.stdout.rstrip().splitlines()[-1].startswith("scorecard: not compared; -smoke runs are shrunk")
 
 
-def test_dry_run_and_unknown_target() -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    script = [sys.executable, "-m", "fedrun.cli.reproduce"]
-    r = subprocess.run(
-        [*script, "run", "fedsam-table2", "--dry-run"], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.count("\nfedrun -m ") + r.stdout.startswith("fedrun -m ") == 7 and "--layout fedsam" in r.stdout
-    bad = subprocess.run([*script, "run", "nope"], capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and "unknown target" in bad.stderr
+def test_dry_run_and_unknown_target(capsys: pytest.CaptureFixture[str]) -> None:
+    # the command's main() in this process (the run above goes through `python -m`)
+    code = reproduce.main(["run", "fedsam-table2", "--dry-run"])
+    r = capsys.readouterr()
+    assert code == 0, r.err
+    assert r.out.count("\nfedrun -m ") + r.out.startswith("fedrun -m ") == 7 and "--layout fedsam" in r.out
+    assert reproduce.main(["run", "nope"]) == 2 and "unknown target" in capsys.readouterr().err

@@ -5,15 +5,30 @@ from __future__ import annotations
 import copy
 import re
 
+import pytest
+
 from fedrun.papers import reproduction
 from fedrun.papers.scorecard import load_evidence
 from tests.conftest import REPO
 
+# the scorecards behind the status line and the pages take seconds each: computed once for the module
 
-def test_the_readmes_status_line_is_what_the_evidence_records_give_now() -> None:
-    line = reproduction.status_line()
+
+@pytest.fixture(scope="module")
+def status() -> str:
+    """The status line of the shipped evidence records (``status_line()``'s default)."""
+    return reproduction.status_line()
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    """Every generated documentation page, from the shipped evidence records (``doc_pages()``'s default)."""
+    return reproduction.doc_pages()
+
+
+def test_the_readmes_status_line_is_what_the_evidence_records_give_now(status: str) -> None:
     readme = (REPO / "README.md").read_text().splitlines()
-    assert line in readme, f"README.md's status line is stale; paste this line:\n{line}"
+    assert status in readme, f"README.md's status line is stale; paste this line:\n{status}"
 
 
 def test_the_status_counts_follow_the_records() -> None:
@@ -34,7 +49,7 @@ def test_the_status_counts_follow_the_records() -> None:
     assert f"{measured2} paper cells" in reproduction.status_line([*records, far])
 
 
-def test_the_status_counts_the_claims_as_the_scorecard_judges_them() -> None:
+def test_the_status_counts_the_claims_as_the_scorecard_judges_them(status: str) -> None:
     # FedLAW Table 3's alpha=0.1 column: FedLAW over FedAvg is -0.15 ± 0.27 on seeds 8-10 (not resolved), over
     # FedProx +0.90 ± 0.16 (resolved, reproduced); one seed never resolves (FedCos Table II's seed-0 rows)
     records = load_evidence()
@@ -42,7 +57,7 @@ def test_the_status_counts_the_claims_as_the_scorecard_judges_them() -> None:
     assert (
         yes >= 1
         and unresolved >= 1
-        and f"{yes} reproduced, {no} not, {unresolved} not resolved" in (reproduction.status_line(records))
+        and f"{yes} reproduced, {no} not, {unresolved} not resolved" in status  # status_line(load_evidence())
     )
     one_seed = [r for r in records if r["target"] == "fedcos-table2"]
     assert one_seed and reproduction.claim_counts(one_seed)[:2] == (0, 0)
@@ -50,9 +65,11 @@ def test_the_status_counts_the_claims_as_the_scorecard_judges_them() -> None:
     assert reproduction.claim_counts([]) == (0, 0, 0)
 
 
-def test_the_page_lists_every_recorded_cell_with_its_command_commit_seeds_and_wall_time() -> None:
+def test_the_page_lists_every_recorded_cell_with_its_command_commit_seeds_and_wall_time(
+    pages: dict[str, str],
+) -> None:
     records = load_evidence()
-    page = reproduction.reproduction_page(records)
+    page = pages[reproduction.PAGE]  # doc_pages' reproduction_page(load_evidence())
     for rec in records:
         commands = rec["command"] if isinstance(rec["command"], list) else [rec["command"]]
         assert f"`{rec['preset']}`" in page and f"`{rec['commit']}`" in page
@@ -62,8 +79,7 @@ def test_the_page_lists_every_recorded_cell_with_its_command_commit_seeds_and_wa
     assert "5,201 s (seed 8)" in page  # FedLAW Table 3's FedAvg, seed 8
 
 
-def test_every_paper_has_a_page_with_its_targets_and_presets() -> None:
-    pages = reproduction.doc_pages()
+def test_every_paper_has_a_page_with_its_targets_and_presets(pages: dict[str, str]) -> None:
     fedlaw = pages["papers/fedlaw.md"]
     assert "### `fedlaw-table3`" in fedlaw and "### `fedlaw_table3_fmnist_mlp` { #fedlaw_table3_fmnist_mlp }" in fedlaw
     assert "Metric: mean test accuracy of the last 10 rounds" in fedlaw  # the preset's header comment

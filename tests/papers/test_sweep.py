@@ -12,6 +12,7 @@ import yaml
 from fedrun.cli.reproduce_sweep import expand, run_commands, split_command
 from fedrun.run.sweep_index import find_jobs, read_index
 from fedrun.storage.atomic import TIMING_COLUMNS
+from tests.conftest import main_exit_code
 
 TINY = [
     "data.max_train_samples=400",
@@ -41,10 +42,10 @@ def test_split_command_keeps_task_overrides_and_the_sweep_dir(tmp_path: Path) ->
         split_command(["seed=1"])
 
 
-def test_in_process_jobs_equal_fedrun_multirun_jobs(run_cli, tmp_path: Path) -> None:
+def test_in_process_jobs_equal_fedrun_multirun_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sweep = ["partition.alpha=100,0.1", "++tags.method='FedProx(0.1)'", *TINY, f"cache_dir={tmp_path / 'cache'}"]
-    r = run_cli("-m", *sweep, run_dir=tmp_path / "cli")
-    assert r.returncode == 0, r.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)  # `fedrun -m` through its console script's code path, in this process
+    assert main_exit_code(monkeypatch, ["fedrun", "-m", *sweep, f"hydra.sweep.dir={tmp_path / 'cli'}"]) == 0
     assert run_commands([["-m", *sweep, f"hydra.sweep.dir={tmp_path / 'inproc'}"]], log=False) == 0
     jobs = sorted(read_index(tmp_path / "cli"))  # each job's directory is named by its config: the same names
     assert len(jobs) == 2 and sorted(read_index(tmp_path / "inproc")) == jobs

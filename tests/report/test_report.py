@@ -7,23 +7,17 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.cli.report import main as report_main
+from tests.conftest import main_exit_code
 
 
-def test_report_on_a_real_multirun(run_cli, tmp_path: Path, capsys) -> None:
+def test_report_on_a_real_multirun(tmp_path: Path, capsys, monkeypatch) -> None:
     sweep = tmp_path / "sweep"
-    r = run_cli(
-        "-m",
-        "algorithm=fedavg,fedprox",
-        "seed=0,1",
-        "data.max_train_samples=1500",
-        "data.max_test_samples=500",
-        "fl.clients=3",
-        "fl.rounds=2",
-        "partition.alpha=0.1,1.0",
-        run_dir=sweep,
-    )
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.count(": completed") == 8
+    monkeypatch.chdir(tmp_path)
+    argv = ["fedrun", "-m", "algorithm=fedavg,fedprox", "seed=0,1", "data.max_train_samples=1500"]
+    argv += ["data.max_test_samples=500", "fl.clients=3", "fl.rounds=2", "partition.alpha=0.1,1.0"]
+    argv += [f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}"]
+    assert main_exit_code(monkeypatch, argv) == 0  # in-process: the sweep's runs, not its process, are reported
+    assert capsys.readouterr().out.count(": completed") == 8
     assert report_main([str(sweep), "--rows", "algorithm", "--cols", "partition.alpha", "--metric", "final"]) == 0
     out = capsys.readouterr().out
     assert "fedavg" in out and "fedprox" in out and "partition.alpha=0.1" in out and "±" in out
