@@ -41,11 +41,11 @@ except MissingExtra:
 SMALL = ("experiment=smoke", "data.max_train_samples=600", "data.max_test_samples=100", "fl.clients=6",
          "fl.participation=0.5", "model.hidden=[8]", "hardware.threads=1", "checkpoint.every=1")  # fmt: skip
 CATEGORY = "privacy-budget"
-# targets of 2: PLD's cost grows as the noise shrinks (about 0.3 s a budget at z = 3, 1 s at z = 1), and the
-# invariants hold at any target
 LEVELS = {
-    "client": ("privacy=client", "privacy.target_epsilon=2"),
-    # every client every round: the smallest client spends what the target was solved for
+    # not lower: the resumed case's adaptive clip (clip_count_stddev=1) needs z < 2
+    "client": ("privacy=client", "privacy.target_epsilon=4"),
+    # every client every round: the smallest client spends what the target was solved for. A target of 2 (z about 3):
+    # PLD's cost grows as the noise shrinks (about 0.3 s a budget at z = 3, 1 s at z = 1); the invariants hold at any
     "sample": ("privacy=sample", "privacy.target_epsilon=2", "fl.batch_size=25", "fl.participation=1.0"),
 }
 
