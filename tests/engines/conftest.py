@@ -8,31 +8,17 @@ multi-node cluster of tests/engines/test_ray_cluster.py) calls :func:`leave_loca
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-_STARTED: dict[str, Any] = {"gcs": None}  # the GCS address of the local cluster these fixtures started
-
-
-def _ours(ray: Any) -> bool:
-    """This process is connected to the local cluster :func:`local_cluster` started (not another one)."""
-    return ray.is_initialized() and ray.get_runtime_context().gcs_address == _STARTED["gcs"]
-
-
-def leave_local_cluster() -> None:
-    """Shut Ray down in this process, whichever cluster it joined: the next test starts from no Ray."""
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized():
-        ray.shutdown()
-    _STARTED["gcs"] = None
+from tests.engines.ray_local import STARTED, leave_local_cluster, ours
 
 
 @pytest.fixture(scope="session")
 def _local_cluster_at_exit() -> Iterator[None]:
     yield
     ray = pytest.importorskip("ray")
-    if _ours(ray):
+    if ours(ray):
         leave_local_cluster()
 
 
@@ -40,11 +26,11 @@ def _local_cluster_at_exit() -> Iterator[None]:
 def local_cluster(_local_cluster_at_exit: None) -> None:
     """A local Ray cluster of 2 CPUs that the test does not own: started once, reused while it is up."""
     ray = pytest.importorskip("ray")
-    if _ours(ray):
+    if ours(ray):
         return
     leave_local_cluster()
     with pytest.MonkeyPatch.context() as mp:
         # Ray's workers run at niceness 15 by default: on a shared, loaded machine they would get almost no CPU
         mp.setenv("RAY_worker_niceness", "0")
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    _STARTED["gcs"] = ray.get_runtime_context().gcs_address
+    STARTED["gcs"] = ray.get_runtime_context().gcs_address

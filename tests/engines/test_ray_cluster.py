@@ -35,7 +35,7 @@ from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
 from tests.conftest import REPO, compose_cfg
-from tests.engines.conftest import leave_local_cluster
+from tests.engines.ray_local import leave_local_cluster
 from tests.engines.test_ray_engine import RAY, RUN, ray_workers_not_niced  # noqa: F401 - the module's fixture
 from tests.engines.test_vectorised_engine import SMALL
 from tests.run.run_util import metrics, run_in

@@ -21,7 +21,7 @@ from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
-from tests.engines.conftest import leave_local_cluster
+from tests.engines.ray_local import leave_local_cluster
 from tests.engines.test_vectorised_engine import SMALL
 
 ray = pytest.importorskip("ray")  # the dist extra
