@@ -22,10 +22,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedrun.cli import hydra_patches, parallel_launch
+from fedrun.cli import parallel_launch
 from fedrun.config.schema import RunSpec
 from fedrun.run.sweep_index import read_index
-from tests.cli.test_stacked_sweeps import TINY, jobs, sweep
+from tests.cli.test_stacked_sweeps import TINY, jobs, sweep, whole_sweep
 from tests.conftest import REPO, main_exit_code
 from tests.dispositions import foreground
 from tests.pause_worker import RELEASE
@@ -126,13 +126,7 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
     """The metrics of the 3-round sweep run through in one process: what each stopped sweep must resume to (read
     only, so both ways of stopping share it)."""
-    base = tmp_path_factory.mktemp("whole")
-    restore = hydra_patches.saved()  # set up before the test's own _unchecked_composition: put back here
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(base)
-        assert sweep(mp, base / "whole", "fl.rounds=3", *LONE, "hardware.parallel=off") == 0
-    restore()
-    return jobs(base / "whole")
+    return whole_sweep(tmp_path_factory, "fl.rounds=3", *LONE, "hardware.parallel=off")
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])

@@ -134,12 +134,20 @@ def _stopped_sweep(tmp_path: Path, how: signal.Signals) -> tuple[Path, subproces
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
     """The metrics of the 4-round stacked sweep run through: what each stopped one must resume to (read only, so
     both ways of stopping share it)."""
+    return whole_sweep(tmp_path_factory, "fl.rounds=4", "seed=0,1,2")
+
+
+def whole_sweep(tmp_path_factory: pytest.TempPathFactory, *args: str) -> dict[str, pd.DataFrame]:
+    """The metrics of a sweep of ``args`` run through in this process, for a module fixture (Hydra's patches put
+    back after it, as each test's own composition expects them)."""
     base = tmp_path_factory.mktemp("whole")
-    restore = hydra_patches.saved()  # set up before the test's own _unchecked_composition: put back here
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(base)
-        assert sweep(mp, base / "whole", "fl.rounds=4", "seed=0,1,2") == 0
-    restore()
+    restore = hydra_patches.saved()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(base)
+            assert sweep(mp, base / "whole", *args) == 0
+    finally:
+        restore()
     return jobs(base / "whole")
 
 
