@@ -1,6 +1,6 @@
 """Every use fedrun makes of Hydra's private API (``hydra._internal``), in one module.
 
-Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises six private names:
+Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises seven private names:
 
 - ``hydra._internal.utils.run_and_report``: the reporter ``@hydra.main`` runs a command under; fedrun's prints
   a composition error as one line with exit code 2 and ends a failed sweep with exit code 1 (fedrun/cli/main.py);
@@ -13,7 +13,9 @@ Hydra offers no public hook for what fedrun needs, so it replaces, calls or reco
 - ``Hydra.get_help``: ``--help`` and ``--hydra-help`` list the config groups only where the help template names
   them (:func:`lazy_help_groups`; fedrun's own template lists its groups itself);
 - ``BasicLauncher.launch``: the basic launcher's sweep, through fedrun's (fedrun/cli/stack_launch.py), which trains
-  the jobs that stack together and otherwise hands the sweep back to it (:func:`launch_with`).
+  the jobs that stack together and otherwise hands the sweep back to it (:func:`launch_with`);
+- ``Hydra.get_mode``: the run mode a config sets (``hydra.mode``), read from the command line where only it can set
+  one, instead of composing the whole config a first time (:func:`mode_from_command_line`).
 
 It also reads, for fedrun's checks, what Hydra and OmegaConf keep private: the config repository of Hydra's
 loader (:func:`group_options`, :func:`group_exists`, :func:`config_exists`: compose_checks.py), a config node's
@@ -23,7 +25,7 @@ the sweep console and the failed-job count of fedrun/cli/sweeps.py, and the targ
 
 These may change in any hydra-core or omegaconf release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE`
 and tests/cli/test_hydra_patches.py fails on an installed version outside it, on a changed signature of any of the
-six, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
+seven, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
 scans imports, attributes and strings). An accessor whose private name is gone raises
 :class:`HydraInternalsChanged` instead of answering "no": a sweep's console and its failed-job count never switch
 off silently after an upgrade. Only the patching lives here; what the patches do stays with their callers.
@@ -63,6 +65,7 @@ __all__ = [
     "is_basic_sweeper",
     "is_boolean_field",
     "lazy_help_groups",
+    "mode_from_command_line",
     "raw_value",
     "hydra_record_in",
     "report_with",
@@ -75,6 +78,11 @@ HYDRA_OWN_TARGETS = ("hydra._internal.core_plugins.",)  # where Hydra's own laun
 
 # the placeholders of a help template (string.Template) that Hydra fills with its config groups
 HELP_GROUP_PLACEHOLDERS = ("APP_CONFIG_GROUPS", "HYDRA_CONFIG_GROUPS")
+
+# The config sources (Hydra's providers) whose configs never set hydra.mode: Hydra's own, fedrun's conf/ (checked by
+# tests/cli/test_hydra_patches.py) and the structured configs Hydra and its plugins register. A --config-dir
+# ("command-line") or a search-path plugin adds a source whose presets might.
+MODELESS_PROVIDERS = frozenset({"hydra", "main", "schema"})
 
 # around(loader, overrides, run_mode, compose) -> the composed config; compose() runs Hydra's own composition
 Around = Callable[[ConfigLoaderImpl, list[str], RunMode, Callable[[], DictConfig]], DictConfig]
@@ -132,6 +140,36 @@ def lazy_help_groups() -> None:
     Hydra.get_help = get_help  # type: ignore[method-assign]
 
 
+def mode_from_command_line() -> None:
+    """Have Hydra read a command's run mode without composing its config first, where it can (idempotent).
+
+    ``Hydra.get_mode`` composes the whole config (every preset, fedrun's compose checks) only to read ``hydra.mode``,
+    then the run or sweep composes it again: 0.1-0.3 CPU-s of every ``fedrun`` command. Where every config source
+    is one of :data:`MODELESS_PROVIDERS` and no override names ``hydra.mode``, nothing sets it, and the answer is
+    Hydra's for an unset mode (None: the command line's ``-m`` decides); otherwise Hydra composes as before."""
+    current = Hydra.get_mode
+    if getattr(current, "fedrun_mode", False):
+        return
+
+    def get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
+        providers = [source.provider for source in self.config_loader.get_sources()]
+        if mode_is_unset(providers, overrides):
+            return None
+        return current(self, config_name, overrides)
+
+    get_mode.fedrun_mode = True  # type: ignore[attr-defined]
+    Hydra.get_mode = get_mode  # type: ignore[method-assign]
+
+
+def mode_is_unset(providers: Sequence[str], overrides: Sequence[str]) -> bool:
+    """Whether a composition from the config sources ``providers`` with ``overrides`` leaves ``hydra.mode`` unset,
+    told without composing (False where it cannot be told: a source of other presets, an override of the mode)."""
+    if not set(providers) <= MODELESS_PROVIDERS:
+        return False
+    keys = (o.split("=", 1)[0].strip().lstrip("~+").strip() for o in overrides)
+    return not any(key in ("hydra", "hydra.mode") for key in keys)
+
+
 def _placeholders(template: str) -> set[str]:
     """The names ``string.Template(template).substitute`` reads (``Template.get_identifiers``, Python >= 3.11)."""
     found = (m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(template))
@@ -177,6 +215,7 @@ def sweep_jobs(parsed: list[Override]) -> list[list[str]]:
 def saved() -> Callable[[], None]:
     """A function that puts back every name this module replaces as it is now (tests isolate themselves)."""
     reporter, loader, get_help = hydra_utils.run_and_report, ConfigLoaderImpl.load_configuration, Hydra.get_help
+    get_mode = Hydra.get_mode
     launcher = basic_launcher()
     launch = launcher.launch
 
@@ -184,6 +223,7 @@ def saved() -> Callable[[], None]:
         hydra_utils.run_and_report = reporter
         ConfigLoaderImpl.load_configuration = loader  # type: ignore[method-assign]
         Hydra.get_help = get_help  # type: ignore[method-assign]
+        Hydra.get_mode = get_mode  # type: ignore[method-assign]
         launcher.launch = launch  # type: ignore[method-assign]
 
     return restore

@@ -113,13 +113,78 @@ def test_the_lazy_help_gives_hydras_text_and_lists_groups_only_for_a_template_na
     assert "format_config_groups" not in vars(hydra)  # the instance's stand-in is gone
 
 
+def test_the_mode_fedrun_reads_is_what_hydra_composes_for_and_passes_on() -> None:
+    empty = inspect.Parameter.empty
+    assert _params(hydra_core_hydra.Hydra.get_mode) == [("self", empty), ("config_name", empty), ("overrides", empty)]
+    # Hydra's answer is the composed hydra.mode, None where composing fails; _run_hydra hands it to _run_app
+    source = inspect.getsource(hydra_core_hydra.Hydra.get_mode)
+    assert "return cfg.hydra.mode" in source and "return None" in source
+    assert "hydra.get_mode(config_name=config_name, overrides=overrides)" in inspect.getsource(hydra_utils._run_hydra)
+
+
+@pytest.mark.parametrize(
+    ("providers", "overrides", "unset"),
+    [
+        (["hydra", "main", "schema"], ["fl.rounds=1", "algorithm=fedprox", "hydra.run.dir=x"], True),
+        (["hydra", "main", "schema"], ["hydra.mode=MULTIRUN"], False),
+        (["hydra", "main", "schema"], ["+hydra.mode=RUN"], False),
+        (["hydra", "main", "schema"], ["++hydra.mode=RUN"], False),
+        (["hydra", "main", "schema"], ["~hydra.mode"], False),
+        (["hydra", "main", "schema"], ["hydra={mode:MULTIRUN}"], False),
+        (["hydra", "main", "schema"], [" hydra.mode =RUN,MULTIRUN"], False),
+        (["hydra", "main", "command-line", "schema"], ["fl.rounds=1"], False),  # --config-dir: its presets might
+        (["hydra", "main", "schema", "my-searchpath-plugin"], [], False),
+    ],
+)
+def test_the_mode_is_told_without_composing_only_where_nothing_else_can_set_it(
+    providers: list[str], overrides: list[str], unset: bool
+) -> None:
+    assert hydra_patches.mode_is_unset(providers, overrides) is unset
+
+
+def test_no_config_of_fedrun_sets_hydra_mode() -> None:
+    """What lets mode_from_command_line skip Hydra's first composition: no preset of conf/ sets ``hydra.mode``
+    (a file's keys land at its package: ``# @package``, else its group's path; conf/config.yaml is global)."""
+    conf = REPO / "conf"
+    for path in conf.rglob("*.yaml"):
+        text = path.read_text()
+        header = next((line.split("@package", 1)[1].strip() for line in text.splitlines() if "@package" in line), None)
+        group = path.parent.relative_to(conf).as_posix().replace("/", ".")
+        package = header if header is not None else ("_global_" if group == "." else group)
+        at = [] if package == "_global_" else package.removeprefix("_global_.").split(".")
+        if at != ["hydra", "mode"][: len(at)]:
+            continue  # its keys land outside hydra (conf/privacy/*.yaml's `mode` is privacy.mode)
+        node: Any = OmegaConf.to_container(OmegaConf.create(text)) or {}
+        for key in ["hydra", "mode"][len(at) :]:
+            node = node.get(key) if isinstance(node, dict) else None
+        assert node is None, f"{path.relative_to(REPO)} sets hydra.mode"
+
+
+def test_a_mode_set_in_a_config_dir_still_decides(tmp_path: Path, run_cli: Any) -> None:
+    conf = tmp_path / "myconf" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "multi.yaml").write_text("# @package _global_\nhydra:\n  mode: MULTIRUN\n")
+    sweep = tmp_path / "sweep"
+    r = run_cli(
+        "--config-dir", str(tmp_path / "myconf"), "experiment=multi", "fl.rounds=1", "data.max_train_samples=1000",
+        "hardware.threads=1", "output.plots=false", run_dir=sweep,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (sweep / "multirun.yaml").is_file()  # a sweep of one job, as Hydra's own composition says
+
+
 def test_patches_install_once_and_are_put_back() -> None:
     original_loader, original_reporter = ConfigLoaderImpl.load_configuration, hydra_utils.run_and_report
-    original_help = hydra_core_hydra.Hydra.get_help
+    original_help, original_mode = hydra_core_hydra.Hydra.get_help, hydra_core_hydra.Hydra.get_mode
     restore = hydra_patches.saved()
     try:
         hydra_patches.lazy_help_groups()
         assert hydra_core_hydra.Hydra.get_help is not original_help
+        hydra_patches.mode_from_command_line()
+        patched_mode = hydra_core_hydra.Hydra.get_mode
+        assert patched_mode is not original_mode
+        hydra_patches.mode_from_command_line()  # idempotent
+        assert hydra_core_hydra.Hydra.get_mode is patched_mode
         compose_checks.install()
         wrapped = ConfigLoaderImpl.load_configuration
         assert wrapped is not original_loader
@@ -136,6 +201,7 @@ def test_patches_install_once_and_are_put_back() -> None:
     assert ConfigLoaderImpl.load_configuration is original_loader
     assert hydra_utils.run_and_report is original_reporter
     assert hydra_core_hydra.Hydra.get_help is original_help
+    assert hydra_core_hydra.Hydra.get_mode is original_mode
 
 
 # OmegaConf's and Hydra's private names fedrun has used or might reach for, read as attributes
