@@ -13,8 +13,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from fedrun.core.errors import ConfigError
 from fedrun.core.extras import MissingExtra
 from fedrun.privacy import accounting
+from fedrun.privacy.mechanisms.client import count_noise_refused
+from fedrun.privacy.settings import PrivacySettings
 from fedrun.run.loop import run
 from tests.conftest import main_exit_code
 from tests.privacy.test_budget_invariants import SMALL, _spent
@@ -92,3 +95,25 @@ def test_a_resumed_or_extended_run_keeps_its_z_without_solving_it(
     with pytest.raises(AssertionError, match="z solved again"):
         run(make_spec(*SMALL, *LEVELS[level], "fl.rounds=6"), tmp_path / "new")
     assert len(calls) == 1
+
+
+def test_the_preflight_refuses_a_count_noise_the_target_leaves_no_room_for_and_solves_nothing_otherwise(
+    make_spec: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adaptive clipping needs z < 2 sigma_b (Andrew et al. Thm. 1): a sigma_b the solved z is sure to break is refused
+    before any data is read, naming the z (solved for the message); one it leaves room for costs no solve."""
+    target = (*SMALL, "privacy=client", "privacy.target_epsilon=4", "privacy.adaptive_clip=true", "fl.rounds=4")
+    fl = make_spec(*SMALL, "fl.rounds=4").fl
+
+    def refused(sigma_b: float) -> bool:
+        settings = PrivacySettings(mode="client", target_epsilon=4, adaptive_clip=True, clip_count_stddev=sigma_b)
+        return count_noise_refused(settings, fl)
+
+    for sigma_b in (0.1, 0.5):  # 2 sigma_b below the smallest z tried; epsilon at z = 2 sigma_b above the target
+        assert refused(sigma_b)
+        with pytest.raises(ConfigError, match=r"privacy.clip_count_stddev: .* leaves no budget for the update at z="):
+            make_spec(*target, f"privacy.clip_count_stddev={sigma_b}")
+    calls = _no_solve(monkeypatch)
+    assert not refused(1.0)
+    make_spec(*target, "privacy.clip_count_stddev=1")  # validated (its preflight run) without a solve
+    assert calls == []
