@@ -188,11 +188,14 @@ class Privacy(Capability):
         return f"eps {summary['epsilon_final']:.3g}" if "epsilon_final" in summary else ""
 
     def start(self, run_dir: Path | None, start: int) -> None:
-        """A run longer than the rounds its noise was solved for (an extension) says so when it starts."""
+        """The noise multiplier fixed before the first round (a resume's is the checkpoint's, loaded by now; a new
+        run's solved now if nothing needed it yet); a run longer than the rounds it was solved for (an extension)
+        says so."""
         m = self.mechanism
+        z = m.z
         if m.solved_for is not None and self.run.spec.fl.rounds > m.solved_for:
             print(
-                f"fedrun: privacy: the noise (z={m.z:.6g}) was solved for privacy.target_epsilon="
+                f"fedrun: privacy: the noise (z={z:.6g}) was solved for privacy.target_epsilon="
                 f"{self.settings.target_epsilon:g} over {m.solved_for} rounds; {self.run.spec.fl.rounds} rounds spend"
                 f" epsilon {m.epsilon(self.run.spec.fl.rounds):.4g} (summary.json says so)",
                 file=sys.stderr,

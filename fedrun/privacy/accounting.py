@@ -85,6 +85,22 @@ def epsilon(q: float, z: float, steps: int, delta: float, accountant: str = "rdp
         return float(acc.get_epsilon(delta))  # type: ignore[attr-defined]
 
 
+def check_reachable(q: float, steps: int, delta: float, target: float, accountant: str = "rdp") -> None:
+    """Refuse a ``target`` epsilon that no noise multiplier up to MAX_NOISE reaches over ``steps`` (a ConfigError
+    naming ``privacy.target_epsilon``): :func:`noise_for_epsilon`'s refusals, without its search. One budget, at
+    z = MAX_NOISE (cached): what a run checks before it knows whether it will solve z at all (a resumed or extended
+    run keeps its checkpoint's, fedrun/privacy/mechanisms/base.py)."""
+    if not target > 0:
+        raise ConfigError("privacy.target_epsilon", f"must be > 0, got {target}")
+    best = epsilon(q, MAX_NOISE, steps, delta, accountant)
+    if best > target:
+        raise ConfigError(
+            "privacy.target_epsilon",
+            f"{target} is unreachable over {steps} steps at q={q:g}, delta={delta:g} ({accountant}): even noise"
+            f" multiplier {MAX_NOISE:g} gives epsilon {best:.4g}; valid: a target >= {best:.4g}, or fewer rounds",
+        )
+
+
 @functools.lru_cache(maxsize=256)
 def noise_for_epsilon(q: float, steps: int, delta: float, target: float, accountant: str = "rdp") -> float:
     """The smallest noise multiplier z in [MIN_NOISE, MAX_NOISE] whose budget after ``steps`` reaches ``target``
@@ -97,15 +113,7 @@ def noise_for_epsilon(q: float, steps: int, delta: float, target: float, account
     accountant's epsilon has a floor of log(1/delta)/(alpha_max - 1) for any noise).
     """
     dp_accounting = _library()
-    if not target > 0:
-        raise ConfigError("privacy.target_epsilon", f"must be > 0, got {target}")
-    best = epsilon(q, MAX_NOISE, steps, delta, accountant)
-    if best > target:
-        raise ConfigError(
-            "privacy.target_epsilon",
-            f"{target} is unreachable over {steps} steps at q={q:g}, delta={delta:g} ({accountant}): even noise"
-            f" multiplier {MAX_NOISE:g} gives epsilon {best:.4g}; valid: a target >= {best:.4g}, or fewer rounds",
-        )
+    check_reachable(q, steps, delta, target, accountant)
     if epsilon(q, MIN_NOISE, steps, delta, accountant) <= target:
         return MIN_NOISE
     with _quiet_absl():

@@ -8,20 +8,23 @@ round (or local step), composed over what the run did (:meth:`Mechanism.epsilon`
 
 The noise multiplier z is the run's state, not configuration: solved once for ``privacy.target_epsilon`` over
 ``fl.rounds`` when the run starts (or ``privacy.noise_multiplier``), saved in the checkpoint, and kept by a resume
-and by an extension (a longer ``fl.rounds``), whose later rounds use the same noise. So epsilon, the composition
+and by an extension (a longer ``fl.rounds``), whose later rounds use the same noise. A resumed or extended run
+therefore never solves it: :attr:`Mechanism.z` is solved when first needed, and a checkpoint sets it before then
+(the search takes seconds, PLD's tens of seconds, for a z the resume would discard). So epsilon, the composition
 of the noise every round used, never decreases within a run; an extension past the rounds z was solved for spends
 more than the target, and the summary says so (``extended_past_target``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import torch
 
 from fedrun.algorithms.base import Algorithm
 from fedrun.core.tree import Tree
-from fedrun.privacy.accounting import noise_for_epsilon
+from fedrun.privacy.accounting import check_reachable, noise_for_epsilon
 from fedrun.privacy.registries import MECHANISMS as MECHANISMS
 from fedrun.privacy.settings import PrivacySettings
 
@@ -37,7 +40,23 @@ class Mechanism:
         self.run = run
         self.fl = run.spec.fl
         self.seed: int = run.spec.seed
-        self.z, self.solved_for = self.noise()
+        self._z: float | None = None  # :attr:`z`: the checkpoint's, or solved when first needed
+        self.solved_for: int | None = None if settings.target_epsilon is None else self.fl.rounds
+        if settings.target_epsilon is not None:  # a target no noise reaches: refused now, not when z is first needed
+            q, steps = self.budget()
+            check_reachable(q, steps, settings.delta, settings.target_epsilon, settings.accountant)
+
+    @property
+    def z(self) -> float:
+        """The noise multiplier of every round: the checkpoint's (:meth:`load_state_dict`, on a resume or an
+        extension), else :meth:`noise`'s, solved here when first needed, once."""
+        if self._z is None:
+            self._z, self.solved_for = self.noise()
+        return self._z
+
+    @z.setter
+    def z(self, value: float) -> None:
+        self._z = value
 
     # -- what a mechanism defines
     @classmethod
@@ -89,12 +108,17 @@ class Mechanism:
         return noise_for_epsilon(q, steps, s.delta, s.target_epsilon, s.accountant), self.fl.rounds
 
     def state_dict(self) -> Tree:
-        solved = self.solved_for or 0
-        return {"noise_multiplier": torch.tensor(self.z, dtype=torch.float64), "solved_for": torch.tensor(solved)}
+        """z and the rounds it was solved for. z is NaN while not yet needed: the fresh state a resume checks its
+        checkpoint's shapes against is taken before the checkpoint's z is loaded, and must not solve one. (Every
+        round needs z, and the privacy capability's ``start`` fixes it before the first: no saved state holds NaN.)"""
+        z, solved = math.nan if self._z is None else self._z, self.solved_for or 0
+        return {"noise_multiplier": torch.tensor(z, dtype=torch.float64), "solved_for": torch.tensor(solved)}
 
     def load_state_dict(self, tree: Tree) -> None:
-        """The z the earlier rounds of this run used: every later round keeps it."""
-        self.z = float(tree["noise_multiplier"])
+        """The z the earlier rounds of this run used: every later round keeps it (NaN: not yet known, see
+        :meth:`state_dict`)."""
+        z = float(tree["noise_multiplier"])
+        self._z = None if math.isnan(z) else z
         self.solved_for = int(tree["solved_for"]) or None
 
     def record(self) -> dict[str, Any]:

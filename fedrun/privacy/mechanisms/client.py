@@ -12,6 +12,7 @@ one Poisson-subsampled Gaussian (q, z) per round.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ import torch
 
 from fedrun.core.errors import ConfigError
 from fedrun.core.tree import Tree
-from fedrun.privacy.accounting import noise_for_epsilon
+from fedrun.privacy.accounting import MIN_NOISE, check_reachable, epsilon, noise_for_epsilon
 from fedrun.privacy.client import ClientDP
 from fedrun.privacy.mechanisms.base import MECHANISMS, Mechanism
 from fedrun.privacy.settings import PrivacySettings
@@ -32,8 +33,13 @@ class DPFedAvg(UploadStage):
     name = "dp_fedavg"
     order: ClassVar[int] = 200
 
-    def __init__(self, dp: ClientDP) -> None:
-        self.dp = dp
+    def __init__(self, dp: ClientDP | ClientLevel) -> None:
+        self.source = dp
+
+    @property
+    def dp(self) -> ClientDP:
+        """The server side it runs: a mechanism's is built when first used, once its z is known."""
+        return self.source if isinstance(self.source, ClientDP) else self.source.dp
 
     def apply(
         self, delta: torch.Tensor, state: torch.Tensor | None, ctx: UploadContext
@@ -56,6 +62,19 @@ def solved(settings: PrivacySettings, fl: Any, seed: int) -> ClientDP:
     return ClientDP(settings, fl, seed, z, settings.clip)
 
 
+def count_noise_refused(settings: PrivacySettings, fl: Any) -> bool:
+    """Whether the z that :func:`solved` finds for ``target_epsilon`` is sure to leave nothing for the update under
+    adaptive clipping (Andrew et al. 2021 Thm. 1 needs z < 2 sigma_b), known without the search: the budget at
+    z = 2 sigma_b already exceeds the target (epsilon falls as z grows), or 2 sigma_b is below the smallest z tried."""
+    sigma_b = ClientDP(settings, fl, 0, 0.0, settings.clip).count_stddev  # (z = 0: sigma_b needs no z)
+    if settings.target_epsilon is None or sigma_b is None:
+        return False
+    if 2 * sigma_b <= MIN_NOISE:
+        return True
+    q = ClientDP.rate(settings, fl)
+    return epsilon(q, 2 * sigma_b, fl.rounds, settings.delta, settings.accountant) > settings.target_epsilon
+
+
 @MECHANISMS.register("client")
 class ClientLevel(Mechanism):
     """DP-FedAvg: the unit is one client's whole data; its clip S is state (adaptive clipping changes it)."""
@@ -63,9 +82,11 @@ class ClientLevel(Mechanism):
     title: ClassVar[str] = "DP-FedAvg"
     unit: ClassVar[str] = "one client's whole data"
 
-    def __init__(self, settings: PrivacySettings, run: Any) -> None:
-        super().__init__(settings, run)
-        self.dp = ClientDP(settings, self.fl, self.seed, self.z, settings.clip)
+    @functools.cached_property
+    def dp(self) -> ClientDP:
+        """The server side, built when first used: at the checkpoint's z on a resume (no solve), else at the one
+        solved for the target (its count noise checked against the z the rounds use)."""
+        return ClientDP(self.settings, self.fl, self.seed, self.z, self.settings.clip)
 
     @classmethod
     def check(cls, settings: PrivacySettings, spec: Any) -> None:
@@ -85,8 +106,13 @@ class ClientLevel(Mechanism):
     @classmethod
     def preflight(cls, settings: PrivacySettings, spec: Any) -> None:
         """A target no noise reaches, and a count noise that leaves nothing for the update, refused before any data
-        is read (the solve is cached: the run's own takes no time after it)."""
-        solved(settings, spec.fl, spec.seed)
+        is read, without solving z for a run that passes: a resumed or extended run keeps its checkpoint's z, and a
+        new one solves it when built. (A count noise within the search's tolerance of z / 2 is refused then.)"""
+        if settings.target_epsilon is None or count_noise_refused(settings, spec.fl):
+            solved(settings, spec.fl, spec.seed)  # (a refusal's message names the z)
+            return
+        q = ClientDP.rate(settings, spec.fl)
+        check_reachable(q, spec.fl.rounds, settings.delta, settings.target_epsilon, settings.accountant)
 
     def budget(self) -> tuple[float, int]:
         return ClientDP.rate(self.settings, self.fl), self.fl.rounds
@@ -98,7 +124,7 @@ class ClientLevel(Mechanism):
         return self.settings.sampling == "poisson"
 
     def upload_stages(self) -> list[Any]:
-        return [DPFedAvg(self.dp)]
+        return [DPFedAvg(self)]  # (its server side not built here: a resume's z is not loaded yet)
 
     def weighting(self) -> str | None:
         return "uniform"  # a client's weight bounds its sensitivity (docs/privacy.md)
@@ -115,7 +141,8 @@ class ClientLevel(Mechanism):
         return dict(self.dp.describe())
 
     def state_dict(self) -> Tree:
-        return {**super().state_dict(), "clip": torch.tensor(self.dp.clip, dtype=torch.float64)}
+        clip = self.dp.clip if "dp" in self.__dict__ else self.settings.clip  # (not built yet: S is the first)
+        return {**super().state_dict(), "clip": torch.tensor(clip, dtype=torch.float64)}
 
     def load_state_dict(self, tree: Tree) -> None:
         super().load_state_dict(tree)
