@@ -146,15 +146,35 @@ def _per_seed(mine: pd.DataFrame, col: str, scale: float) -> dict[int, float]:
     return {int(k): float(x) for k, x in v[ok].groupby(seeds[ok].astype(int)).mean().items()}
 
 
-def our_cell(runs: pd.DataFrame, target: Target, cell: pd.Series) -> Ours:
-    """Our value of ``cell`` from ``runs`` (completed runs on real data only)."""
+def _cell_mask(
+    runs: pd.DataFrame, target: Target, cell: pd.Series, memo: dict[tuple[str, ...], pd.Series]
+) -> pd.Series:
+    """The runs of ``cell``'s preset, method row and setting. ``memo`` keeps each preset's, row's and setting's
+    mask over these ``runs`` for the next cell (a card's cells share them); the masks are never changed in place."""
+    preset, row, setting = cell["preset"], cell["row"], cell["setting"]
+    if ("preset", preset) not in memo:
+        memo["preset", preset] = _preset_mask(runs, preset)
+    mask = memo["preset", preset]
+    if not mask.any():  # the other masks cannot select a run: most cells of a card of a few records
+        return mask
+    if ("method", row, preset) not in memo:
+        memo["method", row, preset] = _method_mask(runs, target, row, preset)
+    if ("setting", setting) not in memo:
+        memo["setting", setting] = _match(runs, setting_pairs(setting))
+    return mask & memo["method", row, preset] & memo["setting", setting]
+
+
+def our_cell(
+    runs: pd.DataFrame, target: Target, cell: pd.Series, memo: dict[tuple[str, ...], pd.Series] | None = None
+) -> Ours:
+    """Our value of ``cell`` from ``runs`` (completed runs on real data only); ``memo``: the masks of the cells
+    already scored on these same ``runs`` (:func:`scorecard`'s, one per card), none by default."""
     if not cell["metric"] or not cell["preset"]:
         return Ours(note="not a run metric" if cell["preset"] else "no preset runs this setting")
-    mask = _preset_mask(runs, cell["preset"]) & _method_mask(runs, target, cell["row"], cell["preset"])
-    mask &= _match(runs, setting_pairs(cell["setting"]))
-    mine = runs[mask]
-    if mine.empty:
+    mask = _cell_mask(runs, target, cell, {} if memo is None else memo)
+    if not mask.any():
         return Ours(note="not run")
+    mine = runs[mask]
     if STANDIN in mine:
         real = mine[~mine[STANDIN].eq(True)]
         if real.empty:
@@ -201,15 +221,18 @@ def published(target: Target) -> pd.DataFrame:
     return cells[cells["preset"].isin(target.presets) & cells["value"].notna() & cells["metric"].ne("")]
 
 
-def scorecard(runs: pd.DataFrame, target: Target) -> pd.DataFrame:
-    """One line per published cell of ``target``'s presets that our runs cover (and, as notes, those on
-    stand-in data): table, row, column, ours, ours_std, n, paper, difference, reproduced (within the tolerance),
-    note, values ({seed: points}) and records (the evidence records of the runs)."""
+def scorecard(runs: pd.DataFrame, target: Target, table: str | None = None) -> pd.DataFrame:
+    """One line per published cell of ``target``'s presets (of its ``table`` only, when given) that our runs cover
+    (and, as notes, those on stand-in data): table, row, column, ours, ours_std, n, paper, difference, reproduced
+    (within the tolerance), note, values ({seed: points}) and records (the evidence records of the runs)."""
     cells = load_cells(target.paper)
     cells = cells[cells["preset"].isin(target.presets)]
+    if table is not None:
+        cells = cells[cells["table"].astype(str) == table]
     lines = []
+    memo: dict[tuple[str, ...], pd.Series] = {}
     for _, cell in cells.iterrows():
-        ours = our_cell(runs, target, cell)
+        ours = our_cell(runs, target, cell, memo)
         if ours.note in ("not run", "no preset runs this setting", "not a run metric"):
             continue
         line = {
