@@ -35,15 +35,16 @@ def anchor(name: str) -> str:
 def record_card(record: dict[str, Any]) -> pd.DataFrame:
     """The scorecard lines (ours, ours_std, n, paper, difference, reproduced) of one evidence record's cells, of
     its one table (the same runs can fill cells of another: a backdoor run's accuracy and its ASR)."""
-    card = scorecard(evidence_runs([record]), BY_NAME[record["target"]])
-    return card[card["table"].astype(str) == str(record["table"])]
+    return scorecard(evidence_runs([record]), BY_NAME[record["target"]], table=str(record["table"]))
 
 
-def counts(records: list[dict[str, Any]] | None = None) -> tuple[int, int, int]:
+def counts(
+    records: list[dict[str, Any]] | None = None, cards: list[pd.DataFrame] | None = None
+) -> tuple[int, int, int]:
     """(records, paper cells measured (run, with a published value), cells within 1.5 points of the paper or our
-    seed spread)."""
+    seed spread). ``cards``: the records' :func:`record_card`, when the caller has them already."""
     records = load_evidence() if records is None else records
-    cards = [record_card(r) for r in records]
+    cards = [record_card(r) for r in records] if cards is None else cards
     # a cell counts when it ran and the paper publishes its value (pFedMe's table is an image: no value shipped)
     ran = [c.loc[(c["n"] > 0) & c["paper"].notna()] for c in cards if not c.empty]
     measured = sum(len(c) for c in ran)
@@ -96,10 +97,10 @@ def _wall(record: dict[str, Any]) -> str:
     )
 
 
-def _cells(record: dict[str, Any]) -> list[dict[str, str]]:
+def _cells(record: dict[str, Any], card: pd.DataFrame | None = None) -> list[dict[str, str]]:
     """The cells of one evidence record as the page prints them: row, column, ours (± std), per seed, paper,
-    difference, within."""
-    card = record_card(record)
+    difference, within (``card``: its :func:`record_card`, computed here when not given)."""
+    card = record_card(record) if card is None else card
     values = {(c["row"], c["column"]): c["values"] for c in record["cells"]}
     out = []
     for _, c in card.iterrows():
@@ -124,11 +125,12 @@ def _table_title(record: dict[str, Any]) -> str:
     return f"{record['paper']} Table {record['table']}: `{record['preset']}`"
 
 
-def record_section(record: dict[str, Any]) -> str:
-    """One evidence record (a ``###`` section under its paper table's heading): its cells, then how they were run."""
+def record_section(record: dict[str, Any], cells: list[dict[str, str]]) -> str:
+    """One evidence record (a ``###`` section under its paper table's heading): its cells (:func:`_cells`), then
+    how they were run."""
     out = [f"### Record `{record['id']}` {{ #{anchor(record['id'])} }}", ""]
     out += ["| row | column | ours | per seed | paper | difference | within |", "|---|---|---|---|---|---|---|"]
-    for c in _cells(record):
+    for c in cells:
         out.append(
             f"| {c['row']} | {c['column']} | {c['ours']} | {c['seeds']} | {c['paper']} | {c['difference']} "
             f"| {c['within']} |"
@@ -149,13 +151,14 @@ def record_section(record: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def overview(records: list[dict[str, Any]]) -> list[str]:
-    """``## All cells``: every measured cell on one table, each linking to its record's section."""
+def overview(records: list[dict[str, Any]], cells: list[list[dict[str, str]]]) -> list[str]:
+    """``## All cells``: every measured cell on one table (``cells``: each record's :func:`_cells`), each linking
+    to its record's section."""
     out = ["## All cells", "", "| table | row | column | ours | paper | difference | within |"]
     out.append("|---|---|---|---|---|---|---|")
-    for r in records:
+    for r, mine in zip(records, cells, strict=True):
         link = f"[{r['paper']} Table {r['table']}](#{anchor(r['id'])})"
-        for c in _cells(r):
+        for c in mine:
             out.append(
                 f"| {link} | {c['row']} | {c['column']} | {c['ours']} | {c['paper']} | {c['difference']} "
                 f"| {c['within']} |"
@@ -165,9 +168,12 @@ def overview(records: list[dict[str, Any]]) -> list[str]:
 
 def reproduction_page(records: list[dict[str, Any]] | None = None) -> str:
     """``reproduction.md``: the status, every cell on one table, then per paper table (one heading each, so the
-    contents name it once) its evidence records' cells and provenance."""
+    contents name it once) its evidence records' cells and provenance. Each record is scored once (its
+    :func:`record_card`), for the counts, the overview and its section alike."""
     records = load_evidence() if records is None else records
-    n_records, measured, within = counts(records)
+    cards = [record_card(r) for r in records]
+    cells = [_cells(r, card) for r, card in zip(records, cards, strict=True)]
+    n_records, measured, within = counts(records, cards)
     out = [
         "# Measured cells",
         "",
@@ -177,13 +183,13 @@ def reproduction_page(records: list[dict[str, Any]] | None = None) -> str:
         "several); *within* applies that rule. `fedrun-report --paper <target>` prints the same card from these "
         "records. How the targets and presets are set up: [Reproducing the papers](reproducing.md).",
         "",
-        *overview(records),
+        *overview(records, cells),
     ]
-    tables: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        tables.setdefault(_table_title(r), []).append(r)
+    tables: dict[str, list[tuple[dict[str, Any], list[dict[str, str]]]]] = {}
+    for r, rc in zip(records, cells, strict=True):
+        tables.setdefault(_table_title(r), []).append((r, rc))
     for title, mine in tables.items():
-        out += [f"## {title}", ""] + [record_section(r) for r in mine]
+        out += [f"## {title}", ""] + [record_section(r, rc) for r, rc in mine]
     return "\n".join(out)
 
 

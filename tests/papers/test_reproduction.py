@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import re
+from typing import Any
 
 import pytest
 
 from fedrun.papers import reproduction
-from fedrun.papers.scorecard import load_evidence
+from fedrun.papers.scorecard import load_evidence, scorecard
 from tests.conftest import REPO
 
 # the scorecards behind the status line and the pages take seconds each: computed once for the module
@@ -85,3 +86,18 @@ def test_every_paper_has_a_page_with_its_targets_and_presets(pages: dict[str, st
     assert "Metric: mean test accuracy of the last 10 rounds" in fedlaw  # the preset's header comment
     assert "[`fedgam_table3_mnist_dir0.3`](#fedgam_table3_mnist_dir0-3)" in pages["papers/fedgam.md"]
     assert "reproduction.md" in pages and "reference/methods/fedlaw.md" in pages
+
+
+def test_the_page_scores_each_record_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # its counts, the overview and the record's section read one card per record (each card costs a scorecard)
+    records = [r for r in load_evidence() if r["target"] == "fedcos-table2"]
+    scored: list[str] = []
+
+    def counting(runs: Any, target: Any, table: str | None = None) -> Any:
+        scored.append(str(runs["evidence"].iloc[0]))
+        return scorecard(runs, target, table=table)
+
+    monkeypatch.setattr(reproduction, "scorecard", counting)
+    page = reproduction.reproduction_page(records)
+    assert len(records) > 1 and sorted(scored) == sorted(r["id"] for r in records)
+    assert all(f"### Record `{r['id']}`" in page for r in records)

@@ -54,6 +54,30 @@ def test_cells_are_compared_within_tolerance_or_seed_spread() -> None:
     assert card_line(wide, "FedLAW")["reproduced"]
 
 
+def test_the_values_per_seed_are_by_seed_and_a_seeds_runs_averaged() -> None:
+    runs = runs_of("FedAvg", [86.0, 85.0, 84.0])  # seeds 8, 9, 10
+    runs[0]["seed"], runs[2]["seed"] = 10, 8
+    assert list(card_line(scorecard(pd.DataFrame(runs), LAW3), "FedAvg")["values"].items()) == [
+        (8, pytest.approx(84.0)),
+        (9, pytest.approx(85.0)),
+        (10, pytest.approx(86.0)),
+    ]
+    runs[1]["seed"] = 10  # two runs of seed 10: their mean
+    values = card_line(scorecard(pd.DataFrame(runs), LAW3), "FedAvg")["values"]
+    assert values == {8: pytest.approx(84.0), 10: pytest.approx(85.5)}
+
+
+def test_a_card_of_one_table_holds_the_lines_of_the_whole_card_on_that_table() -> None:
+    # a backdoor run fills cells of two tables: its accuracy (Table 1) and its ASR (Table 2)
+    robust = BY_NAME["robust-fmnist"]
+    runs = evidence_runs([r for r in load_evidence() if r["target"] == robust.name])
+    whole = scorecard(runs, robust)
+    assert set(whole["table"]) == {"1", "2"}
+    for table in ("1", "2"):
+        mine = whole[whole["table"] == table].reset_index(drop=True)
+        pd.testing.assert_frame_equal(scorecard(runs, robust, table=table), mine)
+
+
 def test_the_papers_column_order_is_checked() -> None:
     runs = pd.DataFrame(runs_of("FedAvg", [85.0]) + runs_of("FedLAW", [86.0]) + runs_of("FedProx", [84.0]))
     order = orders(scorecard(runs, LAW3))
