@@ -208,7 +208,7 @@ class _Rounds(logging.Handler):
     fedrun/run/recorder.py) sent to the sweep for its live table."""
 
     def __init__(self, events: Events) -> None:
-        from fedrun.run.recorder import ROW_RECORD
+        from fedrun.storage.rundir import ROW_RECORD
 
         super().__init__(logging.INFO)
         self.events, self.key = events, ROW_RECORD

@@ -47,7 +47,6 @@ from fedrun.papers.layouts import layout, layout_names, render
 from fedrun.report import output
 from fedrun.report.collect import FOREIGN, Unreadable, collect_runs
 from fedrun.report.listing import listing, n_note
-from fedrun.report.partition import partition_table, report_partition
 from fedrun.report.pooling import (
     DEFAULT_OVER,
     Duplicate,
@@ -236,6 +235,10 @@ def _partition(argv: list[str]) -> int:
 
 
 def _partition_of(run_dir: Path, out: Path | None, force: bool) -> int:
+    # imported here: the partition's statistics come with the data layer, and so with torch (seconds the other
+    # subcommands need not pay)
+    from fedrun.report.partition import partition_table, report_partition
+
     if (bad := _bad_out(out)) is not None:
         return bad
     try:

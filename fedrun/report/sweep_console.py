@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedrun.run.recorder import ROW_RECORD
 from fedrun.run.sweep_index import job_status
-from fedrun.storage.rundir import RunDir
+from fedrun.storage.rundir import ROW_RECORD, RunDir
 from fedrun.storage.status import Status
 
 ENDED = (Status.COMPLETED, Status.DIVERGED)  # a job that starts in a folder with one of these is skipped

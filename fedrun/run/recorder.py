@@ -27,13 +27,10 @@ from fedrun.metrics.client_weights import CLIENT_WEIGHTS_FILE
 from fedrun.run.state import RunState
 from fedrun.storage.atomic import WriteError, write_metrics
 from fedrun.storage.rundir import LOG_FILE as LOG_FILE
-from fedrun.storage.rundir import METRICS_FILE, RunDir
+from fedrun.storage.rundir import METRICS_FILE, ROW_RECORD, RunDir
 from fedrun.storage.tracking import Trackers
 
 log = logging.getLogger("fedrun")
-# the ``extra`` attribute that carries an evaluated round's row on its log record: a sweep's live table
-# (fedrun/report/sweep_console.py) follows the running job's round and accuracy by it
-ROW_RECORD = "fedrun_row"
 
 
 class _QuietFileHandler(logging.FileHandler):

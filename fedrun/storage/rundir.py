@@ -46,6 +46,9 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
 CHECKPOINT_FILE = "checkpoint.pt"
 LOG_FILE = "fedrun.log"
+# the ``extra`` attribute that carries an evaluated round's row on its log record (fedrun/run/recorder.py): a
+# sweep's live table (fedrun/report/sweep_console.py) follows the running job's round and accuracy by it
+ROW_RECORD = "fedrun_row"
 ERROR_FILE = "error.txt"  # a run refused on bad input: the one line, for fedrun-report
 ERROR_LOG = "error.log"  # a run that failed: the traceback
 HYDRA_DIR = ".hydra"  # Hydra's record of the job (hydra.output_subdir)

@@ -4,11 +4,14 @@ silently overwritten (``--force``); a file that cannot be written is one line na
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fedrun.cli.report import SUBCOMMANDS, main
+from tests.conftest import REPO
 from tests.report.fake_runs import fake_run
 
 
@@ -178,3 +181,15 @@ def test_without_a_multirun_yaml_the_rows_stay_algorithm(tmp_path: Path, capsys:
     assert "partition.alpha varies inside a cell" in capsys.readouterr().err
     assert main(["table", str(sweep), "--cols", "partition.alpha", "--out", str(tmp_path / "t")]) == 0
     assert "| algorithm=fedavg " in capsys.readouterr().out  # --cols alone: the rows are algorithm, as before
+
+
+def test_the_report_command_and_its_scorecard_start_without_torch() -> None:
+    """``fedrun-report`` imports torch only for a subcommand that reads a run's config against the schema (whose
+    capabilities are torch modules) or a partition: a scorecard, a listing or the help start in a second, not four."""
+    code = (
+        "import sys\nfrom fedrun.cli.report import main\n"
+        "try:\n    main(['scorecard', 'fedlaw-table3'])\nfinally:\n    print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "False"
