@@ -128,14 +128,20 @@ def forked_run(
 
 
 @contextlib.contextmanager
-def started(env: dict[str, str], cwd: Path, log: Path) -> Iterator[str | None]:
-    """A fork server started with ``env`` in ``cwd`` (its output in ``log``); its socket, or None when it did not
-    come up (callers then start fresh interpreters)."""
+def started(env: dict[str, str], cwd: Path, log: Path, warm: bool = False) -> Iterator[str | None]:
+    """A fork server started with ``env`` in ``cwd`` (its output in ``log``), with the default experiment's data read
+    before it serves where ``warm`` (:func:`warm_data`); its socket, or None when it did not come up (callers then
+    start fresh interpreters)."""
     folder = Path(tempfile.mkdtemp(prefix="fedrun-fork-"))  # a short path: a socket's is at most 107 bytes
     sock = folder / "s"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, __file__, str(sock)], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            [sys.executable, __file__, str(sock), *(["--warm"] if warm else [])],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
         )
     try:
         deadline = time.monotonic() + 180
@@ -160,12 +166,28 @@ def child(request: dict, fds: list[int]) -> None:
     sys.path[:] = request["path"] if request["path"] is not None else [request["cwd"], *BASE_PATH[1:]]
 
 
-def serve(sock_path: str) -> dict:
-    """Preload, then accept clients until killed; returns (with the request) only in a forked child."""
+def warm_data() -> None:
+    """Read the default experiment's data (Fashion-MNIST, under the server's ``$FEDRUN_DATA``) into fedrun's
+    per-process memo (fedrun/data/memo.py), as a command and as its shrink (tests/docs/shrink.py: stand-in data
+    allowed, a key of its own) load it, and import what a run imports when it starts, as the kill table's worker
+    does (tests/kill_worker.py): each command on that data forked from here copies it instead of reading and
+    checksumming the files again (~0.5 CPU-s a command). A command whose data root or source differs reads its own."""
+    from tests.conftest import compose_cfg
+    from tests.kill_worker import preload
+
+    for standin in ("false", "true"):
+        preload(compose_cfg([f"data.standin={standin}"]))
+
+
+def serve(sock_path: str, warm: bool = False) -> dict:
+    """Preload (and :func:`warm_data` where ``warm``), then accept clients until killed; returns (with the request)
+    only in a forked child."""
     BASE_PATH[:] = sys.path  # this script's folder first, then PYTHONPATH's, the standard library and site's
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     for name in PRELOAD:
         __import__(name)
+    if warm:
+        warm_data()
     # the preloaded objects out of the collector's sight: a child's collections (and its interpreter's last one, at
     # exit) would otherwise walk them all, writing to every page the fork shares (copy-on-write): ~0.6 CPU s a child
     gc.collect()
@@ -264,7 +286,7 @@ def finish(code: object) -> None:
 
 
 if __name__ == "__main__":
-    request = serve(sys.argv[1])
+    request = serve(sys.argv[1], warm="--warm" in sys.argv[2:])
     try:
         run_entry(request)
     except SystemExit as exit_:

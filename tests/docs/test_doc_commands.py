@@ -125,7 +125,7 @@ def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None
     """The fork server of every page this worker runs (its socket): the pages' environments differ only in HOME and
     PATH, which the server lets a child have as its page has them (tests/forkserver.py ``PER_PAGE``)."""
     base = tmp_path_factory.mktemp("forkserver")
-    with forkserver.started(page_env(base), base, base / "forkserver.log") as sock:
+    with forkserver.started(page_env(base), base, base / "forkserver.log", warm=True) as sock:
         yield sock
 
 
