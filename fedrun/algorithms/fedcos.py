@@ -2,7 +2,9 @@
 
 Local loss: CE + mu (1 - cos theta), cos theta between w - w^t and d. Following the official code
 (COS models/Update.penalty5) cos theta = (a + b - c) / (2 sqrt(a b + 1e-4)) with a = ||w - w^t||^2,
-b = ||d||^2, c = ||w - w^t - d||^2, and the penalty is off while d = 0 (the first round).
+b = ||d||^2, c = ||w - w^t - d||^2, and the penalty is off while d = 0 (the first round). b is fixed for a round:
+:meth:`FedCos.broadcast` computes it once with d (the same operations, so the same bits, as in the step), and it
+is not counted as downloaded (a client computes it from d).
 ``direction``: ``paper`` d^t = w^t - w^{t-1}; ``code`` d = sum_S p_i w_i - w^{t-1}, taken before the server
 rule (the two differ only under ``server=avgm``). Compositions from the paper's tables are options:
 ``prox_mu`` adds FedProx's term in the code's form prox_mu ||w - w^t||^2 (no 1/2); ``server`` = avg |
@@ -20,7 +22,7 @@ import torch
 from fedrun.algorithms.base import AlgoParams, Batch, ClientContext, RoundInfo
 from fedrun.algorithms.fedavg import FedAvg
 from fedrun.config.registry import ALGORITHMS, in_range, positive
-from fedrun.core.tree import Tensors, Tree, sq_norm, sub, tree_map, weighted_mean, zeros_like
+from fedrun.core.tree import Tensors, Tree, nbytes, sq_norm, sub, tree_map, weighted_mean, zeros_like
 
 COS_EPS = 1e-4
 
@@ -53,10 +55,13 @@ class FedCosParams(AlgoParams):
         positive("server_lr", self.server_lr)
 
 
-def cosine_penalty(params: Tensors, global_params: Tensors, d: Tensors) -> torch.Tensor:
-    """1 - cos theta(w - w^t, d) in the code's eps form; 0 while ||d|| = 0."""
+def cosine_penalty(params: Tensors, global_params: Tensors, d: Tensors, b: torch.Tensor | None = None) -> torch.Tensor:
+    """1 - cos theta(w - w^t, d) in the code's eps form; 0 while ||d|| = 0. ``b``: ||d||^2 if already computed
+    (it must be ``sq_norm(d)``: the round's constant, from :meth:`FedCos.broadcast`); None: computed here."""
     step = sub(params, global_params)
-    a, b = sq_norm(step), sq_norm(d)
+    a = sq_norm(step)
+    if b is None:
+        b = sq_norm(d)
     c = sq_norm(sub(step, d))
     cos = (a + b - c) / (2 * torch.sqrt(a * b + COS_EPS))
     return torch.where(b > 0, 1 - cos, torch.zeros_like(cos))
@@ -74,12 +79,21 @@ class FedCos(FedAvg):
         return {"d": zeros_like(params), "v": zeros_like(params), "rounds": torch.zeros(())}
 
     def broadcast(self, params: Tensors, server_state: Tree) -> Tree:
-        return {"d": server_state["d"]}
+        # b = ||d||^2 once per round, not at every local step (sq_norm(d), the penalty's own operations: same bits)
+        d = server_state["d"]
+        return {"d": d, "b": sq_norm(d)}
+
+    def broadcast_bytes(self, params: Tensors, extras: Tree) -> int:
+        """w^t and d: b = ||d||^2 is the client's own, computed from d (sent with it only in the simulation)."""
+        return nbytes(params) + nbytes(extras["d"])
 
     def local_loss(self, params: Tensors, batch: Batch, ctx: ClientContext) -> torch.Tensor:
         loss = super().local_loss(params, batch, ctx)
         if self.hp.mu:
-            loss = loss + self.hp.mu * cosine_penalty(params, ctx.global_params, ctx.extras["d"])
+            # compiled (hardware.compile): b stays in the graph, where Inductor's fused reduction rounds it unlike
+            # the eager sq_norm(d) of broadcast (measured: a compiled run's metrics changed in round 3)
+            b = None if torch.compiler.is_compiling() else ctx.extras.get("b")
+            loss = loss + self.hp.mu * cosine_penalty(params, ctx.global_params, ctx.extras["d"], b)
         if self.hp.prox_mu:
             loss = loss + self.hp.prox_mu * sq_norm(sub(params, ctx.global_params))
         return loss

@@ -1,13 +1,15 @@
-"""FedCos: the cosine penalty and its gradient by hand, the server rules, and mu = 0 == FedAvg."""
+"""FedCos: the cosine penalty and its gradient by hand, the server rules, mu = 0 == FedAvg, and b = ||d||^2 computed
+once per round (with d) bit for bit as in the step."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from client_methods_util import SMALL, assert_trees_equal, ctx_for, make_algo, plain_grad, tiny_batch, tiny_model, train
 
 from fedrun.algorithms.base import RoundInfo
 from fedrun.algorithms.fedcos import COS_EPS, cosine_penalty
-from fedrun.core.tree import stack
+from fedrun.core.tree import nbytes, sq_norm, stack
 
 
 def _flat(t: dict) -> torch.Tensor:  # noqa: ANN001
@@ -90,3 +92,35 @@ def test_fedcos_mu0_equals_fedavg(make_spec) -> None:
     assert_trees_equal(cos0, avg)
     cos, _, _ = train(make_spec("algorithm=fedcos", *SMALL))
     assert any(not torch.allclose(cos[k], avg[k]) for k in avg)
+
+
+def test_broadcast_hoists_b_bit_for_bit_and_does_not_count_it() -> None:
+    """b = ||d||^2 comes with d once per round (FedCos.broadcast): the same bits as the step's own sq_norm(d), the
+    same loss and gradient as a step that computes it, and only w^t and d counted as downloaded."""
+    model = tiny_model()
+    algo = make_algo("fedcos", model, mu=0.7, prox_mu=0.1)
+    wt, batch = model.init_params(), tiny_batch()
+    g = torch.Generator().manual_seed(5)
+    d = {k: 0.1 * torch.randn(v.shape, generator=g, dtype=v.dtype) for k, v in wt.items()}
+    extras = algo.broadcast(wt, {**algo.server_init(wt), "d": d})
+    assert torch.equal(extras["b"], sq_norm(d))
+    assert algo.broadcast_bytes(wt, extras) == nbytes(wt) + nbytes(d)
+    w = {k: v + 0.05 * torch.randn(v.shape, generator=g, dtype=v.dtype) for k, v in wt.items()}
+    hoisted, loss_h = algo.local_grad(w, batch, ctx_for(algo, wt, extras=extras))
+    in_step, loss_s = algo.local_grad(w, batch, ctx_for(algo, wt, extras={"d": d}))
+    assert_trees_equal(hoisted, in_step)
+    assert torch.equal(loss_h, loss_s)
+
+
+def test_compiled_step_keeps_b_in_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While torch.compile traces, the broadcast b is ignored (Inductor rounds its own reduction of d differently)."""
+    model = tiny_model()
+    algo = make_algo("fedcos", model, mu=0.7)
+    wt, batch = model.init_params(), tiny_batch()
+    d = {k: torch.full_like(v, 0.01) for k, v in wt.items()}
+    w = {k: v + 0.02 for k, v in wt.items()}
+    wrong = {"d": d, "b": sq_norm(d) * 4}
+    expected = algo.local_loss(w, batch, ctx_for(algo, wt, extras={"d": d}))
+    assert not torch.equal(algo.local_loss(w, batch, ctx_for(algo, wt, extras=wrong)), expected)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert torch.equal(algo.local_loss(w, batch, ctx_for(algo, wt, extras=wrong)), expected)
