@@ -109,8 +109,16 @@ def cli_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | 
     from tests import forkserver
 
     base = tmp_path_factory.mktemp("cli-forkserver")
-    with forkserver.started({**os.environ, "PYTHONPATH": str(REPO)}, base, base / "log") as sock:
+    with forkserver.started(cli_env(), base, base / "log", warm=True) as sock:
         yield sock
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of :func:`run_cli`'s commands: this one, the checkout first on the path, and the data root
+    ``$FEDRUN_DATA`` as set, else the checkout's ``data/`` (not the test's folder: one root for every command, so
+    the fork server's copy of the default experiment's data serves them all; a root without the files finds
+    Fashion-MNIST where the run would anyway, in the Debian package's folder)."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "FEDRUN_DATA": os.environ.get("FEDRUN_DATA", str(REPO / "data"))}
 
 
 @pytest.fixture
@@ -125,7 +133,7 @@ def run_cli(tmp_path: Path, cli_fork_server: str | None) -> Callable[..., subpro
     ) -> subprocess.CompletedProcess:
         run_dir = run_dir or tmp_path / "run"
         extra = [f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = cli_env()
         sock = None if fresh else cli_fork_server
         forked = forkserver.forked_run(sock, "fedrun.cli", [*args, *extra], tmp_path, env, timeout=timeout)
         return forked or subprocess.run(

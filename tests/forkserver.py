@@ -172,11 +172,19 @@ def warm_data() -> None:
     allowed, a key of its own) load it, and import what a run imports when it starts, as the kill table's worker
     does (tests/kill_worker.py): each command on that data forked from here copies it instead of reading and
     checksumming the files again (~0.5 CPU-s a command). A command whose data root or source differs reads its own."""
+    import torch
+
     from tests.conftest import compose_cfg
     from tests.kill_worker import preload
 
-    for standin in ("false", "true"):
-        preload(compose_cfg([f"data.standin={standin}"]))
+    # on one thread: a parallel region here would start OpenMP's threads, which a forked child cannot use (it hangs)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for standin in ("false", "true"):
+            preload(compose_cfg([f"data.standin={standin}"]))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def serve(sock_path: str, warm: bool = False) -> dict:

@@ -70,6 +70,7 @@ __all__ = [
     "hydra_record_in",
     "report_with",
     "saved",
+    "skip_needless_work",
     "sweep_jobs",
 ]
 
@@ -114,6 +115,13 @@ def around_composition(around: Around) -> None:
 
     load_configuration.fedrun_checked = True  # type: ignore[attr-defined]
     ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+
+
+def skip_needless_work() -> None:
+    """Leave out what Hydra computes for fedrun only to discard: the config-group listing of ``--help``
+    (:func:`lazy_help_groups`) and the first of a command's two compositions (:func:`mode_from_command_line`)."""
+    lazy_help_groups()
+    mode_from_command_line()
 
 
 def lazy_help_groups() -> None:

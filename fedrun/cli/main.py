@@ -372,8 +372,7 @@ def main() -> None:
     check_plugins(sys.argv[1:])
     hydra_patches.report_with(_run_and_report)
     hydra_patches.launch_with(stack_launch.launch)  # a sweep's stackable jobs train together (docs/sweeps.md)
-    hydra_patches.lazy_help_groups()  # fedrun --help: Hydra's config-group listing, unused by fedrun's template
-    hydra_patches.mode_from_command_line()  # one composition per command, not two
+    hydra_patches.skip_needless_work()  # --help's config-group listing; the first of Hydra's two compositions
     compose_checks.install()
     # `imports` is a key of the schema, so Hydra's "+" (add a key) would refuse it: accept the README's spelling
     sys.argv[1:] = [a[1:] if a.startswith("+imports=") else a for a in sys.argv[1:]]

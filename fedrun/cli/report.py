@@ -201,9 +201,8 @@ def _tabulate(args: argparse.Namespace) -> int:
         return _scorecard(args)
     if not args.dirs:
         return _error("give run directories (fedrun-report --help lists the subcommands)")
-    for d in args.dirs:
-        if not d.is_dir():
-            return _error(f"{d}: no such directory")
+    if (missing := next((d for d in args.dirs if not d.is_dir()), None)) is not None:
+        return _error(f"{missing}: no such directory")
     if (bad := _bad_out(args.out)) is not None:
         return bad
     runs, unreadable = _collect(args.dirs)
@@ -235,9 +234,7 @@ def _partition(argv: list[str]) -> int:
 
 
 def _partition_of(run_dir: Path, out: Path | None, force: bool) -> int:
-    # imported here: the partition's statistics come with the data layer, and so with torch (seconds the other
-    # subcommands need not pay)
-    from fedrun.report.partition import partition_table, report_partition
+    from fedrun.report.partition import partition_table, report_partition  # here: it imports torch, the rest need not
 
     if (bad := _bad_out(out)) is not None:
         return bad
@@ -305,9 +302,8 @@ def _scorecard(args: argparse.Namespace) -> int:
     if (why := no_scorecard(args.paper)) is not None:  # unknown, or nothing published (a figure, fedrun's table)
         return _error(why)
     target = BY_NAME[args.paper]
-    for d in args.dirs:
-        if not d.is_dir():
-            return _error(f"{d}: no such directory")
+    if (missing := next((d for d in args.dirs if not d.is_dir()), None)) is not None:
+        return _error(f"{missing}: no such directory")
     if (bad := _bad_out(args.out)) is not None:
         return bad
     if args.dirs:
