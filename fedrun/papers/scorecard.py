@@ -145,10 +145,7 @@ def _per_seed(mine: pd.DataFrame, col: str, scale: float) -> dict[int, float]:
     v = pd.to_numeric(mine[col], errors="coerce") * scale
     seeds = mine["seed"] if "seed" in mine else pd.Series(range(len(mine)), index=mine.index)
     ok = v.notna()
-    v, seeds = v[ok], seeds[ok].astype(int)
-    if seeds.is_unique:  # the usual card: one run per seed, no mean to take (a groupby costs a millisecond)
-        return dict(sorted(zip(map(int, seeds), map(float, v), strict=True)))
-    return {int(k): float(x) for k, x in v.groupby(seeds).mean().items()}
+    return {int(k): float(x) for k, x in v[ok].groupby(seeds[ok].astype(int)).mean().items()}
 
 
 def _cell_mask(
