@@ -336,14 +336,37 @@ def store_schemas() -> None:
 
     Loads every registry (all of fedrun's components): called by the entry points before Hydra composes,
     not on import, since the components import this module. Storing again is harmless (a user's module in
-    ``imports`` registers later; its YAML composes without a schema base and is checked by validate()).
+    ``imports`` registers later; its YAML composes without a schema base and is checked by validate()), and
+    costs nothing while the registries and the schemas built from them are those stored last.
     """
     store = ConfigStore.instance()
+    key = _schema_inputs()
+    if _STORED.get("key") == key and store.repo.get("fedrun_schema.yaml") is _STORED.get("node"):
+        return  # the same registries as last time, still in the store: the same schemas (OmegaConf's are costly)
     for group, registry in COMPONENT_GROUPS.items():
         for name in registry.names():
             params = registry.get(name).params
             store.store(group=f"schema/{group}", name=name, node=schema_of(params or NoParams, name))
     store.store(name="fedrun_schema", node=fedrun_schema())
+    _STORED.update(key=key, node=store.repo.get("fedrun_schema.yaml"))
+
+
+_STORED: dict[str, Any] = {}  # what store_schemas last stored: the registries it read, and its fedrun_schema node
+
+
+def _schema_inputs() -> tuple[Any, ...]:
+    """What :func:`store_schemas` builds the schemas from, as :func:`schema_of` (cached) makes them: each
+    component's and each section's of the root, so a new registration, or a cleared cache (a changed default),
+    changes it."""
+    components = tuple(
+        schema_of(registry.get(name).params or NoParams, name)
+        for registry in COMPONENT_GROUPS.values()
+        for name in registry.names()
+    )
+    hints = typing.get_type_hints(FedrunConfig)
+    root = [hardware_class(), eval_class(), *(c for _, c in sections.owned_sections())]
+    root += [hints[f.name] for f in fields(FedrunConfig)]
+    return components, tuple(schema_of(t) if isinstance(t, type) and is_dataclass(t) else t for t in root)
 
 
 def fedrun_schema() -> type:
