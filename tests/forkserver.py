@@ -128,15 +128,16 @@ def forked_run(
 
 
 @contextlib.contextmanager
-def started(env: dict[str, str], cwd: Path, log: Path, warm: bool = False) -> Iterator[str | None]:
+def started(env: dict[str, str], cwd: Path, log: Path, warm: bool = False, lazy: bool = False) -> Iterator[str | None]:
     """A fork server started with ``env`` in ``cwd`` (its output in ``log``), with the default experiment's data read
-    before it serves where ``warm`` (:func:`warm_data`); its socket, or None when it did not come up (callers then
-    start fresh interpreters)."""
+    before it serves where ``warm`` (:func:`warm_data`) and the lazy imports of system and privacy runs made where
+    ``lazy`` (:func:`warm_imports`); its socket, or None when it did not come up (callers then start fresh
+    interpreters)."""
     folder = Path(tempfile.mkdtemp(prefix="fedrun-fork-"))  # a short path: a socket's is at most 107 bytes
     sock = folder / "s"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, __file__, str(sock), *(["--warm"] if warm else [])],
+            [sys.executable, __file__, str(sock), *(["--warm"] if warm else []), *(["--lazy"] if lazy else [])],
             env=env,
             cwd=cwd,
             stdin=subprocess.DEVNULL,
@@ -187,15 +188,49 @@ def warm_data() -> None:
         torch.set_num_threads(threads)
 
 
-def serve(sock_path: str, warm: bool = False) -> dict:
-    """Preload (and :func:`warm_data` where ``warm``), then accept clients until killed; returns (with the request)
-    only in a forked child."""
+def warm_imports() -> None:
+    """Import what a command imports only on its first use of it, ~1.2 CPU-s a command each (~4 CPU-s here, once):
+    what PyTorch's FLOP counter imports on its first count (``torch._dynamo`` and ~800 modules more; every run with
+    a system model counts a gradient's FLOPs, fedrun/system/clock.py) and dp-accounting (every private run,
+    ``--privacy-noise``). Nothing a command reads is left behind: the count is of ``ones`` (no random number drawn)
+    and dropped, and fedrun's own caches (dp-accounting's loader, the budgets: fedrun/privacy/accounting.py) stay
+    empty. For a server whose commands use these often (the documentation's pages); others import them anew.
+
+    The environment is put back as it was: ``torch._inductor`` sets ``TORCHINDUCTOR_CACHE_DIR`` to its default on
+    import (the server would decline every client, whose environment lacks it; a child that compiles finds the same
+    default, as a fresh interpreter does)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    threads, environ = torch.get_num_threads(), dict(os.environ)
+    torch.set_num_threads(1)  # as warm_data: no OpenMP threads in the server
+    try:
+        x = torch.ones(2, 2, requires_grad=True)
+        with FlopCounterMode(display=False):
+            (x @ x).sum().backward()
+    finally:
+        torch.set_num_threads(threads)
+        os.environ.clear()
+        os.environ.update(environ)
+    with contextlib.suppress(ImportError):  # the privacy extra: without it, its commands import (and refuse) anew
+        import absl.logging  # noqa: F401
+        import dp_accounting  # noqa: F401
+        from dp_accounting import pld, rdp  # noqa: F401
+
+        import fedrun.privacy.accounting  # noqa: F401
+
+
+def serve(sock_path: str, warm: bool = False, lazy: bool = False) -> dict:
+    """Preload (and :func:`warm_data` where ``warm``, :func:`warm_imports` where ``lazy``), then accept clients until
+    killed; returns (with the request) only in a forked child."""
     BASE_PATH[:] = sys.path  # this script's folder first, then PYTHONPATH's, the standard library and site's
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     for name in PRELOAD:
         __import__(name)
     if warm:
         warm_data()
+    if lazy:
+        warm_imports()
     # the preloaded objects out of the collector's sight: a child's collections (and its interpreter's last one, at
     # exit) would otherwise walk them all, writing to every page the fork shares (copy-on-write): ~0.6 CPU s a child
     gc.collect()
@@ -294,7 +329,7 @@ def finish(code: object) -> None:
 
 
 if __name__ == "__main__":
-    request = serve(sys.argv[1], warm="--warm" in sys.argv[2:])
+    request = serve(sys.argv[1], warm="--warm" in sys.argv[2:], lazy="--lazy" in sys.argv[2:])
     try:
         run_entry(request)
     except SystemExit as exit_:

@@ -123,9 +123,10 @@ def page_env(home: Path) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
     """The fork server of every page this worker runs (its socket): the pages' environments differ only in HOME and
-    PATH, which the server lets a child have as its page has them (tests/forkserver.py ``PER_PAGE``)."""
+    PATH, which the server lets a child have as its page has them (tests/forkserver.py ``PER_PAGE``). It also makes
+    the lazy imports of the pages' many system and privacy runs once (``lazy``: ~1.2 CPU-s a command each)."""
     base = tmp_path_factory.mktemp("forkserver")
-    with forkserver.started(page_env(base), base, base / "forkserver.log", warm=True) as sock:
+    with forkserver.started(page_env(base), base, base / "forkserver.log", warm=True, lazy=True) as sock:
         yield sock
 
 
