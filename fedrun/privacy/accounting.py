@@ -85,6 +85,31 @@ def epsilon(q: float, z: float, steps: int, delta: float, accountant: str = "rdp
         return float(acc.get_epsilon(delta))  # type: ignore[attr-defined]
 
 
+class _Cached:
+    """The accountant :func:`noise_for_epsilon` hands dp-accounting's search: each budget it asks for is
+    :func:`epsilon`'s, cached. The search evaluates both ends of its bracket and its root again, each a budget
+    already computed or about to be (the check of z = MIN_NOISE, :func:`check_reachable`'s z = MAX_NOISE, the run's
+    last round): PLD's take seconds each, the z = MIN_NOISE one the longest. The same numbers to the bit: the
+    accountants compose ``SelfComposedDpEvent(e, n)`` as ``e`` composed ``n`` times, which :func:`epsilon` does."""
+
+    def __init__(self, accountant: str) -> None:
+        self.accountant = accountant
+        self.ledger = _library().NoOpDpEvent()  # a fresh accountant's, as the search checks
+        self._budget: tuple[float, float, int] | None = None
+
+    def compose(self, event: Any, count: int = 1) -> _Cached:
+        """Note ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), steps)`` composed ``count``
+        times."""
+        sampled = event.event
+        self._budget = (sampled.sampling_probability, sampled.event.noise_multiplier, event.count * count)
+        return self
+
+    def get_epsilon(self, target_delta: float) -> float:
+        assert self._budget is not None, "compose an event first"
+        q, z, steps = self._budget
+        return epsilon(q, z, steps, target_delta, self.accountant)
+
+
 def check_reachable(q: float, steps: int, delta: float, target: float, accountant: str = "rdp") -> None:
     """Refuse a ``target`` epsilon that no noise multiplier up to MAX_NOISE reaches over ``steps`` (a ConfigError
     naming ``privacy.target_epsilon``): :func:`noise_for_epsilon`'s refusals, without its search. One budget, at
@@ -118,7 +143,7 @@ def noise_for_epsilon(q: float, steps: int, delta: float, target: float, account
         return MIN_NOISE
     with _quiet_absl():
         z = dp_accounting.calibrate_dp_mechanism(
-            lambda: _accountant(accountant),
+            lambda: _Cached(accountant),
             lambda s: dp_accounting.SelfComposedDpEvent(_event(q, s), steps),
             target,
             delta,

@@ -25,7 +25,7 @@ import yaml
 from fedrun.cli import parallel_launch
 from fedrun.config.schema import RunSpec
 from fedrun.run.sweep_index import read_index
-from tests.cli.test_stacked_sweeps import TINY, jobs, sweep, whole_sweep
+from tests.cli.test_stacked_sweeps import TINY, Whole, jobs, sweep, whole_sweep
 from tests.conftest import REPO, main_exit_code
 from tests.dispositions import foreground
 from tests.pause_worker import RELEASE
@@ -60,9 +60,11 @@ def _record(folder: Path, name: str) -> dict[str, object]:
 
 
 def test_jobs_run_side_by_side_each_in_a_process_with_the_sweep_in_one_process_results(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture, uninterrupted: Whole
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    one = uninterrupted.folder  # the same sweep in one process (read only)
+    side = one.parent / "side"  # beside it: the same cache_dir, which the jobs' records hold
     seen: list[int] = []
 
     def release_when_two_pause() -> None:  # two workers in round 2 at once: the jobs overlap
@@ -72,22 +74,20 @@ def test_jobs_run_side_by_side_each_in_a_process_with_the_sweep_in_one_process_r
 
     releaser = threading.Thread(target=release_when_two_pause, daemon=True)
     releaser.start()
-    assert sweep(monkeypatch, tmp_path / "side", *LONE, "hardware.parallel=2", PAUSE) == 0
+    assert sweep(monkeypatch, side, "fl.rounds=3", *LONE, "hardware.parallel=2", PAUSE) == 0
     releaser.join(timeout=1)
-    side = capsys.readouterr().out.splitlines()
+    side_out, one_out = capsys.readouterr().out.splitlines(), uninterrupted.out
     assert len(set(seen)) == 2 and os.getpid() not in seen
-    assert side[1] == "side by side: jobs 1-3 run in 2 processes (hardware.parallel=2)"
-    assert sweep(monkeypatch, tmp_path / "one", *LONE, "hardware.parallel=off") == 0
-    one = capsys.readouterr().out.splitlines()
-    assert "side by side" not in "\n".join(one) and _ended(side) == _ended(one)
-    names = sorted(read_index(tmp_path / "one"))
-    assert sorted(read_index(tmp_path / "side")) == names and len(names) == 3
+    assert side_out[1] == "side by side: jobs 1-3 run in 2 processes (hardware.parallel=2)"
+    assert "side by side" not in "\n".join(one_out) and _ended(side_out) == _ended(one_out)
+    names = sorted(read_index(one))
+    assert sorted(read_index(side)) == names and len(names) == 3
     for name in names:
-        assert _record(tmp_path / "side", name) == _record(tmp_path / "one", name)
-        summary = json.loads((tmp_path / "side" / name / "summary.json").read_text())
+        assert _record(side, name) == _record(one, name)
+        summary = json.loads((side / name / "summary.json").read_text())
         assert summary["parallel"] == {"workers": 2, "selection": "hardware.parallel=2"}
-        assert summary["threads"] == 1 and "parallel" not in (tmp_path / "one" / name / "summary.json").read_text()
-    side_jobs, one_jobs = jobs(tmp_path / "side"), jobs(tmp_path / "one")
+        assert summary["threads"] == 1 and "parallel" not in (one / name / "summary.json").read_text()
+    side_jobs, one_jobs = jobs(side), uninterrupted.jobs
     assert sorted(side_jobs) == sorted(one_jobs) == ["seed=0", "seed=1", "seed=2"]
     for name, frame in one_jobs.items():
         pd.testing.assert_frame_equal(side_jobs[name], frame, check_exact=True)
@@ -123,9 +123,9 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
-    """The metrics of the 3-round sweep run through in one process: what each stopped sweep must resume to (read
-    only, so both ways of stopping share it)."""
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Whole:
+    """The 3-round sweep run through in one process: what the side-by-side sweep must equal and each stopped sweep
+    must resume to (read only, so the tests share it)."""
     return whole_sweep(tmp_path_factory, "fl.rounds=3", *LONE, "hardware.parallel=off")
 
 
@@ -134,7 +134,7 @@ def test_a_stopped_side_by_side_sweep_resumes_every_job_to_the_uninterrupted_met
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
-    uninterrupted: dict[str, pd.DataFrame],
+    uninterrupted: Whole,
     how: signal.Signals,
 ) -> None:
     folder = tmp_path / "sweep"
@@ -158,8 +158,8 @@ def test_a_stopped_side_by_side_sweep_resumes_every_job_to_the_uninterrupted_met
     assert main_exit_code(monkeypatch, ["fedrun", *args]) == 0
     assert "side by side: jobs 1-3 run in 2 processes" in capsys.readouterr().out
     resumed = jobs(folder)
-    assert sorted(resumed) == sorted(uninterrupted) and len(uninterrupted) == 3
-    for name, frame in uninterrupted.items():
+    assert sorted(resumed) == sorted(uninterrupted.jobs) and len(uninterrupted.jobs) == 3
+    for name, frame in uninterrupted.jobs.items():
         pd.testing.assert_frame_equal(resumed[name], frame, check_exact=True)
 
 

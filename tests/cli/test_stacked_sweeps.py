@@ -5,6 +5,8 @@ every job from its own checkpoint to an uninterrupted sweep's metrics."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shlex
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import pytest
@@ -52,23 +55,23 @@ def jobs(folder: Path) -> dict[str, pd.DataFrame]:
 
 
 def test_a_sweep_of_seeds_trains_stacked_says_so_and_equals_the_sweep_unstacked(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture, uninterrupted: Whole
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert sweep(monkeypatch, tmp_path / "stacked", "seed=0,1,2") == 0
-    out = capsys.readouterr().out.splitlines()
+    out = uninterrupted.out  # the stacked sweep of seeds 0-2 (4 rounds), read only
     assert out[1] == "stack 1: jobs 1-3 train together, as one vectorised cohort"
     assert sum(line.endswith(", stack 1)") and ": completed, acc " in line for line in out) == 3
-    folders = sorted(p for p in (tmp_path / "stacked").iterdir() if p.is_dir())
+    folders = sorted(p for p in uninterrupted.folder.iterdir() if p.is_dir())
     for i, folder in enumerate(folders):
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["engine"] == "vectorised" and summary["stack"]["jobs"] == 3
         assert summary["stack"]["with"] == [f.name for f in folders if f != folder]
-        assert (folder / "checkpoint.pt").is_file() and (folder / "fedrun.log").read_text().count("INFO round ") == 2
+        assert (folder / "checkpoint.pt").is_file() and (folder / "fedrun.log").read_text().count("INFO round ") == 4
         assert f"seed {i}" in (folder / "fedrun.log").read_text()  # each job's log holds its own lines only
-    assert sweep(monkeypatch, tmp_path / "alone", "seed=0,1,2", "hardware.stack=off", "hardware.engine=vectorised") == 0
+    monkeypatch.chdir(tmp_path)
+    unstacked = ["fl.rounds=4", "seed=0,1,2", "hardware.stack=off", "hardware.engine=vectorised"]
+    assert sweep(monkeypatch, tmp_path / "alone", *unstacked) == 0
     assert "stack" not in capsys.readouterr().out
-    stacked, alone = jobs(tmp_path / "stacked"), jobs(tmp_path / "alone")
+    stacked, alone = uninterrupted.jobs, jobs(tmp_path / "alone")
     assert sorted(stacked) == sorted(alone) == ["seed=0", "seed=1", "seed=2"]
     for name, frame in stacked.items():
         pd.testing.assert_frame_equal(frame, alone[name], check_exact=True)
@@ -130,25 +133,33 @@ def _stopped_sweep(tmp_path: Path, how: signal.Signals) -> tuple[Path, subproces
     return folder, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+class Whole(NamedTuple):
+    """A sweep run through in this process (:func:`whole_sweep`): its folder, its console lines, its jobs' metrics."""
+
+    folder: Path
+    out: list[str]
+    jobs: dict[str, pd.DataFrame]
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
-    """The metrics of the 4-round stacked sweep run through: what each stopped one must resume to (read only, so
-    both ways of stopping share it)."""
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Whole:
+    """The 4-round stacked sweep of seeds 0-2 run through: what each stopped one must resume to, and the stacked
+    sweep that the first test reads (read only, so the tests share it)."""
     return whole_sweep(tmp_path_factory, "fl.rounds=4", "seed=0,1,2")
 
 
-def whole_sweep(tmp_path_factory: pytest.TempPathFactory, *args: str) -> dict[str, pd.DataFrame]:
-    """The metrics of a sweep of ``args`` run through in this process, for a module fixture (Hydra's patches put
-    back after it, as each test's own composition expects them)."""
+def whole_sweep(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Whole:
+    """A sweep of ``args`` run through in this process, for a module fixture (Hydra's patches put back after it, as
+    each test's own composition expects them)."""
     base = tmp_path_factory.mktemp("whole")
-    restore = hydra_patches.saved()
+    restore, out = hydra_patches.saved(), io.StringIO()
     try:
-        with pytest.MonkeyPatch.context() as mp:
+        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
             mp.chdir(base)
             assert sweep(mp, base / "whole", *args) == 0
     finally:
         restore()
-    return jobs(base / "whole")
+    return Whole(base / "whole", out.getvalue().splitlines(), jobs(base / "whole"))
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
@@ -156,7 +167,7 @@ def test_a_stopped_stacked_sweep_resumes_every_job_to_the_uninterrupted_metrics(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
-    uninterrupted: dict[str, pd.DataFrame],
+    uninterrupted: Whole,
     how: signal.Signals,
 ) -> None:
     folder, ended = _stopped_sweep(tmp_path, how)
@@ -176,6 +187,6 @@ def test_a_stopped_stacked_sweep_resumes_every_job_to_the_uninterrupted_metrics(
     assert main_exit_code(monkeypatch, ["fedrun", *command, f"cache_dir={tmp_path / 'cache'}"]) == 0
     assert "stack 1: jobs 1-3 train together" in capsys.readouterr().out
     resumed = jobs(folder)
-    assert sorted(resumed) == sorted(uninterrupted) and len(uninterrupted) == 3
-    for name, frame in uninterrupted.items():
+    assert sorted(resumed) == sorted(uninterrupted.jobs) and len(uninterrupted.jobs) == 3
+    for name, frame in uninterrupted.jobs.items():
         pd.testing.assert_frame_equal(resumed[name], frame, check_exact=True)

@@ -12,6 +12,7 @@ ran the new rounds with it, and reported the target as its spend (its epsilon co
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ LEVELS = {
 }
 
 
+@functools.cache  # the same budget asked again (a run and its resumed copy, cases of one z) is computed once
 def _epsilon(accountant: str, q: float, z: float, steps: int, delta: float) -> float:
     """dp-accounting's epsilon of ``steps`` Poisson-subsampled Gaussians (q, z), straight from the library."""
     acc = dp_accounting.rdp.RdpAccountant() if accountant == "rdp" else dp_accounting.pld.PLDAccountant()
@@ -105,8 +107,8 @@ def _extension(make_spec: Any, tmp_path: Path, level: str, accountant: str) -> N
 
 
 def _killed_with_more_rounds(make_spec: Any, tmp_path: Path, monkeypatch: Any, level: str, accountant: str) -> None:
-    """A target run killed after round 2 of 4 and resumed with 6 rounds keeps its noise and its first rows."""
-    short = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=4")
+    """A target run killed after round 2 of 3 and resumed with 6 rounds keeps its noise and its first rows."""
+    short = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=3")
     _, partial = interrupted_copy(short, tmp_path, monkeypatch, 2)
     longer = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", "fl.rounds=6")
     assert run(longer, partial)["resumed_from_round"] == 2
@@ -121,7 +123,7 @@ def _resumed(make_spec: Any, tmp_path: Path, monkeypatch: Any, level: str, accou
     """A run killed after round 2 and resumed as it was spends, and records, what the uninterrupted run does (at
     client level with adaptive clipping: the clip is state too)."""
     adaptive = ("privacy.adaptive_clip=true", "privacy.clip_count_stddev=1") if level == "client" else ()
-    spec = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", *adaptive, "fl.rounds=4")
+    spec = make_spec(*SMALL, *LEVELS[level], f"privacy.accountant={accountant}", *adaptive, "fl.rounds=3")
     _, partial = interrupted_copy(spec, tmp_path, monkeypatch, 2)
     run(spec, partial)
     full, resumed = _check(spec, tmp_path / "full"), _check(spec, partial)
