@@ -25,6 +25,16 @@ def _local_cluster_at_exit() -> Iterator[None]:
 @pytest.fixture
 def local_cluster(_local_cluster_at_exit: None) -> None:
     """A local Ray cluster of 2 CPUs that the test does not own: started once, reused while it is up."""
+    start_local_cluster()
+
+
+@pytest.fixture(scope="module")
+def module_local_cluster(_local_cluster_at_exit: None) -> None:
+    """:func:`local_cluster` for a module-scoped fixture (a run several tests of the module read)."""
+    start_local_cluster()
+
+
+def start_local_cluster() -> None:
     ray = pytest.importorskip("ray")
     if ours(ray):
         return

@@ -59,7 +59,7 @@ def ray_args(cluster: Cluster, *extra: str) -> tuple[str, ...]:
 def cluster() -> Iterator[Cluster]:
     """A head with no CPU (no actor lands beside the driver's Ray processes) and two worker nodes of 1 CPU."""
     leave_local_cluster()  # the engines join this cluster, not the Ray instance the tests before may have left up
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})  # no web UI
     try:
         for _ in range(2):
             c.add_node(num_cpus=1)

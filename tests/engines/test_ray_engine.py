@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 import torch
 
 from fedrun.config.schema import RunSpec
+from fedrun.config.validate import validate
 from fedrun.core.errors import ConfigError, DivergenceError
 from fedrun.core.tree import leaves, tree_map
 from fedrun.engines.ray_engine import RayEngine, shard_chunks, split_contiguous
@@ -21,6 +24,7 @@ from fedrun.engines.sequential import SequentialEngine
 from fedrun.engines.vectorised import VectorisedEngine
 from fedrun.run.experiment import build_experiment
 from fedrun.run.loop import run
+from tests.conftest import compose_cfg
 from tests.engines.ray_local import leave_local_cluster
 from tests.engines.test_vectorised_engine import SMALL
 
@@ -32,6 +36,10 @@ pytestmark = pytest.mark.xdist_group("ray")
 RUN = (*SMALL, "fl.rounds=3", "fl.momentum=0.5", "fl.keep_momentum=true", "checkpoint.every=0")
 TIMINGS = ["round_seconds", "aggregate_seconds", "seconds"]
 RAY = ("hardware=ray", "hardware.engine=ray", "hardware.actors=2")  # the engine override beats SMALL's
+# IMA with t_s = 1 and period 1: its ed schedule trains 3, 3, 2, 1 local epochs; the other schedules change the lr only
+IMA = ("fl.rounds=4", "fl.local_epochs=3", "ima.enabled=true", "ima.start=0.25", "ima.window=2", "ima.period=1")
+# RUN's momentum kept (client states travel too); 100 samples: what a round trains is counted, not learned
+ED_RUN = (*RUN, *IMA, "ima.schedule=ed", "data.max_train_samples=100", "hardware.chunk=2")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -88,6 +96,32 @@ def watch_close(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
 
     monkeypatch.setattr(RayEngine, "close", spy)
     return seen
+
+
+@pytest.fixture(scope="module")
+def ray_run(tmp_path_factory: pytest.TempPathFactory, module_local_cluster: None) -> dict[str, Any]:
+    """One whole run of the Ray engine through the runner (2 actors on the local cluster, IMA's ed schedule): its
+    directory, its summary and the pids of the actors it closed. Read by the cleanup test (the actors end on normal
+    exit; the run equals the vectorised one) and the IMA test (the samples each round trains): one run's actors
+    started for both."""
+    tmp = tmp_path_factory.mktemp("ray-run")
+    actors: list[set[int]] = []
+    close = RayEngine.close
+
+    def spy(self: RayEngine) -> None:
+        actors.append(set(self.worker_pids()))
+        close(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RayEngine, "close", spy)
+        (tmp / "ray").mkdir()
+        summary = run(spec_in(tmp, *ED_RUN, *RAY), tmp / "ray")
+    return {"dir": tmp / "ray", "summary": summary, "actors": actors}
+
+
+def spec_in(tmp: Path, *overrides: str) -> RunSpec:
+    """What the ``make_spec`` fixture composes (quiet, no plots, cache in ``tmp``), for a module-scoped run."""
+    return validate(compose_cfg(["output.quiet=true", "output.plots=false", f"cache_dir={tmp / 'cache'}", *overrides]))
 
 
 # ---- sharding (no Ray) -------------------------------------------------------------------------------------------
@@ -190,57 +224,77 @@ def stop_in_round_2(exc: type[BaseException]) -> Callable[..., object]:
 
 
 def test_runner_ends_the_actors_on_normal_exit_and_on_failure(
-    make_spec: Callable[..., RunSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_cluster: None
+    ray_run: dict[str, Any],
+    make_spec: Callable[..., RunSpec],
+    tmp_path: Path,
+    local_cluster: None,
 ) -> None:
-    actors: list[set[int]] = []
-    close = RayEngine.close
+    # normal exit: the module's Ray run, whole, bit for bit the vectorised engine's; its 2 actors ended
+    summary = ray_run["summary"]
+    assert summary["status"] == "completed" and summary["engine"] == "ray"
+    (tmp_path / "vectorised").mkdir()
+    assert run(make_spec(*ED_RUN, "hardware.engine=vectorised"), tmp_path / "vectorised")["engine"] == "vectorised"
+    got, want = (
+        pd.read_csv(d / "metrics.csv").drop(columns=TIMINGS) for d in (ray_run["dir"], tmp_path / "vectorised")
+    )
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
 
-    def spy(self: RayEngine) -> None:
-        actors.append(set(self.worker_pids()))
-        close(self)
-
-    monkeypatch.setattr(RayEngine, "close", spy)
-    out = {}
-    for name in ("ray", "vectorised"):
-        (tmp_path / name).mkdir()
-        extra = RAY if name == "ray" else ("hardware.engine=vectorised",)
-        summary = run(make_spec(*RUN, *extra, "hardware.chunk=2"), tmp_path / name)
-        assert summary["status"] == "completed" and summary["engine"] == name
-        out[name] = pd.read_csv(tmp_path / name / "metrics.csv").drop(columns=TIMINGS)
-    pd.testing.assert_frame_equal(out["ray"], out["vectorised"], check_exact=True)  # the whole run, bit for bit
-
-    (tmp_path / "failed").mkdir()
-    monkeypatch.setattr("fedrun.run.rounds.evaluate", stop_in_round_2(RuntimeError))
-    with pytest.raises(RuntimeError, match="stop"):
-        run(make_spec(*RUN, *RAY), tmp_path / "failed")
-    assert len(actors) == 2 and all(len(a) == 2 for a in actors)
-    assert wait_gone(set().union(*actors)) == set()
+    # a failure (round 2's evaluation raises): the runner ends the actors all the same
+    actors, checked = failed_ray_run(make_spec(*RUN, *RAY), tmp_path / "failed")
+    assert [len(a) for a in [*ray_run["actors"], *actors]] == [2, 2]
+    assert wait_gone(set().union(*ray_run["actors"], *actors)) == set()
     assert ray.is_initialized()  # the test's cluster: not the engine's to shut down
 
-    # a model vmap cannot run: the actors run the sequential engine, each client computed as there
-    monkeypatch.setattr("fedrun.engines.ray_engine.vmap_blocker", lambda algorithm: "BatchNorm")
-    spec = make_spec(*RUN, "fl.participation=0.8")
-    exp = build_experiment(spec)
-    hw = dataclasses.replace(spec.hardware, engine="ray", actors=2)
-    params, clients = exp.model.init_params(), torch.tensor([3, 0, 4, 1])
-    states = {"_momentum": tree_map(lambda t: torch.zeros(4, *t.shape), params)}
-    seq = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=hw)
-    try:
-        a = SequentialEngine(exp.algorithm, exp.fed, spec.fl, spec.seed).train_cohort(
-            0, params, {}, clients, states, 0.1
-        )
-        b = seq.train_cohort(0, params, {}, clients, states, 0.1)
-        assert seq.inner == "sequential" and len(seq.actors) == 2
-    finally:
-        seq.close()
+    [(a, b, seq)] = checked  # each client computed as by the sequential engine
+    assert seq.inner == "sequential" and seq.shards == 2
     assert a.samples == b.samples and torch.equal(a.steps, b.steps) and b.loss == pytest.approx(a.loss, rel=1e-12)
     for x, y in zip(leaves(a.uploads) + leaves(a.states), leaves(b.uploads) + leaves(b.states), strict=True):
         assert torch.equal(x, y)
 
-    too_many = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=dataclasses.replace(hw, actors=3))
+    spec = make_spec(*RUN)
+    exp = build_experiment(spec)
+    hw = dataclasses.replace(spec.hardware, engine="ray", actors=3)
+    too_many = RayEngine(exp.algorithm, exp.fed, spec.fl, spec.seed, hw=hw)
     with pytest.raises(ConfigError, match="3 actors x 1 CPU exceed the Ray cluster's 2 CPUs"):
-        too_many.train_cohort(0, params, {}, clients, states, 0.1)  # not a silent wait for a third CPU
+        too_many.train_cohort(0, exp.model.init_params(), {}, torch.tensor([0, 1]), {}, 0.1)  # not a silent wait
     too_many.close()
+
+
+def failed_ray_run(spec: RunSpec, run_dir: Path) -> tuple[list[set[int]], list[tuple[Any, Any, RayEngine]]]:
+    """Run ``spec`` (the Ray engine) in ``run_dir`` until round 2's evaluation raises, with a model vmap cannot run
+    (its actors run the sequential engine): the pids of the actors each engine closed, and at each close, before
+    the actors end, :func:`sequential_and_ray` of that engine."""
+    actors: list[set[int]] = []
+    checked: list[tuple[Any, Any, RayEngine]] = []
+    close = RayEngine.close
+
+    def spy(self: RayEngine) -> None:
+        try:
+            actors.append(set(self.worker_pids()))
+            checked.append((*sequential_and_ray(self), self))
+        finally:  # the actors end even where the check failed
+            close(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("fedrun.engines.ray_engine.vmap_blocker", lambda algorithm: "BatchNorm")
+        mp.setattr(RayEngine, "close", spy)
+        mp.setattr("fedrun.run.rounds.evaluate", stop_in_round_2(RuntimeError))
+        run_dir.mkdir()
+        with pytest.raises(RuntimeError, match="stop"):
+            run(spec, run_dir)
+    return actors, checked
+
+
+def sequential_and_ray(engine: RayEngine) -> tuple[Any, Any]:
+    """An unsorted cohort of 4 of the 5 clients, with momentum states, trained by the single-process sequential
+    engine and by ``engine``'s live actors (from the same global model): the two results."""
+    assert len(engine.actors) == 2  # both actors still up: they compute this cohort
+    params, clients = engine.algorithm.model.init_params(), torch.tensor([3, 0, 4, 1])
+    states = {"_momentum": tree_map(lambda t: torch.zeros(4, *t.shape), params)}
+    seq = SequentialEngine(engine.algorithm, engine.data, engine.fl, engine.seed)
+    return seq.train_cohort(0, params, {}, clients, states, 0.1), engine.train_cohort(
+        0, params, {}, clients, states, 0.1
+    )
 
 
 def test_a_placement_the_cluster_cannot_hold_is_refused_in_one_line(
@@ -285,26 +339,29 @@ IMA_SCHEDULES = ("exd", "nad", "clr", "cd", "ed", "sd")
 
 
 def test_every_engine_trains_the_same_samples_under_each_ima_schedule(
-    make_spec: Callable[..., RunSpec], tmp_path: Path, local_cluster: None
+    ray_run: dict[str, Any], make_spec: Callable[..., RunSpec], tmp_path: Path
 ) -> None:
-    # t_s = 1 and period 1: ed trains 3, 3, 2, 1 local epochs; the other schedules change the lr only
-    ima = ("fl.rounds=4", "fl.local_epochs=3", "ima.enabled=true", "ima.start=0.25", "ima.window=2", "ima.period=1")
     engines = {"sequential": ("hardware.engine=sequential",), "vectorised": ("hardware.engine=vectorised",)}
-    n_train = 400  # data.max_train_samples of SMALL; every client trains every round (participation 1)
+    n_train = 100  # data.max_train_samples (of ED_RUN too); every client trains every round (participation 1)
     for schedule in IMA_SCHEDULES:
         epochs = [3, 3, 2, 1] if schedule == "ed" else [3, 3, 3, 3]
-        # Ray only under ed, the one schedule that changes what a client trains (Algorithm.round_fl, which each
-        # actor computes itself); the others change the lr, which travels with every round's call
-        for name, extra in {**engines, **({"ray": RAY} if schedule == "ed" else {})}.items():
-            run_dir = tmp_path / f"{schedule}-{name}"
-            run_dir.mkdir()
-            spec = make_spec(*SMALL, *ima, f"ima.schedule={schedule}", "checkpoint.every=0", *extra)
-            summary = run(spec, run_dir)
+        runs = {}
+        for name, extra in engines.items():
+            runs[name] = tmp_path / f"{schedule}-{name}"
+            runs[name].mkdir()
+            spec = make_spec(*RUN, *IMA, f"ima.schedule={schedule}", "data.max_train_samples=100", *extra)
+            assert run(spec, runs[name])["engine"] == name
+        # Ray only under ed (the module's Ray run), the one schedule that changes what a client trains
+        # (Algorithm.round_fl, which each actor computes itself); the others change the lr, which travels with
+        # every round's call
+        if schedule == "ed":
+            runs["ray"] = ray_run["dir"]
+        ref = pd.read_csv(runs["sequential"] / "metrics.csv")["lr"].tolist()
+        for name, run_dir in runs.items():
+            summary = json.loads((run_dir / "summary.json").read_text())
             assert summary["engine"] == name
             assert summary["train_samples"] == n_train * sum(epochs), (schedule, name)
-            lrs = pd.read_csv(run_dir / "metrics.csv")["lr"].tolist()
-            ref = pd.read_csv(tmp_path / f"{schedule}-sequential" / "metrics.csv")["lr"].tolist()
-            assert lrs == ref, (schedule, name)
+            assert pd.read_csv(run_dir / "metrics.csv")["lr"].tolist() == ref, (schedule, name)
 
 
 def test_ray_actors_start_from_the_drivers_buffers(
