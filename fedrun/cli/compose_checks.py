@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedrun.cli import hydra_patches
+from fedrun.cli.help import composing as help_groups_composing
 from fedrun.cli.hydra_patches import ConfigLoaderImpl
 from fedrun.core.errors import ConfigError
 from fedrun.storage.rundir import FILES as RUN_FILES
@@ -371,11 +372,14 @@ def _checked(
 ) -> DictConfig:
     parsed = parse(overrides)
     check_overrides(loader, parsed)
-    cfg = compose()
+    with help_groups_composing():
+        cfg = compose()
     check_composed(cfg, parsed, run_mode)
     return cfg
 
 
 def install() -> None:
-    """Route every composition of this process through the checks above (idempotent)."""
+    """Route every composition of this process through the checks above, on a repository copy that shares the
+    config store (:func:`fedrun.cli.hydra_patches.share_config_store`); idempotent."""
     hydra_patches.around_composition(_checked)
+    hydra_patches.share_config_store()

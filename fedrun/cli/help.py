@@ -11,10 +11,13 @@ show, :func:`fedrun.config.catalogue.field_notes`); a YAML option adds only the 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextvars import ContextVar
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from pathlib import Path
@@ -183,7 +186,25 @@ def groups_text(choices: dict[str, Any] | None = None, conf_dir: Path | None = N
     return "\n\n".join(blocks)
 
 
+_COMPOSING: ContextVar[bool] = ContextVar("fedrun_help_composing", default=False)
+
+
+@contextlib.contextmanager
+def composing() -> Iterator[None]:
+    """While Hydra composes a config: ``${fedrun.help_groups:}`` gives '' there. OmegaConf's merges evaluate the
+    interpolations of ``hydra.help.template`` only to see whether they are a config node (nine times a composition,
+    each reading every option's YAML header: ~50 ms of each composition); the help reads the template after
+    composing, outside this."""
+    token = _COMPOSING.set(True)
+    try:
+        yield
+    finally:
+        _COMPOSING.reset(token)
+
+
 def _help_groups(*, _root_: Any) -> str:
+    if _COMPOSING.get():
+        return ""
     choices = OmegaConf.select(_root_, "hydra.runtime.choices", default=None)
     plain = OmegaConf.to_container(choices) if choices is not None else {}
     # the text goes through Hydra's string.Template: a '$' of a doc must not read as a placeholder

@@ -1,6 +1,7 @@
 """Every use fedrun makes of Hydra's private API (``hydra._internal``), in one module.
 
-Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises seven private names:
+Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises eight private names, wraps
+one public method and changes how one public class copies:
 
 - ``hydra._internal.utils.run_and_report``: the reporter ``@hydra.main`` runs a command under; fedrun's prints
   a composition error as one line with exit code 2 and ends a failed sweep with exit code 1 (fedrun/cli/main.py);
@@ -15,7 +16,12 @@ Hydra offers no public hook for what fedrun needs, so it replaces, calls or reco
 - ``BasicLauncher.launch``: the basic launcher's sweep, through fedrun's (fedrun/cli/stack_launch.py), which trains
   the jobs that stack together and otherwise hands the sweep back to it (:func:`launch_with`);
 - ``Hydra.get_mode``: the run mode a config sets (``hydra.mode``), read from the command line where only it can set
-  one, instead of composing the whole config a first time (:func:`mode_from_command_line`).
+  one, instead of composing the whole config a first time (:func:`mode_from_command_line`);
+- ``ConfigLoaderImpl.load_sweep_config`` and ``Sweeper.validate_batch_is_legal`` (public): a job of a sweep on the
+  basic launcher is composed once, when the sweeper validates it, not again by fedrun's stack planner and the
+  launcher (:func:`compose_sweep_jobs_once`);
+- ``ConfigStore`` (public): a deep copy of the process's one store is the store itself, so the copy of the config
+  repository Hydra makes for each composition stops copying every registered schema (:func:`share_config_store`).
 
 It also reads, for fedrun's checks, what Hydra and OmegaConf keep private: the config repository of Hydra's
 loader (:func:`group_options`, :func:`group_exists`, :func:`config_exists`: compose_checks.py), a config node's
@@ -25,10 +31,11 @@ the sweep console and the failed-job count of fedrun/cli/sweeps.py, and the targ
 
 These may change in any hydra-core or omegaconf release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE`
 and tests/cli/test_hydra_patches.py fails on an installed version outside it, on a changed signature of any of the
-seven, or on an accessor that stopped working; no other module of fedrun names a private name of either (the test
-scans imports, attributes and strings). An accessor whose private name is gone raises
-:class:`HydraInternalsChanged` instead of answering "no": a sweep's console and its failed-job count never switch
-off silently after an upgrade. Only the patching lives here; what the patches do stays with their callers.
+eight, on a composition whose repository copy no longer reaches the store, or on an accessor that stopped working;
+no other module of fedrun names a private name of either (the test scans imports, attributes and strings). An
+accessor whose private name is gone raises :class:`HydraInternalsChanged` instead of answering "no": a sweep's
+console and its failed-job count never switch off silently after an upgrade. Only the patching lives here; what
+the patches do stays with their callers.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import importlib
 import string
 import traceback
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -46,10 +54,12 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.hydra import Hydra
+from hydra.core.config_store import ConfigStore
 from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.types import Override
+from hydra.plugins.sweeper import Sweeper
 from hydra.types import RunMode
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.nodes import BooleanNode
 
 __all__ = [
@@ -58,18 +68,21 @@ __all__ = [
     "ConfigLoaderImpl",
     "HydraInternalsChanged",
     "around_composition",
+    "compose_sweep_jobs_once",
     "config_exists",
     "group_exists",
     "group_options",
     "is_basic_launcher",
     "is_basic_sweeper",
     "is_boolean_field",
+    "keep_sweep_config",
     "lazy_help_groups",
     "mode_from_command_line",
     "raw_value",
     "hydra_record_in",
     "report_with",
     "saved",
+    "share_config_store",
     "skip_needless_work",
     "sweep_jobs",
 ]
@@ -117,11 +130,90 @@ def around_composition(around: Around) -> None:
     ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
 
 
+def share_config_store() -> None:
+    """Have a deep copy of Hydra's ``ConfigStore`` be the store itself (idempotent).
+
+    Every composition starts from ``CachingConfigRepository(loader.repository)``, which deep-copies the loader's
+    repository so that re-initialising the copy's config sources leaves the loader's alone; its structured-config
+    source holds ``ConfigStore.instance()``, so each composition also copied every node registered there (fedrun's
+    ~85 schemas): ~0.1 CPU-s of every composition, a third of it. The store is the process's one registry
+    (a singleton), re-initialising sources never changes it, and ``ConfigStore.load`` hands out a copy of its node,
+    so the repository's copy shares it and composes the same config."""
+    if "__deepcopy__" not in vars(ConfigStore):
+        ConfigStore.__deepcopy__ = _the_store  # type: ignore[attr-defined]
+
+
+def _the_store(self: ConfigStore, memo: dict[int, Any]) -> ConfigStore:
+    return self
+
+
+_VALIDATING: ContextVar[bool] = ContextVar("fedrun_validating_sweep", default=False)
+
+
+class _Kept:
+    """The jobs a sweep's validation composed (its master config's), by their overrides, until composed again."""
+
+    master: DictConfig | None = None
+    configs: dict[tuple[str, ...], list[DictConfig]] = {}
+
+
+def keep_sweep_config(master: DictConfig, overrides: Sequence[str], cfg: DictConfig) -> None:
+    """Keep the job ``overrides`` of the sweep whose config is ``master``, composed as ``cfg``: the next composition
+    of that job (by the launcher) gets it instead, once. The jobs of an earlier sweep are let go."""
+    if _Kept.master is not master:
+        _Kept.master, _Kept.configs = master, {}
+    _Kept.configs.setdefault(tuple(overrides), []).append(cfg)
+
+
+def _take_kept(master: DictConfig, overrides: Sequence[str]) -> DictConfig | None:
+    if _Kept.master is not master:
+        return None
+    kept = _Kept.configs.get(tuple(overrides))
+    return kept.pop(0) if kept else None
+
+
+def compose_sweep_jobs_once() -> None:
+    """Have each job of a sweep on Hydra's basic launcher composed once (idempotent).
+
+    Hydra's sweeper composes every job of a batch to validate it (``Sweeper.validate_batch_is_legal``), then the
+    basic launcher composes each again to run it, and fedrun's stack planner (fedrun/cli/stack_launch.py) composes
+    them in between: three compositions a job (~0.25 CPU-s each). Where the sweep's launcher is the basic one (its
+    jobs run in this process), a job the validation composed is kept (:func:`keep_sweep_config`) and the next
+    ``load_sweep_config`` of the same job gets it instead of composing again; the planner keeps it again for the
+    launcher where it hands the sweep back. Every composition of a batch happens before its first job runs, so
+    the kept config is the one the launcher would compose (each job's run checks its folder again as it starts)."""
+    validate, load = Sweeper.validate_batch_is_legal, ConfigLoaderImpl.load_sweep_config
+    if getattr(load, "fedrun_once", False):
+        return
+
+    def validate_batch_is_legal(self: Sweeper, batch: Sequence[Sequence[str]]) -> None:
+        token = _VALIDATING.set(True)
+        try:
+            validate(self, batch)
+        finally:
+            _VALIDATING.reset(token)
+
+    def load_sweep_config(self: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]) -> Any:
+        kept = _take_kept(master_config, sweep_overrides)
+        if kept is not None:
+            return kept
+        cfg = load(self, master_config, sweep_overrides)
+        if _VALIDATING.get() and is_basic_launcher(OmegaConf.select(master_config, "hydra.launcher._target_")):
+            keep_sweep_config(master_config, sweep_overrides, cfg)  # the validation discards what it composed
+        return cfg
+
+    load_sweep_config.fedrun_once = True  # type: ignore[attr-defined]
+    Sweeper.validate_batch_is_legal = validate_batch_is_legal  # type: ignore[method-assign]
+    ConfigLoaderImpl.load_sweep_config = load_sweep_config  # type: ignore[method-assign]
+
+
 def skip_needless_work() -> None:
     """Leave out what Hydra computes for fedrun only to discard: the config-group listing of ``--help``
-    (:func:`lazy_help_groups`) and the first of a command's two compositions (:func:`mode_from_command_line`)."""
+    (:func:`lazy_help_groups`), the first of a command's two compositions (:func:`mode_from_command_line`) and a
+    sweep job's compositions after the first (:func:`compose_sweep_jobs_once`)."""
     lazy_help_groups()
     mode_from_command_line()
+    compose_sweep_jobs_once()
 
 
 def lazy_help_groups() -> None:
@@ -226,6 +318,8 @@ def saved() -> Callable[[], None]:
     get_mode = Hydra.get_mode
     launcher = basic_launcher()
     launch = launcher.launch
+    store_copy = vars(ConfigStore).get("__deepcopy__")
+    validate, load_sweep = Sweeper.validate_batch_is_legal, ConfigLoaderImpl.load_sweep_config
 
     def restore() -> None:
         hydra_utils.run_and_report = reporter
@@ -233,6 +327,14 @@ def saved() -> Callable[[], None]:
         Hydra.get_help = get_help  # type: ignore[method-assign]
         Hydra.get_mode = get_mode  # type: ignore[method-assign]
         launcher.launch = launch  # type: ignore[method-assign]
+        Sweeper.validate_batch_is_legal = validate  # type: ignore[method-assign]
+        ConfigLoaderImpl.load_sweep_config = load_sweep  # type: ignore[method-assign]
+        _Kept.master, _Kept.configs = None, {}
+        if store_copy is None:
+            if "__deepcopy__" in vars(ConfigStore):
+                del ConfigStore.__deepcopy__  # type: ignore[attr-defined]
+        else:
+            ConfigStore.__deepcopy__ = store_copy  # type: ignore[attr-defined]
 
     return restore
 

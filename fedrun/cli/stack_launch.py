@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fedrun.cli import compose_checks, parallel_launch, sweeps
+from fedrun.cli import compose_checks, hydra_patches, parallel_launch, sweeps
 from fedrun.run.stacking import Candidate, StackPlan, candidate, memory_fit, plan_stacks, raise_ended, run_stacked
 
 
@@ -40,6 +40,8 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, 
     plan = plan_stacks(jobs, memory_fit)
     side = parallel_launch.side_by_side(launcher, jobs, plan, configs, dirs)
     if side is None and not plan.groups and not plan.why_not:
+        for overrides, cfg in zip(job_overrides, configs, strict=True):  # the launcher runs them as composed here
+            hydra_patches.keep_sweep_config(launcher.config, overrides, cfg)
         return basic(launcher, job_overrides, initial)
     setup_globals()
     configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
@@ -64,7 +66,8 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, 
 
 
 def _compose(launcher: Any, overrides: Sequence[str], num: int) -> DictConfig:
-    """Job ``num``'s config, composed as the basic launcher composes it."""
+    """Job ``num``'s config, composed as the basic launcher composes it (the one the sweeper's validation composed:
+    fedrun/cli/hydra_patches.py's :func:`~fedrun.cli.hydra_patches.compose_sweep_jobs_once`)."""
     cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(overrides))
     with open_dict(cfg):
         cfg.hydra.job.id = num
@@ -75,15 +78,16 @@ def _compose(launcher: Any, overrides: Sequence[str], num: int) -> DictConfig:
 def _job_dir(cfg: DictConfig) -> str | None:
     """The folder the job runs in (``hydra.sweep.dir``/``hydra.sweep.subdir``, resolved with it as Hydra's current
     config, as run_job resolves it); None when it does not resolve (the job's attempt says why)."""
-    saved = HydraConfig.instance().cfg
+    saved, readonly = HydraConfig.instance().cfg, OmegaConf.is_readonly(cfg.hydra)
     try:
-        HydraConfig.instance().set_config(cfg)
+        HydraConfig.instance().set_config(cfg)  # which makes cfg.hydra read-only: put back below, as composed
         sweep_dir = Path(str(OmegaConf.select(cfg, "hydra.sweep.dir")))
         return str(sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
     except Exception:  # noqa: BLE001
         return None
     finally:
         HydraConfig.instance().cfg = saved
+        OmegaConf.set_readonly(cfg.hydra, True if readonly else None)
 
 
 def _candidate(num: int, cfg: DictConfig, folder: str | None) -> Candidate:

@@ -10,6 +10,7 @@ instantiated from a config (no `_target_`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -84,9 +85,51 @@ def schema_of(cls: type, name: str | None = None) -> type:
     return dataclasses.make_dataclass(f"{cls.__name__}Schema", fields)
 
 
+_PLAIN = (str, int, float, bool, type(None))
+_MERGED: dict[tuple[type, Any], dict[str, Any]] = {}  # (schema, frozen values) -> the values OmegaConf checked
+_MERGED_MAX = 4096
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` as a hashable key that tells apart what OmegaConf may treat apart (``1``, ``1.0``, ``True`` and
+    ``"1"`` differ by type), or None where it is not plain data (an OmegaConf node, an object): not memoised."""
+    if isinstance(value, _PLAIN):
+        return (type(value), value)
+    if type(value) in (list, tuple):
+        items = tuple(_frozen(v) for v in value)
+        return None if None in items else (type(value), items)
+    if type(value) is dict:
+        pairs = tuple((k, _frozen(v)) for k, v in value.items())
+        return None if any(not isinstance(k, str) or f is None for k, f in pairs) else (dict, pairs)
+    return None
+
+
+def _merged(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` merged onto ``cls``'s schema by OmegaConf (its keys and types checked, missing keys given their
+    defaults), as plain data. Memoised for plain values: a sweep's jobs and a run's checks build the same sections
+    many times (~50 a job), and each merge copies an OmegaConf node per field (~3 ms a section)."""
+    schema = schema_of(cls)
+    key = (schema, _frozen(values))
+    if key[1] is not None and key in _MERGED:
+        return copy.deepcopy(_MERGED[key])
+    merged = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema), values), resolve=False)
+    assert isinstance(merged, dict)
+    checked = {str(k): v for k, v in merged.items()}
+    if key[1] is not None:
+        if len(_MERGED) >= _MERGED_MAX:
+            _MERGED.clear()
+        _MERGED[key] = copy.deepcopy(checked)
+    return checked
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def _check_choices_and_finite(cls: type, values: dict[str, Any], prefix: str) -> None:
     """What OmegaConf's types do not say: a ``Literal``'s choices, and that a float is finite."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for key, value in values.items():
         tp = hints[key]
         literal = next((a for a in (tp, *typing.get_args(tp)) if typing.get_origin(a) is typing.Literal), None)
@@ -112,13 +155,10 @@ def build_params(cls: type[T], node: Mapping[str, Any], prefix: str, ignore: tup
             valid = ", ".join(sorted(fields)) or "(none)"
             raise ConfigError(f"{prefix}.{key}", f"unknown key; valid keys: {valid}")
     try:
-        schema = OmegaConf.structured(schema_of(cls))  # type: ignore[arg-type]  # a dataclass type
-        kwargs = OmegaConf.to_container(OmegaConf.merge(schema, values), resolve=False)
+        checked = _merged(cls, values)
     except OmegaConfBaseException as e:
         full_key = getattr(e, "full_key", None)
         raise ConfigError(f"{prefix}.{full_key}" if full_key else prefix, str(e).splitlines()[0]) from None
-    assert isinstance(kwargs, dict)
-    checked = {str(k): v for k, v in kwargs.items()}
     _check_choices_and_finite(cls, checked, prefix)
     try:
         return cls(**checked)

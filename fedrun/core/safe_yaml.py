@@ -7,10 +7,14 @@ files fedrun reads itself, and :func:`install` for those OmegaConf and Hydra rea
 experiments, ``.hydra/`` records). Aliases stay allowed, as YAML allows them, but the nodes they add (each alias
 counts as the whole subtree it names) may not exceed :data:`MAX_ALIAS_NODES`; the count takes one pass over
 the nodes as parsed, so a refusal comes in milliseconds.
+
+The same text is parsed once a process (:data:`PARSED`): every Hydra composition reads its ~27 config files again,
+~1 ms each, and a sweep or a test run composes hundreds of times; each read gets its own copy of the data.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import yaml
@@ -19,6 +23,8 @@ from fedrun.core import omegaconf_private
 from fedrun.core.errors import ConfigError
 
 MAX_ALIAS_NODES = 10_000  # nodes that aliases may add to a document (a config has a few dozen, if any)
+PARSED: dict[tuple[str, str | bytes], Any] = {}  # (loader class, text) -> the document's data, as first parsed
+PARSED_MAX = 1024  # texts kept (conf/ has ~200 files); the memo starts again when full
 
 
 class YamlBomb(ConfigError):
@@ -81,9 +87,27 @@ def check_node(root: yaml.Node, source: str) -> None:
 
 
 def bounded(loader_class: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
-    """``loader_class`` with every document checked by :func:`check_node` before it is constructed."""
+    """``loader_class`` with every document checked by :func:`check_node` before it is constructed, and a single
+    document's data memoised by its text (:data:`PARSED`)."""
+    kind = f"{loader_class.__module__}.{loader_class.__qualname__}"
 
     class BoundedLoader(loader_class):  # type: ignore[misc,valid-type]
+        def __init__(self, stream: Any) -> None:
+            text = stream.read() if hasattr(stream, "read") else stream
+            super().__init__(text)
+            if hasattr(stream, "read"):
+                self.name = getattr(stream, "name", "<file>")  # as yaml names a stream: its errors name the file
+            self.fedrun_key = (kind, text)
+
+        def get_single_data(self) -> Any:
+            if self.fedrun_key in PARSED:
+                return copy.deepcopy(PARSED[self.fedrun_key])
+            data = super().get_single_data()
+            if len(PARSED) >= PARSED_MAX:
+                PARSED.clear()
+            PARSED[self.fedrun_key] = copy.deepcopy(data)
+            return data
+
         def get_single_node(self) -> yaml.Node | None:
             node: yaml.Node | None = super().get_single_node()
             if node is not None:

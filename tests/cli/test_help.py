@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from fedrun import __version__
+from fedrun.cli import compose_checks
 from fedrun.cli import help as cli_help
 from fedrun.config import location
-from tests.conftest import main_exit_code
+from tests.conftest import compose_cfg, main_exit_code
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,3 +99,22 @@ def test_the_configuration_page_names_every_group() -> None:
     for group, _ in cli_help.GROUPS:
         if not group.startswith("hydra/"):
             assert f"| `{group}` |" in table, group
+
+
+def test_composing_does_not_list_the_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OmegaConf's merges evaluate ``hydra.help.template``'s interpolations while Hydra composes (Hydra's own
+    composition lists the groups, reading every option's header, several times); under fedrun's compose checks
+    they give '' there, and ``--help``, which reads the template after composing, still lists them (above)."""
+    calls: list[object] = []
+
+    def groups_text(*args: object, **kwargs: object) -> str:
+        calls.append(args)
+        return ""
+
+    monkeypatch.setattr(cli_help, "groups_text", groups_text)
+    compose_cfg(["algorithm=fedprox"])  # Hydra's own composition (tests/conftest.py puts fedrun's checks back)
+    assert calls, "Hydra's merges no longer evaluate the help template: the guard saves nothing"
+    calls.clear()
+    compose_checks.install()
+    compose_cfg(["algorithm=fedprox"])
+    assert calls == []

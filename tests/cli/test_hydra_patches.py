@@ -67,6 +67,51 @@ def test_the_sweeper_split_fedrun_calls_has_its_signature_and_order() -> None:
     assert hydra_patches.sweep_jobs(parsed) == [["a=1", "b=x"], ["a=1", "b=y"], ["a=2", "b=x"], ["a=2", "b=y"]]
 
 
+def test_the_sweep_compositions_fedrun_wraps_have_their_signatures_and_order() -> None:
+    """The validation composes through ``load_sweep_config`` before the batch is launched, and the basic launcher
+    composes each job through it again: what :func:`hydra_patches.compose_sweep_jobs_once` relies on."""
+    from hydra.plugins.sweeper import Sweeper
+
+    empty = inspect.Parameter.empty
+    assert _params(ConfigLoaderImpl.load_sweep_config) == [
+        ("self", empty), ("master_config", empty), ("sweep_overrides", empty)
+    ]  # fmt: skip
+    assert _params(Sweeper.validate_batch_is_legal) == [("self", empty), ("batch", empty)]
+    assert "load_sweep_config(" in inspect.getsource(Sweeper.validate_batch_is_legal)
+    sweep = inspect.getsource(BasicSweeper.sweep)
+    assert sweep.index("self.validate_batch_is_legal(batch)") < sweep.index("self.launcher.launch(batch")
+    assert "load_sweep_config(" in inspect.getsource(hydra_patches.basic_launcher().launch)
+
+
+@pytest.mark.parametrize(
+    ("stack", "jobs"), [("off", 2), ("auto", 2)], ids=["handed back to the basic launcher", "stacked"]
+)
+def test_each_job_of_a_sweep_is_composed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack: str, jobs: int
+) -> None:
+    """A sweep of ``jobs`` jobs composes ``jobs`` + 1 times (its own config, then each job once: Hydra's validation
+    composed each, fedrun's stack planner and the launcher did so again); the jobs run as before."""
+    from tests.conftest import main_exit_code
+
+    composed: list[list[str]] = []
+    checked = compose_checks._checked
+
+    def counted(loader: Any, overrides: list[str], run_mode: Any, compose: Any) -> Any:
+        composed.append(overrides)
+        return checked(loader, overrides, run_mode, compose)
+
+    monkeypatch.setattr(compose_checks, "_checked", counted)  # what fedrun's main installs around composition
+    sweep = tmp_path / "sweep"
+    argv = [
+        "fedrun", "-m", "experiment=smoke", "fl.rounds=1", "data.max_train_samples=500", "hardware.threads=1",
+        "hardware.engine=vectorised", f"hardware.stack={stack}", "output.plots=false", f"hydra.sweep.dir={sweep}",
+        f"cache_dir={tmp_path / 'cache'}", f"seed={','.join(str(i) for i in range(jobs))}",
+    ]  # fmt: skip
+    assert main_exit_code(monkeypatch, argv) == 0
+    assert len(composed) == jobs + 1, composed
+    assert len(list(sweep.glob("seed=*/metrics.csv"))) == jobs
+
+
 def test_the_help_fedrun_wraps_has_its_signature_and_lists_groups_through_the_instance() -> None:
     empty = inspect.Parameter.empty
     assert _params(hydra_core_hydra.Hydra.get_help) == [
@@ -176,8 +221,16 @@ def test_a_mode_set_in_a_config_dir_still_decides(tmp_path: Path, run_cli: Any) 
 def test_patches_install_once_and_are_put_back() -> None:
     original_loader, original_reporter = ConfigLoaderImpl.load_configuration, hydra_utils.run_and_report
     original_help, original_mode = hydra_core_hydra.Hydra.get_help, hydra_core_hydra.Hydra.get_mode
+    from hydra.plugins.sweeper import Sweeper
+
+    original_validate, original_sweep_load = Sweeper.validate_batch_is_legal, ConfigLoaderImpl.load_sweep_config
     restore = hydra_patches.saved()
     try:
+        hydra_patches.compose_sweep_jobs_once()
+        patched_load = ConfigLoaderImpl.load_sweep_config
+        assert patched_load is not original_sweep_load and Sweeper.validate_batch_is_legal is not original_validate
+        hydra_patches.compose_sweep_jobs_once()  # idempotent
+        assert ConfigLoaderImpl.load_sweep_config is patched_load
         hydra_patches.lazy_help_groups()
         assert hydra_core_hydra.Hydra.get_help is not original_help
         hydra_patches.mode_from_command_line()
@@ -202,6 +255,8 @@ def test_patches_install_once_and_are_put_back() -> None:
     assert hydra_utils.run_and_report is original_reporter
     assert hydra_core_hydra.Hydra.get_help is original_help
     assert hydra_core_hydra.Hydra.get_mode is original_mode
+    assert Sweeper.validate_batch_is_legal is original_validate
+    assert ConfigLoaderImpl.load_sweep_config is original_sweep_load
 
 
 # OmegaConf's and Hydra's private names fedrun has used or might reach for, read as attributes
@@ -338,6 +393,54 @@ def compose_cfg_with_hydra() -> Any:
             return compose(config_name="config", return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
+
+
+def _stores(repository: Any) -> list[Any]:
+    """The config stores the structured-config sources of a config repository hold."""
+    return [source.store for source in repository.get_sources() if hasattr(source, "store")]
+
+
+def test_the_repository_copy_of_each_composition_shares_the_store_and_composes_the_same() -> None:
+    """Hydra's per-composition copy of the config repository reaches the ConfigStore (else the patch saves nothing);
+    with the patch it holds the store itself, without it a copy; the composed config is the same, and a schema
+    registered after a composition's repository was made is found by it (it holds the live store)."""
+    import copy
+    from dataclasses import dataclass
+
+    from hydra._internal.config_repository import CachingConfigRepository
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+
+    @dataclass
+    class Late:
+        late_key: int = 3
+
+    store = ConfigStore.instance()
+    restore = hydra_patches.saved()
+    try:
+        repository = _loader().repository  # type: ignore[attr-defined]
+        copied = _stores(CachingConfigRepository(repository).delegate)
+        assert copied and all(s is not store for s in copied)  # Hydra copies the store with the repository
+        before = compose_cfg_with_hydra()
+        hydra_patches.share_config_store()
+        hydra_patches.share_config_store()  # idempotent
+        assert copy.deepcopy(store) is store
+        shared = _stores(CachingConfigRepository(_loader().repository).delegate)  # type: ignore[attr-defined]
+        assert shared and all(s is store for s in shared)
+        after = compose_cfg_with_hydra()
+        for cfg in (before, after):  # the run-time fields Hydra fills in may differ; the job's config may not
+            OmegaConf.set_struct(cfg, False)
+            cfg.pop("hydra")
+        assert OmegaConf.to_yaml(before) == OmegaConf.to_yaml(after)
+        loaded = CachingConfigRepository(_loader().repository)  # type: ignore[attr-defined]
+        store.store(group="late_test", name="late", node=Late)
+        found = loaded.load_config("late_test/late")
+        assert found is not None and OmegaConf.select(found.config, "late_key") == 3
+    finally:
+        GlobalHydra.instance().clear()
+        store.repo.pop("late_test", None)
+        restore()
+    assert "__deepcopy__" not in vars(ConfigStore)  # put back
 
 
 def test_an_accessor_whose_private_name_is_gone_fails_loudly() -> None:

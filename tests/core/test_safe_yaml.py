@@ -152,6 +152,40 @@ def test_omegaconf_floats_unless_plain() -> None:
     assert load_yaml("lr: 1e-3", "x.yaml", plain=True) == yaml.safe_load("lr: 1e-3") == {"lr": "1e-3"}
 
 
+def test_a_text_is_parsed_once_and_each_read_gets_its_own_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hydra reads a config file again on every composition: its text is parsed (and checked) once, each read
+    getting data of its own; the same text read by another loader, or another text, is parsed on its own."""
+    parses: list[str] = []
+    check = safe_yaml.check_node
+
+    def counted(node: yaml.Node, source: str) -> None:
+        parses.append(source)
+        check(node, source)
+
+    monkeypatch.setattr(safe_yaml, "PARSED", {})
+    monkeypatch.setattr(safe_yaml, "check_node", counted)
+    safe_yaml.install()
+    f = tmp_path / "config.yaml"
+    f.write_text("lr: 1e-3\nsizes: [1, 2]\n")
+    first, second = OmegaConf.load(f), OmegaConf.load(f)
+    assert parses == [str(f)] and first == second == {"lr": 0.001, "sizes": [1, 2]}
+    data = load_yaml(f.read_text(), "x.yaml")
+    data["sizes"].append(3)  # a read's data is its own: the memo's copy, and the next read's, are untouched
+    assert load_yaml(f.read_text(), "x.yaml") == {"lr": 0.001, "sizes": [1, 2]} and len(parses) == 1
+    assert load_yaml(f.read_text(), "x.yaml", plain=True) == {"lr": "1e-3", "sizes": [1, 2]}  # yaml's SafeLoader
+    f.write_text("lr: 0.5\n")
+    assert OmegaConf.load(f) == {"lr": 0.5} and len(parses) == 3
+
+
+def test_a_malformed_file_read_twice_names_the_file_each_time(tmp_path: Path) -> None:
+    safe_yaml.install()
+    f = tmp_path / "bad.yaml"
+    f.write_text("a: [1, 2\nb: 3\n")
+    for _ in range(2):  # a refusal is never memoised
+        with pytest.raises(yaml.YAMLError, match=str(f)):
+            OmegaConf.load(f)
+
+
 def test_install_is_idempotent() -> None:
     from omegaconf import _utils
 
