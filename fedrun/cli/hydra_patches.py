@@ -7,8 +7,7 @@ one public method and changes how one public class copies:
   a composition error as one line with exit code 2 and ends a failed sweep with exit code 1 (fedrun/cli/main.py);
 - ``ConfigLoaderImpl.load_configuration``: every composition (a run, a sweep and each of its jobs, ``--cfg``,
   ``--help``) passes fedrun's compose checks (fedrun/cli/compose_checks.py) around it;
-- ``BasicSweeper.split_arguments``: the jobs of a sweep, in the order ``fedrun -m`` numbers them
-  (fedrun/cli/reproduce_sweep.py);
+- ``BasicSweeper.split_arguments``: a sweep's jobs, in the order ``fedrun -m`` numbers them (reproduce_sweep.py);
 - ``hydra.core.utils._save_config(cfg, filename, output_dir)``: the frame that writes the job's ``.hydra/*.yaml``
   record, so a failed write of it names its file (:func:`hydra_record_in`);
 - ``Hydra.get_help``: ``--help`` and ``--hydra-help`` list the config groups only where the help template names
@@ -17,11 +16,10 @@ one public method and changes how one public class copies:
   the jobs that stack together and otherwise hands the sweep back to it (:func:`launch_with`);
 - ``Hydra.get_mode``: the run mode a config sets (``hydra.mode``), read from the command line where only it can set
   one, instead of composing the whole config a first time (:func:`mode_from_command_line`);
-- ``ConfigLoaderImpl.load_sweep_config`` and ``Sweeper.validate_batch_is_legal`` (public): a job of a sweep on the
-  basic launcher is composed once, when the sweeper validates it, not again by fedrun's stack planner and the
-  launcher (:func:`compose_sweep_jobs_once`);
-- ``ConfigStore`` (public): a deep copy of the process's one store is the store itself, so the copy of the config
-  repository Hydra makes for each composition stops copying every registered schema (:func:`share_config_store`).
+- ``ConfigLoaderImpl.load_sweep_config``, ``Sweeper.validate_batch_is_legal`` (public): a sweep's job is composed
+  once, by the validation, not again by the stack planner and the launcher (:func:`compose_sweep_jobs_once`);
+- ``ConfigStore`` (public): a deep copy of it is itself, so a composition's copy of the config repository does not
+  copy every registered schema (:func:`share_config_store`).
 
 It also reads, for fedrun's checks, what Hydra and OmegaConf keep private: the config repository of Hydra's
 loader (:func:`group_options`, :func:`group_exists`, :func:`config_exists`: compose_checks.py), a config node's
@@ -50,7 +48,7 @@ from types import TracebackType
 from typing import Any
 
 import hydra._internal.utils as hydra_utils
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_loader_impl import ConfigLoaderImpl as ConfigLoaderImpl  # re-exported: the checks use it
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.hydra import Hydra
@@ -61,31 +59,6 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.nodes import BooleanNode
-
-__all__ = [
-    "HYDRA_CORE",
-    "HYDRA_OWN_TARGETS",
-    "ConfigLoaderImpl",
-    "HydraInternalsChanged",
-    "around_composition",
-    "compose_sweep_jobs_once",
-    "config_exists",
-    "group_exists",
-    "group_options",
-    "is_basic_launcher",
-    "is_basic_sweeper",
-    "is_boolean_field",
-    "keep_sweep_config",
-    "lazy_help_groups",
-    "mode_from_command_line",
-    "raw_value",
-    "hydra_record_in",
-    "report_with",
-    "saved",
-    "share_config_store",
-    "skip_needless_work",
-    "sweep_jobs",
-]
 
 HYDRA_CORE = ">=1.3.2,<1.4"  # the versions these patches were checked on; pyproject.toml's dependency says the same
 HYDRA_OWN_TARGETS = ("hydra._internal.core_plugins.",)  # where Hydra's own launchers and sweepers live
@@ -131,20 +104,12 @@ def around_composition(around: Around) -> None:
 
 
 def share_config_store() -> None:
-    """Have a deep copy of Hydra's ``ConfigStore`` be the store itself (idempotent).
-
-    Every composition starts from ``CachingConfigRepository(loader.repository)``, which deep-copies the loader's
-    repository so that re-initialising the copy's config sources leaves the loader's alone; its structured-config
-    source holds ``ConfigStore.instance()``, so each composition also copied every node registered there (fedrun's
-    ~85 schemas): ~0.1 CPU-s of every composition, a third of it. The store is the process's one registry
-    (a singleton), re-initialising sources never changes it, and ``ConfigStore.load`` hands out a copy of its node,
-    so the repository's copy shares it and composes the same config."""
+    """Have a deep copy of Hydra's ``ConfigStore`` be the store itself (idempotent): each composition deep-copies
+    the loader's repository (``CachingConfigRepository``), whose structured-config source holds the store, so it
+    copied every schema fedrun registers (a third of a composition). The store is the process's one registry,
+    which ``ConfigStore.load`` already copies each node out of: sharing it composes the same config."""
     if "__deepcopy__" not in vars(ConfigStore):
-        ConfigStore.__deepcopy__ = _the_store  # type: ignore[attr-defined]
-
-
-def _the_store(self: ConfigStore, memo: dict[int, Any]) -> ConfigStore:
-    return self
+        ConfigStore.__deepcopy__ = lambda self, memo: self  # type: ignore[attr-defined]
 
 
 _VALIDATING: ContextVar[bool] = ContextVar("fedrun_validating_sweep", default=False)
@@ -166,22 +131,16 @@ def keep_sweep_config(master: DictConfig, overrides: Sequence[str], cfg: DictCon
 
 
 def _take_kept(master: DictConfig, overrides: Sequence[str]) -> DictConfig | None:
-    if _Kept.master is not master:
-        return None
-    kept = _Kept.configs.get(tuple(overrides))
+    kept = _Kept.configs.get(tuple(overrides)) if _Kept.master is master else None
     return kept.pop(0) if kept else None
 
 
 def compose_sweep_jobs_once() -> None:
-    """Have each job of a sweep on Hydra's basic launcher composed once (idempotent).
-
-    Hydra's sweeper composes every job of a batch to validate it (``Sweeper.validate_batch_is_legal``), then the
-    basic launcher composes each again to run it, and fedrun's stack planner (fedrun/cli/stack_launch.py) composes
-    them in between: three compositions a job (~0.25 CPU-s each). Where the sweep's launcher is the basic one (its
-    jobs run in this process), a job the validation composed is kept (:func:`keep_sweep_config`) and the next
-    ``load_sweep_config`` of the same job gets it instead of composing again; the planner keeps it again for the
-    launcher where it hands the sweep back. Every composition of a batch happens before its first job runs, so
-    the kept config is the one the launcher would compose (each job's run checks its folder again as it starts)."""
+    """Have each job of a sweep on Hydra's basic launcher composed once, not three times (idempotent): Hydra's
+    validation of a batch (``Sweeper.validate_batch_is_legal``), fedrun's stack planner and the launcher each
+    composed it. A job the validation composed is kept (:func:`keep_sweep_config`) where the launcher is the basic
+    one (in this process), and the next ``load_sweep_config`` of that job gets it; all of a batch is composed before
+    its first job runs, so it is the config the launcher would compose (a run checks its folder as it starts)."""
     validate, load = Sweeper.validate_batch_is_legal, ConfigLoaderImpl.load_sweep_config
     if getattr(load, "fedrun_once", False):
         return

@@ -1,6 +1,6 @@
-"""fedrun/config/registry.py's ``build_params``: a section built again from the same values is not merged by
-OmegaConf again (a sweep's jobs and a run's checks build the same sections ~50 times a job), and the memo never
-answers for values OmegaConf would treat otherwise."""
+"""fedrun/config/registry.py's ``build_params`` (this file is named for it: tests/engines/ has a test_registry.py):
+a section built again from the same values is not merged by OmegaConf again (a sweep's jobs and a run's checks
+build the same sections ~50 times a job), and the memo never answers for values OmegaConf would treat otherwise."""
 
 from __future__ import annotations
 
