@@ -3,6 +3,9 @@ noise solved for a target epsilon spends that epsilon; a target no noise reaches
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from fedrun.core.errors import ConfigError
@@ -19,6 +22,35 @@ def test_epsilon_is_the_librarys_own(q: float, z: float, steps: int, name: str) 
     acc = rdp.RdpAccountant() if name == "rdp" else pld.PLDAccountant()
     acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps)
     assert ours == acc.get_epsilon(1e-5)
+
+
+PLD_CASES = [(0.1, 1.1, steps) for steps in (1, 5, 40, 5)] + [(0.02, 0.9, 7), (1.0, 2.0, 3)]
+LIBRARY_ALONE = """
+import sys, dp_accounting
+from dp_accounting import pld
+for q, z, steps in eval(sys.argv[1]):
+    acc = pld.PLDAccountant()
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps)
+    print(repr(acc.get_epsilon(1e-5)))
+"""
+
+
+def test_pld_budgets_per_round_equal_the_librarys_alone_to_the_bit() -> None:
+    """fedrun keeps each subsampled Gaussian's loss distribution (fedrun/privacy/accounting.py): every round's
+    budget is still the library's own, computed in a process where nothing is kept; each (q, z) is built once."""
+    from dp_accounting.pld import privacy_loss_distribution
+
+    epsilon.cache_clear()
+    epsilon(0.5, 5.0, 1, 1e-5, "pld")  # dp-accounting imported, its builder memoised
+    build = privacy_loss_distribution.from_gaussian_mechanism
+    build.cache_clear()  # type: ignore[attr-defined]
+    ours = [repr(epsilon(q, z, steps, 1e-5, "pld")) for q, z, steps in PLD_CASES]
+    assert build.cache_info().misses == 3  # type: ignore[attr-defined]  # one build per (q, z)
+    alone = subprocess.run(
+        [sys.executable, "-c", LIBRARY_ALONE, repr(PLD_CASES)], capture_output=True, text=True, timeout=600
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert ours == alone.stdout.split()
 
 
 def test_epsilon_grows_with_rounds_and_shrinks_with_noise() -> None:
