@@ -23,7 +23,7 @@ from fedrun.config.sections import capability_tags
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
 from fedrun.report.sweep_console import Job, SweepConsole, table_command
-from fedrun.run.job_dirs import job_dir_name
+from fedrun.run.job_dirs import job_dir_name, job_key
 from fedrun.run.sweep_index import folder_counts, job_status
 from fedrun.storage.lock import LOCK_FILE
 from fedrun.storage.rundir import ERROR_FILE, HYDRA_DIR, HYDRA_RECORD_FILES
@@ -89,12 +89,20 @@ def _join(*parts: Any) -> str:
 
 
 def _run_name(*, _root_: DictConfig) -> str:
-    """Resolver of ``hydra.run.dir``'s last part: the method and the data, then each capability in play by its tag
-    (``fedavg-fmnist-dp-fedavg-eps8-topk0.01-ef``): what the run is, in its folder's name."""
+    """Resolver of ``hydra.run.dir``'s last part: the method and the data, each capability in play by its tag, then
+    the short hash of the config a sweep's job folder ends with (``fedavg-fmnist-dp-fedavg-eps8-topk0.01-ef-3fa2c1d0``):
+    what the run is, in its folder's name, and a folder of its own for each config started in the same second (runs
+    launched side by side from a shell, ``fedrun seed=0 & fedrun seed=1 &``, shared one and all but the first were
+    refused)."""
     raw = OmegaConf.to_container(OmegaConf.masked_copy(_root_, [str(k) for k in _root_ if k != "hydra"]), resolve=True)
     assert isinstance(raw, dict)
+    task = {str(k): v for k, v in raw.items()}
     name = f"{_root_.algorithm.name}-{_root_.data.name}"
-    return "-".join([name, *capability_tags({str(k): v for k, v in raw.items()})])
+    try:
+        key = [job_key(task)]
+    except (TypeError, ValueError):  # a config that does not serialise: validation names what is wrong with it
+        key = []
+    return "-".join([name, *capability_tags(task), *key])
 
 
 def register_resolvers() -> None:

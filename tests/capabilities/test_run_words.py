@@ -4,6 +4,7 @@ and the run's folder, summary table, plot and sweep lines name the capabilities 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -81,7 +82,7 @@ def test_the_folder_of_a_single_run_names_its_capabilities(
     argv = ["fedrun", *TINY, "system=fedbuff", "system.buffer=2", "output.plots=false"]
     assert main_exit_code(monkeypatch, argv) == 0
     (folder,) = (tmp_path / "outputs").glob("2*/*")
-    assert folder.name.endswith("-fedavg-fmnist-fedbuff")
+    assert re.fullmatch(r"\d\d-\d\d-\d\d-fedavg-fmnist-fedbuff-[0-9a-f]{8}", folder.name), folder.name
     out = capsys.readouterr().out
     title = "fedrun: fedavg / fmnist / mlp / dirichlet, fedbuff (C=cohort, K=2, uniform devices)"
     assert title in " ".join(out.split())

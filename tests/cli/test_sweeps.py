@@ -49,6 +49,35 @@ def test_varying_keys_are_the_swept_ones_in_command_order() -> None:
     assert varying_keys(["seed=0"], {"fl.lr": "tag(log, interval(1e-4, 1))", "fl.mu": "0.1"}) == ["fl.lr"]
 
 
+def _default_run_name(overrides: list[str]) -> str:
+    """The folder a single run of ``overrides`` gets by default (``hydra.run.dir``), less its time of day."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from fedrun.cli.main import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+            return Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).name[len("HH-MM-SS-") :]
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_runs_started_in_the_same_second_get_a_folder_per_config() -> None:
+    """``fedrun seed=0 & fedrun seed=1 &`` start in the same second: each config's default folder ends with its key
+    (as a sweep's job folder does), so they no longer share one (the second was refused: the folder in use); the
+    same config gets the same folder (where it resumes, or is skipped when finished)."""
+    seed0, seed1 = _default_run_name(["seed=0"]), _default_run_name(["seed=1"])
+    assert re.fullmatch(r"fedavg-fmnist-[0-9a-f]{8}", seed0) and seed0 != seed1
+    assert _default_run_name(["seed=0"]) == seed0
+    assert _default_run_name(["seed=0", "output.plots=false"]) == seed0  # not part of what decides the results
+    assert re.fullmatch(r"fedavg-fmnist-system-[0-9a-f]{8}", _default_run_name(["system=dropout"]))
+
+
 def test_a_sweep_grows_by_its_new_jobs_only_and_the_report_sees_each_config_once(
     run_cli: Callable, tmp_path: Path
 ) -> None:
