@@ -354,9 +354,11 @@ def _sweep_job_dir(cfg: DictConfig) -> Path | None:
 
 def check_run_dir(run_dir: Path, output_subdir: Any, key: str = "hydra.run.dir") -> None:
     """Before Hydra writes its record into ``run_dir``: refuse symlinks there that leave it (Hydra's record, the
-    log, the lock: :meth:`~fedrun.storage.rundir.RunDir.check_links`) and a record folder that is one."""
+    log, the lock: :meth:`~fedrun.storage.rundir.RunDir.check_links`) and a record folder that is one; keep the
+    record of the run it holds, put back if the job is refused there (fedrun/storage/kept_records.py)."""
     rd = RunDir(run_dir)
     rd.check_links(key)
+    rd.keep_record(None if output_subdir is None else str(output_subdir))
     if output_subdir is not None:
         record = run_dir / str(output_subdir)
         if record.is_symlink() and not record.resolve().is_relative_to(run_dir.resolve()):

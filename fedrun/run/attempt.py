@@ -107,6 +107,7 @@ def attempt(
                 lock = lambda: held.enter_context(rd.lock(wait))  # noqa: E731
                 return _attempt(rd, cfg, multirun, absolute, echo, lock, imports, spec)
         except RunDirBusy as e:
+            rd.restore_record()  # the live run's record, which Hydra overwrote when it launched this attempt
             return AttemptResult(Outcome.BUSY, message=str(e))
         except (ConfigError, DataError, ResumeError) as e:
             return _refused(rd, str(e))

@@ -34,6 +34,7 @@ import yaml
 
 from fedrun.core.errors import ConfigError
 from fedrun.core.safe_yaml import load_yaml
+from fedrun.storage import kept_records
 from fedrun.storage.atomic import TEMP_NAME, atomic_write, write_json, write_metrics
 from fedrun.storage.lock import LOCK_FILE, RunDirBusy, run_dir_lock
 from fedrun.storage.status import Status
@@ -298,8 +299,9 @@ class RunDir:
             self.write_summary((old or Summary(SUMMARY_FORMAT)).replace(status=status, error=error))
 
     def refuse(self, message: str) -> None:
-        """Bad input: remove what this attempt wrote (but keep Hydra's record of a job in a directory that is not
-        foreign: fedrun-report labels the refused run from it) and, when the directory holds no run, say why in
+        """Bad input: remove what this attempt wrote (but keep Hydra's record of a job in a new directory:
+        fedrun-report labels the refused run from it; in one that held a run, that run's record is put back,
+        :meth:`restore_record`) and, when the directory holds no run, say why in
         error.txt. Only under the directory's lock (taken here for the purpose when this attempt does not hold it,
         and then nothing but error.txt is written): a directory another process holds is left as it is, and one that
         held anything before this attempt keeps it byte for byte. A foreign directory gets no lock and no error.txt;
@@ -309,11 +311,27 @@ class RunDir:
         if self.foreign():
             self._remove_record()
             return
+        self.restore_record()
         if self._held:
             self._refuse_held(message)
             return
         with contextlib.suppress(RunDirBusy), self.lock():
             self._refuse_held(message)
+
+    def keep_record(self, record: str | None) -> None:
+        """Before Hydra writes its record of a job (folder ``record``) here: keep the record of the run this
+        directory holds, for :meth:`restore_record` (fedrun/storage/kept_records.py); nothing when it holds none."""
+        if record is None:
+            return
+        if self.before and any(n in RUN_MARKERS for n in self.before):
+            kept_records.keep(self.path / record, HYDRA_RECORD_FILES)
+        else:  # what an earlier composition kept here is no longer this directory's
+            kept_records.forget(self.path / record)
+
+    def restore_record(self) -> None:
+        """Put back the record :meth:`keep_record` kept, over the one Hydra wrote for this refused attempt."""
+        if self.record is not None:
+            kept_records.restore(self.path / self.record)
 
     def _refuse_held(self, message: str) -> None:
         before = self.before or frozenset()

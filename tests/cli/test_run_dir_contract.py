@@ -142,19 +142,22 @@ def test_a_symlink_leaving_the_run_dir_is_never_written_through(tmp_path: Path, 
 
 @pytest.mark.parametrize(
     "overrides",
-    [["algorithm=fedprox"], ["model=cnn"], ["partition=iid"], ["data=cifar10"], ["fl=5"], ["fl.rounds=0"]],
+    [["algorithm=fedprox"], ["model=cnn"], ["partition=iid"], ["data=cifar10"], ["fl=5"], ["fl.rounds=0"], ["seed=3"]],
 )
+@pytest.mark.parametrize("how", ["resume", "run-dir"])
 def test_a_later_command_cannot_flip_a_completed_run_to_failed(
-    tmp_path: Path, completed_run: Path, overrides: list[str]
+    tmp_path: Path, completed_run: Path, overrides: list[str], how: str
 ) -> None:
+    """``run-dir``: Hydra writes its record of the job (.hydra/) before fedrun sees the run there; refused, the
+    run's own record is put back."""
     run = tmp_path / "run"
     shutil.copytree(completed_run, run, symlinks=True)
     before = dir_snapshot(run)
     assert b'"status": "completed"' in before["summary.json"]  # type: ignore[operator]
-    res = _fedrun(tmp_path, f"resume={run}", *overrides)
-    assert res.returncode == 2, res.stderr
-    assert res.stderr.strip().count("\n") == 0 and res.stderr.startswith("fedrun: error: "), res.stderr
-    assert dir_snapshot(run) == before  # status, config, metrics, log: byte for byte
+    where = [f"resume={run}"] if how == "resume" else [*ONE_ROUND, f"hydra.run.dir={run}", f"cache_dir={tmp_path}/c"]
+    res = _fedrun(tmp_path, *where, *overrides)
+    _one_line_exit_2(res, "")
+    assert dir_snapshot(run) == before  # status, config, metrics, log, Hydra's record: byte for byte
 
 
 def test_a_completed_run_is_skipped_and_its_summary_reads_back(tmp_path: Path, completed_run: Path) -> None:

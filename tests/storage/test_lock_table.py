@@ -61,6 +61,8 @@ R2 = ("resume={done}", "fl.rounds=2")
 CASES = [
     Case("held-fresh-run", ("hydra.run.dir={t}/r",), 2, ("{t}/r: " + BUSY,), lambda t: Held(t / "r")),
     Case("held-resume", R2, 2, ("{t}/done: " + BUSY,), lambda t: Held(t / "done"), ("done",), tiny=False),
+    # Hydra rewrites the record (.hydra/) as it launches the job, before the lock is tried: the live run's comes back
+    Case("held-run-dir", ("hydra.run.dir={done}",), 2, ("{done}: " + BUSY,), lambda t: Held(t / "done"), ("done",)),
     Case("stale-lock-is-taken", R2, 0, (), tiny=False),
     Case(
         "lock-a-directory",
