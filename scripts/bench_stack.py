@@ -20,6 +20,10 @@ runner, fedrun/cli/reproduce_sweep.py), stacked (``--override hardware.engine=au
 sequential engine, which does not stack) against ``--override hardware.stack=off``; and the largest difference
 between the two modes' metrics. ``--only robust_smoke``: ``robust-fmnist --smoke`` the same way (80 jobs, 10 attacks
 x 8 defences on the MLP 784-200-200-10, one command per defence, all 80 one stack).
+Modes (``--modes``, default all): ``one_after_another`` (``hardware.stack=off``), ``stacked``,
+``one_after_another_vectorised``, each in the sweep's one process (``hardware.parallel=off``), and ``side_by_side``
+(``hardware.parallel=<CPU count>``: its stacks split for the workers) and ``side_by_side_unstacked`` (the same with
+``hardware.stack=off``), whose wall time is the one that counts (two workers spend more CPU time, in less time).
 Each sweep runs in each mode ``--repeats`` times, the order of the modes rotated each time (a busy machine's load
 changes from minute to minute), after a warm-up of its first job; medians of wall and CPU time (the child's user
 + system: what a quiet machine would take, with one thread), and the ratios of the medians.
@@ -61,9 +65,13 @@ TIMING = {"seconds", "round_seconds", "aggregate_seconds"}
 
 
 MODES = {  # how each sweep is run: the overrides added to its own
-    "one_after_another": ["hardware.stack=off"],
-    "stacked": [],
-    "one_after_another_vectorised": ["hardware.stack=off", "hardware.engine=vectorised"],
+    "one_after_another": ["hardware.stack=off", "hardware.parallel=off"],
+    "stacked": ["hardware.parallel=off"],
+    "one_after_another_vectorised": ["hardware.stack=off", "hardware.engine=vectorised", "hardware.parallel=off"],
+    # stacked, and its units side by side in a worker per core (a stack split for idle workers): what a sweep of
+    # hardware.threads=0 gets under hardware.parallel=auto on an idle machine; the jobs' threads as the bench's
+    "side_by_side": [f"hardware.parallel={os.cpu_count() or 1}"],
+    "side_by_side_unstacked": ["hardware.stack=off", f"hardware.parallel={os.cpu_count() or 1}"],  # each job alone
 }
 
 
@@ -97,7 +105,7 @@ def timed(cmd: list[str], cwd: Path, timeout: float) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "returncode": p.returncode,
-        "stacks": [ln.strip() for ln in lines if ln.strip().startswith(("stack ", "not stacked"))],
+        "stacks": [ln.strip() for ln in lines if ln.strip().startswith(("stack ", "not stacked", "side by side"))],
         "error": (p.stderr.strip().splitlines() or [""])[-1] if p.returncode else None,
     }
 
@@ -137,17 +145,21 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         out[mode].update({f"{k}_range": [min(r[k] for r in rs), max(r[k] for r in rs)] for k in ("wall_s", "cpu_s")})
     for base in [b for b in ("one_after_another", "one_after_another_vectorised") if b in runs]:
         tag = "" if base == "one_after_another" else "_vs_vectorised"
-        for k in ("wall_s", "cpu_s"):
-            unit = k.split("_")[0]
-            out[f"speedup_{unit}{tag}"] = out[base][k] / out["stacked"][k]
-            pairs = [a[k] / b[k] for a, b in zip(runs[base], runs["stacked"], strict=True)]
-            out[f"speedup_{unit}{tag}_paired_median"] = statistics.median(pairs)
-            out[f"speedup_{unit}{tag}_paired_range"] = [min(pairs), max(pairs)]
+        for mode, keys in (("stacked", ("wall_s", "cpu_s")), ("side_by_side", ("wall_s",)),
+                           ("side_by_side_unstacked", ("wall_s",))):  # fmt: skip
+            if mode not in runs or base not in runs:
+                continue
+            for k in keys:
+                name = f"speedup_{k.split('_')[0]}{tag}" + ("" if mode == "stacked" else f"_{mode}")
+                out[name] = out[base][k] / out[mode][k]
+                pairs = [a[k] / b[k] for a, b in zip(runs[base], runs[mode], strict=True)]
+                out[f"{name}_paired_median"] = statistics.median(pairs)
+                out[f"{name}_paired_range"] = [min(pairs), max(pairs)]
     return out
 
 
 def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device: str, timeout: float,
-                  repeats: int) -> dict[str, Any]:  # fmt: skip
+                  repeats: int, only_modes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """One sweep in each mode, ``repeats`` times, the modes' order rotated each repeat (the machine's load changes
     from minute to minute: each mode gets the same chances), after a warm-up of its first seed (the data and
     partition caches, ``engine=auto``'s cached choice: what a second sweep finds)."""
@@ -155,7 +167,7 @@ def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device:
     warm = [a if not a.startswith("seed=") else "seed=0" for a in args]
     res: dict[str, Any] = {"args": args, "repeats": repeats, "load_start": os.getloadavg()[0]}
     res["warm_up"] = sweep([*warm, "hardware.stack=off"], root / f"{name}-warm", threads, device, timeout)
-    modes = list(MODES)
+    modes = [m for m in MODES if m in (only_modes or MODES)]
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for rep in range(repeats):
         for mode in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
@@ -164,7 +176,8 @@ def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device:
             print(f"    {name} {mode} #{rep}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU", flush=True)
     res["runs"] = runs
     res["load_end"] = os.getloadavg()[0]
-    res["stacks"] = runs["stacked"][0]["stacks"]
+    res["stacks"] = runs["stacked"][0]["stacks"] if "stacked" in runs else []
+    res["side_stacks"] = runs["side_by_side"][0]["stacks"] if "side_by_side" in runs else []
     res["errors"] = [f"{m} #{i}: {r['error']}" for m, rs in runs.items() for i, r in enumerate(rs) if r["error"]]
     res.update(summarise(runs))
     return res
@@ -196,14 +209,14 @@ def measure_reproduce(name: str, root: Path, threads: int, timeout: float, repea
 
 
 def measure_stack(rounds: int | None, threads: int, device: str, timeout: float, only: list[str],
-                  repeats: int = 1) -> dict[str, Any]:  # fmt: skip
+                  repeats: int = 1, modes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Each sweep one after another (``hardware.stack=off``) and stacked, in one sitting; and the tolerance."""
     extra = [f"fl.rounds={rounds}"] if rounds else []
     out: dict[str, Any] = {"rounds": rounds or "the experiment's (30)", "threads": threads, "device": device}
     with tempfile.TemporaryDirectory(prefix="fedrun-bench-stack-") as tmp:
         root = Path(tmp)
         for name in [n for n in SWEEPS if n in only]:
-            out[name] = measure_sweep(name, extra, root, threads, device, timeout, repeats)
+            out[name] = measure_sweep(name, extra, root, threads, device, timeout, repeats, modes)
         if "tolerance" in only:
             args = [*TOLERANCE, *extra, "hardware.engine=vectorised"]
             alone = sweep([*args, "hardware.stack=off"], root / "tol-off", threads, device, timeout)
@@ -220,14 +233,18 @@ def print_stack(r: dict[str, Any]) -> None:
         s = r.get(name)
         if not s:
             continue
-        off, on, vec = s["one_after_another"], s["stacked"], s["one_after_another_vectorised"]
+        modes = ", ".join(f"{m} {s[m]['wall_s']:.1f} s wall / {s[m]['cpu_s']:.1f} s CPU" for m in s["runs"])
+        ups = ", ".join(
+            f"{k.removeprefix('speedup_')} {v:.2f}x (each repeat's {s[k + '_paired_range'][0]:.2f}-"
+            f"{s[k + '_paired_range'][1]:.2f}x)"
+            for k, v in s.items()
+            if k.startswith("speedup_") and not k.endswith(("_paired_median", "_paired_range"))
+        )
         print(
-            f"  {name} ({' '.join(s['args'])}; median of {s['repeats']}): one after another {off['wall_s']:.1f} s wall"
-            f" / {off['cpu_s']:.1f} s CPU (on the vectorised engine {vec['wall_s']:.1f} / {vec['cpu_s']:.1f}),"
-            f" stacked {on['wall_s']:.1f} / {on['cpu_s']:.1f} -> {s['speedup_wall']:.2f}x wall,"
-            f" {s['speedup_cpu']:.2f}x CPU (vs the vectorised engine {s['speedup_wall_vs_vectorised']:.2f}x /"
-            f" {s['speedup_cpu_vs_vectorised']:.2f}x); load {s['load_start']:.1f} -> {s['load_end']:.1f};"
-            f" {'; '.join(s['stacks'])}" + (f"; errors: {s['errors']}" if s["errors"] else "")
+            f"  {name} ({' '.join(s['args'])}; median of {s['repeats']}): {modes}; speed-ups: {ups};"
+            f" load {s['load_start']:.1f} -> {s['load_end']:.1f}; stacked: {'; '.join(s['stacks'])}"
+            + (f"; side by side: {'; '.join(s['side_stacks'])}" if s.get("side_stacks") else "")
+            + (f"; errors: {s['errors']}" if s["errors"] else "")
         )
     for name in REPRODUCE:
         s = r.get(name)
@@ -264,9 +281,11 @@ def main() -> None:
     ap.add_argument("--only", default="seeds,methods,tolerance")
     ap.add_argument("--repeats", type=int, default=1, help="each sweep in each mode this many times (medians)")
     ap.add_argument("--out", default=None, help="write the JSON result here")
+    ap.add_argument("--modes", default=None, help=f"only these of the sweeps' modes ({', '.join(MODES)})")
     args = ap.parse_args()
     print(f"stacked sweeps ({STACK_DESC}), load average {os.getloadavg()[0]:.1f} ...", flush=True)
-    r = measure_stack(args.rounds, args.threads, args.device, args.timeout, args.only.split(","), args.repeats)
+    modes = args.modes.split(",") if args.modes else None
+    r = measure_stack(args.rounds, args.threads, args.device, args.timeout, args.only.split(","), args.repeats, modes)
     print_stack(r)
     if args.out:
         Path(args.out).write_text(json.dumps(r, indent=1))

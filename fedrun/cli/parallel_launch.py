@@ -22,6 +22,7 @@ once, as it stops a run. A worker whose sweep process died (SIGKILL) stops its j
 
 from __future__ import annotations
 
+import heapq
 import importlib
 import inspect
 import pickle
@@ -55,6 +56,7 @@ class SideBySide:
     why: str
     setup: bytes
     jobs: dict[int, dict[str, Any]]  # each job's config as a worker rebuilds it (:func:`portable`)
+    plan: StackPlan  # the sweep's stacks as they run: the planner's, split for idle workers (:func:`split_units`)
 
 
 def units_of(plan: StackPlan, nums: list[int]) -> list[list[int]]:
@@ -67,6 +69,37 @@ def units_of(plan: StackPlan, nums: list[int]) -> list[list[int]]:
         elif group[0] == num:
             units.append(list(group))
     return units
+
+
+def split_units(units: list[list[int]], workers: int, trains: Callable[[int], bool]) -> list[list[int]]:
+    """``units`` with stacks split in two (in job order, halving the jobs that train) while a split shortens the
+    sweep: on a CPU a core of its own gains a job far more than training beside others does (docs/hardware.md,
+    "Stacked sweeps"), so a stack should not leave a worker idle. The sweep's length is :func:`makespan`'s, each job
+    that trains one unit of time; of the splits that shorten it most, the first in job order."""
+    units = [list(u) for u in units]
+    cost = lambda u: sum(map(trains, u))  # noqa: E731
+    while True:
+        best, chosen = makespan([cost(u) for u in units], workers), None
+        for i, unit in enumerate(units):
+            running = [n for n in unit if trains(n)]
+            if len(running) < 2:
+                continue
+            cut = unit.index(running[(len(running) + 1) // 2])
+            trial = [*units[:i], unit[:cut], unit[cut:], *units[i + 1 :]]
+            if (length := makespan([cost(u) for u in trial], workers)) < best:
+                best, chosen = length, trial
+        if chosen is None:
+            return units
+        units = chosen
+
+
+def makespan(costs: list[int], workers: int) -> int:
+    """How long ``workers`` take over units of ``costs``, each taken in order by the first worker free (as
+    fedrun/cli/parallel_pool.py hands them out)."""
+    free = [0] * max(workers, 1)
+    for c in costs:
+        heapq.heapreplace(free, free[0] + c)
+    return max(free)
 
 
 def choose_workers(specs: list[RunSpec], unit_bytes: Callable[[], int]) -> tuple[int, str]:
@@ -98,20 +131,23 @@ def side_by_side(
     if not specs or None in dirs or len(set(dirs)) < len(dirs):
         return None
     by_num = {j.num: j for j in jobs}
+    trains = lambda n: by_num[n].alone != "finished"  # noqa: E731
     units = units_of(plan, [j.num for j in jobs])
-    training = [u for u in units if any(by_num[n].alone != "finished" for n in u)]
-    if len(training) < 2:
+    training = [u for u in units if any(map(trains, u))]
+    if sum(sum(map(trains, u)) for u in training) < 2:
         return None
     workers, why = choose_workers(
         specs, lambda: max(PROCESS_BYTES + sum(_bytes(by_num[n].spec) for n in u) for u in training)
     )
-    workers = min(workers, len(training))
+    units = split_units(units, workers, trains)
+    workers = min(workers, sum(any(map(trains, u)) for u in units))
     if workers < 2:
         return None
     setup, sent = _setup(launcher, workers, why), [portable(cfg) for cfg in configs]
     if setup is None or any(job is None for job in sent):
         return None
-    return SideBySide(units, workers, why, setup, {j.num: job for j, job in zip(jobs, sent, strict=True) if job})
+    split = StackPlan([u for u in units if len(u) > 1], plan.why_not)
+    return SideBySide(units, workers, why, setup, {j.num: job for j, job in zip(jobs, sent, strict=True) if job}, split)
 
 
 def portable(cfg: DictConfig) -> dict[str, Any] | None:

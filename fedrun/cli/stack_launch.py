@@ -46,7 +46,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial: int, 
     setup_globals()
     configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
     Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-    _announce(plan)
+    _announce(plan if side is None else side.plan)
     if side is not None:
         return parallel_launch.run(side, configs, dirs, initial)
     runs: dict[int, JobReturn] = {}

@@ -134,10 +134,10 @@ def job_blocker(spec: RunSpec) -> str | None:
 # this many FLOPs. A stack saves each step's dispatch (Python, autograd), not its arithmetic, and its wider ``vmap``
 # runs a step's arithmetic more slowly per row than a lone job does: measured on this project's 2-core CPU, one
 # thread (docs/hardware.md "Stacked sweeps"), McMahan et al.'s CNN (3.7 GFLOP a step of 50) stacked took 1.5x the CPU
-# time of its jobs one after another, fedrun's default MLP (60 MFLOP) about the same, an MLP 784-32-10 on batches of
-# 10 (1.5 MFLOP) 0.65x. The bound lies between the last two measured alike and the CNN (its batches of 2 and 10, 0.15
-# and 0.7 GFLOP, ran 2-3x slower per row under vmap than alone in a micro-benchmark), not measured closer.
-CPU_STEP_FLOPS = 1e8
+# time of its jobs one after another; fedrun's default MLP (60 MFLOP) on a quiet machine 1.09x and 1.13x (5 seeds;
+# 3 methods x 3 seeds), where under load it had measured about the same; an MLP 784-32-10 on batches of 10
+# (1.5 MFLOP) 0.65x. The bound lies between the last two, not measured closer.
+CPU_STEP_FLOPS = 1e7
 
 
 def arithmetic_bound(spec: RunSpec) -> str | None:

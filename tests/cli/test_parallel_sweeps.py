@@ -116,6 +116,46 @@ def test_stacks_run_side_by_side_each_trained_in_its_worker_as_in_one_process(
         pd.testing.assert_frame_equal(side_jobs[name], frame, check_exact=True)
 
 
+def test_a_stack_wider_than_the_units_is_split_for_idle_workers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    three = ["seed=0,1,2", "hardware.engine=vectorised"]  # one stack of 3 in one process
+    assert sweep(monkeypatch, tmp_path / "side", *three, "hardware.parallel=2") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:3] == [
+        "stack 1: jobs 1, 2 train together, as one vectorised cohort",
+        "side by side: jobs 1-3 run in 2 processes (hardware.parallel=2)",
+    ]
+    assert sweep(monkeypatch, tmp_path / "one", *three, "hardware.parallel=off") == 0
+    assert capsys.readouterr().out.splitlines()[1] == "stack 1: jobs 1-3 train together, as one vectorised cohort"
+    side_jobs, one_jobs = jobs(tmp_path / "side"), jobs(tmp_path / "one")
+    assert sorted(side_jobs) == sorted(one_jobs) and len(one_jobs) == 3
+    for name, frame in one_jobs.items():
+        pd.testing.assert_frame_equal(side_jobs[name], frame, check_exact=True)
+
+
+def test_split_units_splits_stacks_while_that_shortens_the_sweep() -> None:
+    every = lambda n: True  # noqa: E731
+    assert parallel_launch.split_units([[1, 2, 3, 4, 5]], 2, every) == [[1, 2, 3], [4, 5]]
+    assert parallel_launch.split_units([[1, 2, 3, 4, 5]], 4, every) == [[1, 2], [3], [4, 5]]  # 2 rounds at best
+    assert parallel_launch.split_units([[1, 2], [3, 4, 5, 6]], 3, every) == [[1, 2], [3, 4], [5, 6]]
+    assert parallel_launch.split_units([[1, 2, 3], [4]], 2, every) == [[1, 2], [3], [4]]
+    # three stacks of 3 on 2 workers: 6 rounds unsplit, 5 with the first stack split
+    assert parallel_launch.split_units([[1, 2, 3], [4, 5, 6], [7, 8, 9]], 2, every) == [
+        [1, 2],
+        [3],
+        [4, 5, 6],
+        [7, 8, 9],
+    ]
+    assert parallel_launch.split_units([[1, 2]], 8, every) == [[1], [2]]
+    assert parallel_launch.split_units([[1, 2, 3]], 1, every) == [[1, 2, 3]]
+    # finished jobs (1, 2) cost nothing: the jobs that train are halved, a unit of finished jobs is not split
+    assert parallel_launch.split_units([[1, 2, 3, 4, 5]], 2, lambda n: n > 2) == [[1, 2, 3, 4], [5]]
+    assert parallel_launch.split_units([[1, 2], [3]], 2, lambda n: n > 2) == [[1, 2], [3]]
+    assert parallel_launch.makespan([3, 3, 2, 1], 2) == 5 and parallel_launch.makespan([], 2) == 0
+
+
 def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-m", "fedrun.cli", *args], cwd=tmp_path, env=env, text=True,

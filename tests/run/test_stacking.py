@@ -31,13 +31,15 @@ from fedrun.run.stacking import (
 )
 from tests.conftest import compose_cfg
 
-BASE = ["experiment=smoke", "hardware.threads=1"]
+# MLP 784-32-10: a step (7.6 MFLOP) that stacks on a CPU (see test_a_step_of_many_flops_stays_alone_on_a_cpu...)
+BASE = ["experiment=smoke", "hardware.threads=1", "model.hidden=[32]"]
 _SPECS: dict[tuple[str, ...], RunSpec] = {}
 
 
 def spec(*overrides: str) -> RunSpec:
     if overrides not in _SPECS:
-        cfg = compose_cfg([*BASE, *overrides])
+        base = BASE[:2] if any(o.startswith("model=") for o in overrides) else BASE  # another model: its own shapes
+        cfg = compose_cfg([*base, *overrides])
         _SPECS[overrides] = validate(OmegaConf.to_container(cfg, resolve=True))
     return _SPECS[overrides]
 
@@ -157,15 +159,19 @@ CNN = ("model=cnn", "fl.batch_size=50", "hardware.device=cpu")  # McMahan et al.
 def test_a_step_of_many_flops_stays_alone_on_a_cpu_under_auto_only() -> None:
     """The CPU bound (:data:`CPU_STEP_FLOPS`): McMahan's CNN (24.5 MFLOP forward a sample, 3.7 GFLOP a step of 50)
     runs alone under ``hardware.stack=auto`` on a CPU, in one line naming its FLOPs; a width set, a GPU, more threads
-    or a small step stack it; the default MLP (784-200-200-10, 60 MFLOP a step) stacks."""
-    assert forward_macs(spec("seed=0")) == 784 * 200 + 200 * 200 + 200 * 10
-    assert step_flops(spec("seed=0")) == 6 * 198_800 * 50 < CPU_STEP_FLOPS
+    or a small step stack it; so does the default MLP (784-200-200-10, 60 MFLOP a step) on 8 threads, not on one."""
+    mlp = ("hardware.device=cpu", "model.hidden=[200,200]")  # fedrun's default MLP
+    assert forward_macs(spec(*mlp)) == 784 * 200 + 200 * 200 + 200 * 10
+    assert step_flops(spec(*mlp)) == 6 * 198_800 * 50 > CPU_STEP_FLOPS
+    assert step_flops(spec("seed=0")) == 6 * (784 * 32 + 32 * 10) * 50 < CPU_STEP_FLOPS
     cnn = spec(*CNN)
     why = arithmetic_bound(cnn)
     assert why is not None and "\n" not in why and "model=cnn is 3.7 GFLOP on 1 thread" in why
     jobs = (CNN, (*CNN, "seed=1"))
     assert job_blocker(cnn) == why and plan(*jobs).why_not == [([0, 1], why)] and plan(*jobs).groups == []
-    for alone in [("hardware.stack=4",), ("hardware.device=cuda",), ("fl.batch_size=1",)]:
+    for alone in [("hardware.stack=4",), ("hardware.device=cuda",), ("fl.batch_size=1", "hardware.threads=8")]:
         assert arithmetic_bound(spec(*CNN, *alone)) is None, alone  # (the last setting of a key wins)
-    assert arithmetic_bound(spec(*CNN, "fl.batch_size=2", "hardware.threads=2")) is None  # 147 MFLOP on 2 threads
+    assert "model=mlp is 0.06 GFLOP on 1 thread" in (arithmetic_bound(spec(*mlp)) or "")
+    assert arithmetic_bound(spec(*mlp, "hardware.threads=8")) is None  # 7.5 MFLOP a thread
+    assert arithmetic_bound(spec(*mlp, "model.hidden=[32]", "fl.batch_size=10")) is None  # 1.5 MFLOP
     assert arithmetic_bound(spec("seed=0")) is None
