@@ -174,7 +174,7 @@ def say_stacked(nums: list[int]) -> None:
 
 
 def say_not_stacked(nums: list[int], why: str) -> None:
-    """Jobs ``nums`` (0-based) could have trained together but run one after another: the console says why."""
+    """Jobs ``nums`` (0-based) could have trained together but train alone: the console says why."""
     if _ACTIVE is not None:
         _ACTIVE.not_stacked(nums, why)
 

@@ -149,8 +149,8 @@ class SweepConsole:
         self._say(f"stack {stack}: jobs {job_numbers(nums)} train together, as one vectorised cohort")
 
     def not_stacked(self, nums: Sequence[int], why: str) -> None:
-        """Jobs ``nums`` (0-based) could have trained together but run one after another: why, in one line."""
-        self._say(f"not stacked: jobs {job_numbers(nums)} run one after another ({why})")
+        """Jobs ``nums`` (0-based) could have trained together but train alone: why, in one line."""
+        self._say(f"not stacked: jobs {job_numbers(nums)} train alone ({why})")
 
     def side_by_side(self, nums: Sequence[int], workers: int, why: str) -> None:
         """Jobs ``nums`` (0-based) run side by side in ``workers`` processes (fedrun/cli/parallel_launch.py): one

@@ -87,8 +87,8 @@ def test_jobs_that_would_have_stacked_say_why_not_in_one_line_and_run_as_before(
         "(model=mlp draws dropout masks (module '3') from torch's one global generator, which stacked jobs would share)"
     )
     assert out[1:3] == [
-        f"not stacked: jobs 1, 3 run one after another {why}",
-        f"not stacked: jobs 2, 4 run one after another {why}",
+        f"not stacked: jobs 1, 3 train alone {why}",
+        f"not stacked: jobs 2, 4 train alone {why}",
     ]
     assert sum(": completed, acc " in line and "stack" not in line for line in out) == 4
 

@@ -181,7 +181,7 @@ def test_jobs_that_would_have_stacked_say_why_not_in_a_line_and_in_their_summary
     cmds = _commands(tmp_path / "sweep", "model.dropout=0.5")[:1]
     assert run_commands(cmds) == 0
     (line,) = _stack_lines(capsys.readouterr().out)
-    assert line.startswith("not stacked: jobs 1, 2 run one after another (model=mlp draws dropout masks")
+    assert line.startswith("not stacked: jobs 1, 2 train alone (model=mlp draws dropout masks")
     for folder in (tmp_path / "sweep" / "m00").iterdir():
         if folder.is_dir():
             summary = json.loads((folder / "summary.json").read_text())
