@@ -274,7 +274,9 @@ def load_evidence() -> list[dict[str, Any]]:
 
 def evidence_runs(records: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     """The records' runs as rows :func:`scorecard` reads: ``tags.preset``, ``tags.method``, the setting's keys,
-    ``seed``, ``status`` and ``summary.<metric>`` (a fraction, as a summary holds it)."""
+    ``seed``, ``status`` and ``summary.<metric>`` (a fraction, as a summary holds it). A cell's seed run as the
+    preset is now (a record without ``setup``) supersedes the same cell's seed in a record of an older setup, so a
+    table re-run seed by seed comes to one setup (:func:`_current_first`)."""
     rows = []
     for rec in load_evidence() if records is None else records:
         for cell in rec["cells"]:
@@ -285,5 +287,19 @@ def evidence_runs(records: list[dict[str, Any]] | None = None) -> pd.DataFrame:
                 scale = PERCENT.get(cell["metric"], 100.0)
                 row[f"summary.{cell['metric']}"] = np.nan if value is None else value / scale
                 row["evidence"] = rec["id"]
+                row[_CELL] = (rec["preset"], cell["row"], cell.get("setting", ""), cell["metric"], int(seed))
+                row[_CURRENT] = not rec.get("setup")
                 rows.append(row)
-    return pd.DataFrame(rows)
+    return _current_first(pd.DataFrame(rows))
+
+
+_CELL, _CURRENT = "_cell", "_current"  # evidence_runs' bookkeeping columns, dropped before it returns
+
+
+def _current_first(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` less each older-setup run of a cell's seed that a run of the current setup also holds."""
+    if runs.empty:
+        return runs
+    current = set(runs.loc[runs[_CURRENT], _CELL])
+    keep = runs[_CURRENT] | ~runs[_CELL].isin(current)
+    return runs[keep].drop(columns=[_CELL, _CURRENT]).reset_index(drop=True)

@@ -50,6 +50,22 @@ def test_a_table_whose_columns_ran_different_setups_is_flagged() -> None:
     ]
 
 
+def test_a_seed_run_as_the_preset_is_now_supersedes_the_same_seed_of_an_older_setup() -> None:
+    old = record(
+        "old", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 80.0, "FedProx(0.1)": 81.0}, setup={"k": "v"}
+    )
+    new = record("new", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 84.0})
+    runs = evidence_runs([old, new])
+    fedavg = runs[runs["tags.method"] == "FedAvg"]
+    assert list(fedavg["summary.test_acc_best"]) == [0.84] and list(fedavg["evidence"]) == ["new"]  # not their mean
+    assert list(runs[runs["tags.method"] == "FedProx(0.1)"]["evidence"]) == ["old"]  # no new run of it: kept
+    assert [r["id"] for r in (old, new)] == ["old", "new"] and mixed(card_of([old, new]), [old, new])
+    other_seed = {**new, "cells": [{**new["cells"][0], "values": {"1": 84.0}}]}
+    assert len(evidence_runs([old, other_seed])) == 3  # another seed supersedes nothing
+    twin = record("twin", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 82.0}, setup={"k": "v"})
+    assert len(evidence_runs([old, twin])) == 3  # two records of one setup: both kept (the card takes their mean)
+
+
 def test_each_record_on_the_card_is_listed_with_its_commit_note_and_setup() -> None:
     a = record("a", "FMNIST 10% Best", "fl.participation=0.1", {"FedAvg": 82.0}, note="seed 0", setup={"k": "v"})
     assert record_lines(card_of([a]), [a]) == ["[1] a: commit c-a; seed 0; differs from the preset now: k: v"]
