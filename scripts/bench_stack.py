@@ -17,8 +17,11 @@ Sweeps (FMNIST, MLP 784-200-200-10, fedrun's default experiment: 20 clients Diri
 Reproduce targets (``--only fedcos_smoke``, in ``make bench``): ``fedrun-reproduce run fedcos-table2 --smoke`` (FedCos
 Table II's 36 jobs: 9 methods x 4 IID fractions, 2 rounds of 5 clients x 1 step, in fedrun-reproduce's in-process
 runner, fedrun/cli/reproduce_sweep.py), stacked (``--override hardware.engine=auto``: a -smoke target pins the
-sequential engine, which does not stack) against ``--override hardware.stack=off``; and the largest difference
-between the two modes' metrics. ``--only robust_smoke``: ``robust-fmnist --smoke`` the same way (80 jobs, 10 attacks
+sequential engine, which does not stack) against ``--override hardware.stack=off``, both in one process
+(``--parallel off``), and side by side (``--parallel <CPU count>``: its commands in forked processes,
+fedrun/cli/reproduce_side.py); with ``--before CHECKOUT`` also as that checkout of fedrun runs it (a git worktree of
+an earlier commit: the baseline "today" of an issue); and the largest difference between the metrics of the first
+two modes. ``--only robust_smoke``: ``robust-fmnist --smoke`` the same way (80 jobs, 10 attacks
 x 8 defences on the MLP 784-200-200-10, one command per defence, all 80 one stack).
 Modes (``--modes``, default all): ``one_after_another`` (``hardware.stack=off``), ``stacked``,
 ``one_after_another_vectorised``, each in the sweep's one process (``hardware.parallel=off``), and ``side_by_side``
@@ -31,6 +34,7 @@ Each wall time is the whole command's (start-up, data, evaluation, checkpoints a
 
     python scripts/bench_stack.py [--rounds 5] [--repeats 3] [--threads 1]
                                   [--only seeds,methods,small,cnn,tolerance,fedcos_smoke,robust_smoke]
+                                  [--before CHECKOUT]
 """
 
 from __future__ import annotations
@@ -83,18 +87,21 @@ def sweep(args: list[str], folder: Path, threads: int, device: str, timeout: flo
     return timed(cmd, folder.parent, timeout)
 
 
-def reproduce(target: str, overrides: list[str], folder: Path, threads: int, timeout: float) -> dict[str, Any]:
-    """``fedrun-reproduce run TARGET --smoke`` into ``folder``, each run with ``overrides`` (``--override``): as
-    :func:`sweep`."""
+def reproduce(target: str, overrides: list[str], folder: Path, threads: int, timeout: float,
+              flags: tuple[str, ...] = (), repo: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """``fedrun-reproduce run TARGET --smoke *flags`` into ``folder``, each run with ``overrides`` (``--override``):
+    as :func:`sweep`. ``repo``: fedrun as a checkout there has it (``--before``), with neither ``overrides`` nor
+    ``flags``, which it may not know."""
     settings = [f"hardware.threads={threads}", f"cache_dir={folder.parent / 'cache'}", *overrides]
-    cmd = [sys.executable, "-m", "fedrun.cli.reproduce", "run", target, "--smoke", "--out", str(folder),
-           *(w for o in settings for w in ("--override", o))]  # fmt: skip
-    return timed(cmd, folder.parent, timeout)
+    options = [] if repo else [*flags, *(w for o in settings for w in ("--override", o))]
+    cmd = [sys.executable, "-m", "fedrun.cli.reproduce", "run", target, "--smoke", "--out", str(folder), *options]
+    return timed(cmd, folder.parent, timeout, repo or REPO)
 
 
-def timed(cmd: list[str], cwd: Path, timeout: float) -> dict[str, Any]:
-    """``cmd`` run in ``cwd``: its wall and CPU time (the child's user + system), exit code and stack lines."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+def timed(cmd: list[str], cwd: Path, timeout: float, repo: Path = REPO) -> dict[str, Any]:
+    """``cmd`` run in ``cwd`` with ``repo``'s fedrun: its wall and CPU time (the child's user + system), exit code
+    and stack lines."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
@@ -143,14 +150,17 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for mode, rs in runs.items():
         out[mode] = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")}
         out[mode].update({f"{k}_range": [min(r[k] for r in rs), max(r[k] for r in rs)] for k in ("wall_s", "cpu_s")})
-    for base in [b for b in ("one_after_another", "one_after_another_vectorised") if b in runs]:
-        tag = "" if base == "one_after_another" else "_vs_vectorised"
+    for base in [b for b in ("one_after_another", "one_after_another_vectorised", "before") if b in runs]:
+        tag = {"one_after_another": "", "one_after_another_vectorised": "_vs_vectorised"}.get(base, f"_vs_{base}")
         for mode, keys in (("stacked", ("wall_s", "cpu_s")), ("side_by_side", ("wall_s",)),
-                           ("side_by_side_unstacked", ("wall_s",))):  # fmt: skip
+                           ("side_by_side_unstacked", ("wall_s",)),
+                           *((("one_after_another", ("wall_s", "cpu_s")),) if base == "before" else ())):  # fmt: skip
             if mode not in runs or base not in runs:
                 continue
             for k in keys:
                 name = f"speedup_{k.split('_')[0]}{tag}" + ("" if mode == "stacked" else f"_{mode}")
+                if base == "before":
+                    name = f"speedup_{k.split('_')[0]}_{mode}{tag}"
                 out[name] = out[base][k] / out[mode][k]
                 pairs = [a[k] / b[k] for a, b in zip(runs[base], runs[mode], strict=True)]
                 out[f"{name}_paired_median"] = statistics.median(pairs)
@@ -183,18 +193,29 @@ def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device:
     return res
 
 
-def measure_reproduce(name: str, root: Path, threads: int, timeout: float, repeats: int) -> dict[str, Any]:
-    """A reproduce target's -smoke (:data:`REPRODUCE`) one after another (``hardware.stack=off``) and stacked,
-    ``repeats`` times, the modes alternated, after a warm-up run (its stand-in data and partitions cached); and the
-    largest difference between the two modes' metrics."""
+REPRODUCE_MODES = {  # mode: (--override settings, fedrun-reproduce flags); a -smoke target pins the sequential engine
+    "one_after_another": (["hardware.stack=off"], ("--parallel", "off")),
+    "stacked": (["hardware.engine=auto"], ("--parallel", "off")),
+    "side_by_side": (["hardware.stack=off"], ("--parallel", str(os.cpu_count() or 1))),  # a forked process per core
+    "before": ([], ()),  # fedrun of the checkout --before names, as it ran the target (in one process)
+}
+
+
+def measure_reproduce(name: str, root: Path, threads: int, timeout: float, repeats: int,
+                      before: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """A reproduce target's -smoke (:data:`REPRODUCE`) in each of :data:`REPRODUCE_MODES` (``before`` only with a
+    checkout ``before``), ``repeats`` times, the modes rotated, after a warm-up run (its stand-in data and
+    partitions cached); and the largest difference between the metrics of one after another and stacked."""
     target = REPRODUCE[name]
     res: dict[str, Any] = {"target": f"{target} --smoke", "repeats": repeats, "load_start": os.getloadavg()[0]}
     res["warm_up"] = reproduce(target, ["hardware.stack=off"], root / f"{name}-warm", threads, timeout)
-    modes = {"one_after_another": ["hardware.stack=off"], "stacked": ["hardware.engine=auto"]}  # (-smoke: sequential)
+    modes = {m: v for m, v in REPRODUCE_MODES.items() if m != "before" or before is not None}
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for rep in range(repeats):
-        for mode in list(modes)[rep % 2 :] + list(modes)[: rep % 2]:
-            r = reproduce(target, modes[mode], root / f"{name}-{mode}-{rep}", threads, timeout)
+        for mode in list(modes)[rep % len(modes) :] + list(modes)[: rep % len(modes)]:
+            settings, flags = modes[mode]
+            where = before if mode == "before" else None
+            r = reproduce(target, settings, root / f"{name}-{mode}-{rep}", threads, timeout, flags, where)
             runs[mode].append(r)
             print(f"    {name} {mode} #{rep}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU", flush=True)
     res["runs"] = runs
@@ -209,7 +230,8 @@ def measure_reproduce(name: str, root: Path, threads: int, timeout: float, repea
 
 
 def measure_stack(rounds: int | None, threads: int, device: str, timeout: float, only: list[str],
-                  repeats: int = 1, modes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+                  repeats: int = 1, modes: list[str] | None = None,
+                  before: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Each sweep one after another (``hardware.stack=off``) and stacked, in one sitting; and the tolerance."""
     extra = [f"fl.rounds={rounds}"] if rounds else []
     out: dict[str, Any] = {"rounds": rounds or "the experiment's (30)", "threads": threads, "device": device}
@@ -224,7 +246,7 @@ def measure_stack(rounds: int | None, threads: int, device: str, timeout: float,
             diff = max_difference(metrics(root / "tol-off"), metrics(root / "tol-stacked"))
             out["tolerance"] = {"args": args, "alone": alone, "stacked": stacked, **diff}
         for name in [n for n in REPRODUCE if n in only]:
-            out[name] = measure_reproduce(name, root, threads, timeout, repeats)
+            out[name] = measure_reproduce(name, root, threads, timeout, repeats, before)
     return out
 
 
@@ -264,6 +286,16 @@ def print_stack(r: dict[str, Any]) -> None:
             f" {diff['jobs']} jobs differ by at most {diff['max_abs']:.3g} ({diff['max_rel']:.3g} relative)"
             + (f"; errors: {s['errors']}" if s["errors"] else "")
         )
+        if "side_by_side" in s:
+            side, up = s["side_by_side"]["wall_s"], s["speedup_wall_side_by_side"]
+            print(f"    side by side (--parallel {os.cpu_count()}): {side:.1f} s wall -> {up:.2f}x wall")
+        if "before" in s:
+            ups = ", ".join(
+                f"{k.removeprefix('speedup_wall_').removesuffix('_vs_before')} {v:.2f}x"
+                for k, v in s.items()
+                if k.startswith("speedup_wall_") and k.endswith("_vs_before")
+            )
+            print(f"    before (--before's checkout): {s['before']['wall_s']:.1f} s wall; speed-ups over it: {ups}")
     t = r.get("tolerance")
     if t:
         print(
@@ -282,10 +314,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="each sweep in each mode this many times (medians)")
     ap.add_argument("--out", default=None, help="write the JSON result here")
     ap.add_argument("--modes", default=None, help=f"only these of the sweeps' modes ({', '.join(MODES)})")
+    ap.add_argument("--before", type=Path, default=None, help="a checkout (worktree) of fedrun: the targets' baseline")
     args = ap.parse_args()
     print(f"stacked sweeps ({STACK_DESC}), load average {os.getloadavg()[0]:.1f} ...", flush=True)
     modes = args.modes.split(",") if args.modes else None
-    r = measure_stack(args.rounds, args.threads, args.device, args.timeout, args.only.split(","), args.repeats, modes)
+    only = args.only.split(",")
+    r = measure_stack(args.rounds, args.threads, args.device, args.timeout, only, args.repeats, modes, args.before)
     print_stack(r)
     if args.out:
         Path(args.out).write_text(json.dumps(r, indent=1))

@@ -2,14 +2,16 @@
 
 fedrun-reproduce list                      every target: paper, runs, estimated CPU cost
 fedrun-reproduce run fedlaw-table3 [--smoke] [--dry-run] [--out DIR] [--methods FedAvg,FedLAW] [--presets P,...]
-                                   [--set KEY=VALUES] [--override KEY=VALUE]
+                                   [--set KEY=VALUES] [--override KEY=VALUE] [--parallel auto|off|N]
 
 A full sweep runs one ``fedrun -m`` process per (preset, method), then prints the table and the scorecard of its
 runs (``fedrun-report scorecard TARGET OUT``: each published cell, ours | paper | difference; a -smoke sweep is
 never compared, and says so in one line). ``--smoke`` adds the shrink of
 fedrun/papers/smoke.py to the same commands and runs their jobs in this process (fedrun/cli/reproduce_sweep.py: same
-jobs, directories and results), so start-up and data loading are paid once, not per command. ``--dry-run`` prints
-the ``fedrun -m ...`` and ``fedrun-report ...`` commands, quoted for a POSIX shell: each line pastes and runs as is.
+jobs, directories and results), so start-up and data loading are paid once, not per command; on idle cores its
+commands run side by side in processes forked from this one (``--parallel``, fedrun/cli/reproduce_side.py).
+``--dry-run`` prints the ``fedrun -m ...`` and ``fedrun-report ...`` commands, quoted for a POSIX shell: each line
+pastes and runs as is.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from fedrun.config import location as conf_location
 from fedrun.host.allocator import tune_glibc_malloc
+from fedrun.host.interrupts import exit_code, signal_name
 from fedrun.papers.cost import (
     SEC_PER_SAMPLE,
     calibration,
@@ -230,10 +233,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a setting added to every run, last (e.g. hardware.stack=off, hardware.threads=2)",
     )
+    run.add_argument(
+        "--parallel",
+        default=None,
+        metavar="auto|off|N",
+        help="--smoke: its commands side by side in forked processes, one per idle core (default auto)",
+    )
     if not argv:
         ap.print_help(sys.stderr)
         sys.exit(2)
     return ap.parse_args(argv)
+
+
+def parse_parallel(text: str) -> str | None:
+    """``text`` as ``--parallel`` reads it (``auto``, ``off`` or a count of at least 1), or None: not valid."""
+    text = text.strip().lower()
+    if text in ("auto", "off"):
+        return text
+    return text if text.isdigit() and int(text) >= 1 else None
 
 
 def hydra_plain(text: str) -> bool:
@@ -263,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say, even at exit
         return 0
+    except KeyboardInterrupt as e:  # each run stopped at its next pause and kept its last round
+        print(f"fedrun-reproduce: stopped by {signal_name(e)}; the same command resumes the runs", file=sys.stderr)
+        return exit_code(e)
 
 
 def _main(argv: list[str]) -> int:
@@ -290,14 +310,15 @@ def _main(argv: list[str]) -> int:
         key = item.partition("=")[0].lstrip("+~")
         if "=" not in item or not key or key.startswith("hydra.") or key == "hydra":
             return _fail(f"--override: {item!r} is not a run setting; valid: KEY=VALUE of a run (not hydra.*)")
+    parallel = parse_parallel(args.parallel or "auto")
+    if parallel is None or args.parallel is not None and not args.smoke:
+        why = "not valid" if parallel is None else "a --smoke option (a full sweep: --override hardware.parallel=N)"
+        return _fail(f"--parallel: {args.parallel!r} is {why}; valid: auto, off, or a count of processes >= 1")
     cmds = commands(target, out, args.smoke, methods, presets, args.override)
     if args.dry_run:
         print("\n".join(fedrun_line(cmd) for cmd in cmds))
-    elif args.smoke:  # seconds-long runs: one process for all, so start-up and data loading are paid once
-        from fedrun.cli.reproduce_sweep import run_commands
-
-        tune_glibc_malloc()
-        if run_commands([cmd[4:] for cmd in cmds]):
+    elif args.smoke:  # seconds-long runs: start-up and data loading paid once (forked workers share them)
+        if _smoke([cmd[4:] for cmd in cmds], parallel):
             print("fedrun-reproduce: a sweep failed; the table below shows which runs", file=sys.stderr)
     else:
         for cmd in cmds:
@@ -305,6 +326,17 @@ def _main(argv: list[str]) -> int:
             if subprocess.run(cmd, check=False).returncode != 0:
                 print("fedrun-reproduce: a sweep failed; the table below shows which runs", file=sys.stderr)
     return _report(target, out, args.smoke, args.dry_run)
+
+
+def _smoke(cmds: list[list[str]], parallel: str) -> int:
+    """Run a -smoke target's ``fedrun -m`` argument lists in this process, or side by side
+    (fedrun/cli/reproduce_side.py); the number of commands that failed."""
+    from fedrun.cli.reproduce_side import choose, run_side_by_side
+    from fedrun.cli.reproduce_sweep import run_commands
+
+    tune_glibc_malloc()
+    workers, why = choose(parallel, cmds)
+    return run_side_by_side(cmds, workers, why) if workers > 1 else run_commands(cmds)
 
 
 def _report(target: Target, out: Path, smoke: bool, dry_run: bool) -> int:

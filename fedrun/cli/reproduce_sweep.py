@@ -88,27 +88,33 @@ class Job:
     spec: RunSpec | None = None  # its config validated, by the planner (its attempt does not validate it again)
 
 
-def run_commands(commands: list[list[str]], log: bool = True) -> int:
+def run_commands(
+    commands: list[list[str]], log: bool = True, first: list[int] | None = None, total: int | None = None
+) -> int:
     """Run the jobs of every ``fedrun -m`` argument list in ``commands``, those that stack together (module
     docstring), printing one line per run as it ends (``log``; fedrun.log in each run dir has its rounds); the
     number of commands that failed to expand or compose (bad overrides: one line on stderr, like ``fedrun``'s exit
-    code 2; the command's jobs before the bad one run)."""
+    code 2; the command's jobs before the bad one run). ``first`` and ``total``: each command's first job number and
+    the count of jobs in all, where these commands are some of a target's (fedrun/cli/reproduce_side.py: the
+    console's ``[n/total]`` are the target's, and it says nothing before the jobs)."""
     failed = 0
     compose_checks.install()
     sweeps: list[tuple[Path, list[str], list[list[str]]]] = []
-    for args in commands:
+    starts: list[int] = []  # ``first`` of the commands that expand
+    for i, args in enumerate(commands):
         sweep_dir, overrides = split_command(args)
         try:
             sweeps.append((sweep_dir, varying_keys(overrides), expand(overrides)))
+            starts.extend(first[i : i + 1] if first is not None else [])
         except Exception as e:  # noqa: BLE001 - a malformed override is bad input
             print(f"fedrun: error: {one_line(str(e))}", file=sys.stderr)
             failed += 1
-    total = sum(len(jobs) for _, _, jobs in sweeps)
-    console = SweepConsole(_common_root([d for d, _, _ in sweeps]), total, live=False, ends_only=True, quiet=not log)
+    count = sum(len(jobs) for _, _, jobs in sweeps) if total is None else total
+    console = SweepConsole(common_root([d for d, _, _ in sweeps]), count, live=False, ends_only=True, quiet=not log)
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None), watching(console):
-            steps = _compose_all(sweeps)
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None), watching(console, total is None):
+            steps = _compose_all(sweeps, starts if first is not None else None)
             failed += sum(isinstance(step, str) for step in steps)
             _run_steps(steps, console)
     finally:
@@ -116,19 +122,20 @@ def run_commands(commands: list[list[str]], log: bool = True) -> int:
     return failed
 
 
-def _common_root(dirs: list[Path]) -> str:
+def common_root(dirs: list[Path]) -> str:
     """The folder that holds every sweep of a reproduce target (its ``--out``)."""
     if not dirs:
         return "."
     return os.path.commonpath([str(d) for d in dirs]) if len(dirs) > 1 else str(dirs[0])
 
 
-def _compose_all(sweeps: list[tuple[Path, list[str], list[list[str]]]]) -> list[Job | str]:
-    """Each sweep's jobs composed, in order; a job that does not compose ends its sweep there, as the one line it
-    prints when the sweep comes to it."""
+def _compose_all(sweeps: list[tuple[Path, list[str], list[list[str]]]], first: list[int] | None) -> list[Job | str]:
+    """Each sweep's jobs composed, in order, numbered from 0 (or from each sweep's ``first``); a job that does not
+    compose ends its sweep there, as the one line it prints when the sweep comes to it."""
     steps: list[Job | str] = []
     num = 0
-    for sweep_dir, varying, jobs in sweeps:
+    for i, (sweep_dir, varying, jobs) in enumerate(sweeps):
+        num = num if first is None else first[i]
         for overrides in jobs:
             try:
                 cfg = compose(config_name="config", overrides=overrides)
@@ -144,8 +151,8 @@ def _compose_all(sweeps: list[tuple[Path, list[str], list[list[str]]]]) -> list[
 def _run_steps(steps: list[Job | str], console: SweepConsole) -> None:
     """The jobs in order, each stack's together when its first job comes; each composition error's line in its
     place."""
-    jobs = [step for step in steps if isinstance(step, Job)]
-    plan = plan_jobs(jobs)
+    jobs = {step.num: step for step in steps if isinstance(step, Job)}
+    plan = plan_jobs(list(jobs.values()))
     for stack in plan.groups:
         say_stacked(stack)
     for nums, why in plan.why_not:

@@ -1,0 +1,152 @@
+"""A ``-smoke`` target's commands side by side on idle cores (``fedrun-reproduce run TARGET --smoke --parallel``).
+
+fedrun/cli/reproduce_sweep.py runs a target's ``fedrun -m`` commands in one process. A ``-smoke`` job lasts a tenth
+of a second, so composing its config, validating it and writing its records are most of its cost: Python, on one
+core. Here this process, which has imported fedrun and composed the presets, forks workers (one per idle core, at
+most one per command: :func:`choose`). Each takes the next command from a queue (a pipe of command numbers, all
+written before the first fork) and runs it as reproduce_sweep does, into the same folders, with the same job
+numbers and lines; a job's metrics depend on its config and seed only, so they equal the in-process run's
+(tests/papers/test_reproduce_side.py). A command is the unit: its jobs share a sweep folder and its
+``index.yaml``, which one process writes at a time.
+
+Forked, not started afresh: a worker begins at once with all of this imported and the YAML parsed (a new Python
+would pay the 1.5 s of imports again); this process has not trained, so no torch thread pool is inherited. A stack
+trains in one process, so where a job may stack (an engine other than the ``-smoke`` shrink's sequential one) the
+target runs in this process. The workers run in a process group of their own: a signal to this process (Ctrl-C
+at the terminal) is passed to each of them once; each stops its job as a sweep in one process does (its last
+round kept), and the command ends with 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from types import FrameType
+from typing import Any
+
+from fedrun.cli.reproduce_sweep import common_root, expand, run_commands, split_command
+from fedrun.host.interrupts import Interrupted, exit_code, handled_signals
+from fedrun.host.threads import assign_worker, measured
+from fedrun.report.sweep_console import job_numbers
+
+ITEM = 4  # bytes of a command's number on the queue
+PIPE_BYTES = 65536  # what a pipe holds before its writer waits (Linux's default): the queue is written whole
+FAILED_MAX = 100  # a worker's exit code: the commands that failed, at most this (128 and over: a signal)
+CRASHED = FAILED_MAX + 1  # a worker's exit code: an error past fedrun's own (its traceback on stderr)
+
+
+def choose(asked: str, commands: list[list[str]]) -> tuple[int, str]:
+    """How many processes run ``commands`` (``fedrun -m`` argument lists), and why: ``off`` one (this one); ``N``
+    at most N; ``auto`` one per idle core (fedrun/host/threads.py's measurement); never more than the commands,
+    and one where a job may stack (its last ``hardware.engine`` is not ``sequential``: a stack is one process's)."""
+    engines = [
+        next((a.split("=", 1)[1] for a in reversed(c) if a.startswith("hardware.engine=")), "") for c in commands
+    ]
+    if asked == "off":
+        return 1, "--parallel off"
+    if any(engine != "sequential" for engine in engines):
+        return 1, "jobs that may stack train in one process"
+    if asked == "auto":
+        cpu = measured()
+        idle = int(cpu["threads"])
+        return min(idle, len(commands)), f"auto: {idle} of {cpu.get('cores', '?')} cores idle"
+    return min(int(asked), len(commands)), f"--parallel {asked}"
+
+
+def job_starts(commands: list[list[str]]) -> tuple[list[int], int]:
+    """Each command's first job number and the count of jobs in all, as one process numbers them; a command whose
+    overrides do not expand counts none (its worker prints why, as one process would)."""
+    starts, count = [], 0
+    for args in commands:
+        starts.append(count)
+        try:
+            count += len(expand(split_command(args)[1]))
+        except Exception:  # noqa: BLE001 - said by the worker that runs it
+            pass
+    return starts, count
+
+
+def run_side_by_side(commands: list[list[str]], workers: int, why: str) -> int:
+    """Run ``commands`` in ``workers`` forked processes (module docstring); the number of commands that failed, as
+    :func:`run_commands` counts them. A signal ends it with the :class:`Interrupted` of the first signal, once the
+    workers have stopped."""
+    starts, total = job_starts(commands)
+    if len(commands) * ITEM > PIPE_BYTES:
+        return run_commands(commands)
+    print(f"sweep of {total} jobs in {common_root([split_command(c)[0] for c in commands])}")
+    print(f"side by side: commands {job_numbers(list(range(len(commands))))} run in {workers} processes ({why})")
+    read, write = os.pipe()
+    os.write(write, b"".join(i.to_bytes(ITEM, "big") for i in range(len(commands))))
+    os.close(write)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    share = max(1, int(measured()["threads"]) // workers)  # the torch threads of a worker's hardware.threads=0 runs
+    record = {"workers": workers, "selection": why}
+    pids = [_fork(commands, starts, total, read, share, record) for _ in range(workers)]
+    os.close(read)
+    return _wait(pids)
+
+
+def _fork(
+    commands: list[list[str]], starts: list[int], total: int, queue: int, threads: int, record: dict[str, Any]
+) -> int:
+    """A worker: the commands it takes from ``queue``, one at a time, until none is left, its runs of
+    ``hardware.threads=0`` on ``threads`` threads and each run's summary.json recording ``record`` (``parallel``);
+    its exit code says how many failed (or the signal that stopped it)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = CRASHED
+    try:
+        os.setpgid(0, 0)
+        assign_worker(threads, record)
+        failed = 0
+        while len(item := os.read(queue, ITEM)) == ITEM:
+            i = int.from_bytes(item, "big")
+            failed += run_commands([commands[i]], first=[starts[i]], total=total)
+        code = min(failed, FAILED_MAX)
+    except KeyboardInterrupt as e:
+        code = exit_code(e)
+    except BaseException:  # noqa: BLE001 - a worker never returns into its parent's code
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait(pids: list[int]) -> int:
+    """Wait for every worker, passing each signal this process gets on to those still running; the commands that
+    failed in all (a worker that died counts one)."""
+    pending, stopped = set(pids), []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        stopped.append(signum)
+        for pid in pending:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    before = {s: signal.signal(s, forward) for s in handled_signals()}
+    failed = 0
+    try:
+        while pending:
+            pid, status = os.wait()
+            pending.discard(pid)
+            code = os.waitstatus_to_exitcode(status)
+            if code < 0 or code == CRASHED:  # killed, or an error past fedrun's (its traceback is above)
+                print(f"fedrun-reproduce: a worker ended ({_how(code)}); a rerun resumes its jobs", file=sys.stderr)
+            failed += code if 0 <= code <= FAILED_MAX else 0 if code >= 128 else 1
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    if stopped:
+        raise Interrupted(stopped[0])
+    return failed
+
+
+def _how(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
