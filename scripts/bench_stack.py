@@ -79,12 +79,13 @@ MODES = {  # how each sweep is run: the overrides added to its own
 }
 
 
-def sweep(args: list[str], folder: Path, threads: int, device: str, timeout: float) -> dict[str, Any]:
-    """``fedrun -m *args`` into ``folder``: its wall and CPU time (the child's user + system), exit code and the
-    stack lines it printed."""
+def sweep(args: list[str], folder: Path, threads: int, device: str, timeout: float,
+          repo: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """``fedrun -m *args`` into ``folder`` (with ``repo``'s fedrun: ``--before``): its wall and CPU time (the
+    child's user + system), exit code and the stack lines it printed."""
     cmd = [sys.executable, "-m", "fedrun.cli", "-m", *args, f"hardware.threads={threads}", f"hardware.device={device}",
            "output.plots=false", f"hydra.sweep.dir={folder}", f"cache_dir={folder.parent / 'cache'}"]  # fmt: skip
-    return timed(cmd, folder.parent, timeout)
+    return timed(cmd, folder.parent, timeout, repo or REPO)
 
 
 def reproduce(target: str, overrides: list[str], folder: Path, threads: int, timeout: float,
@@ -169,19 +170,22 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def measure_sweep(name: str, extra: list[str], root: Path, threads: int, device: str, timeout: float,
-                  repeats: int, only_modes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+                  repeats: int, only_modes: list[str] | None = None,
+                  before: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """One sweep in each mode, ``repeats`` times, the modes' order rotated each repeat (the machine's load changes
     from minute to minute: each mode gets the same chances), after a warm-up of its first seed (the data and
-    partition caches, ``engine=auto``'s cached choice: what a second sweep finds)."""
+    partition caches, ``engine=auto``'s cached choice: what a second sweep finds). ``before``: also the mode
+    ``before``, the sweep as that checkout of fedrun runs it (none of the modes' settings, which it may not know)."""
     args = [*SWEEPS[name], *extra]
     warm = [a if not a.startswith("seed=") else "seed=0" for a in args]
     res: dict[str, Any] = {"args": args, "repeats": repeats, "load_start": os.getloadavg()[0]}
     res["warm_up"] = sweep([*warm, "hardware.stack=off"], root / f"{name}-warm", threads, device, timeout)
-    modes = [m for m in MODES if m in (only_modes or MODES)]
+    modes = [m for m in MODES if m in (only_modes or MODES)] + (["before"] if before else [])
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for rep in range(repeats):
         for mode in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
-            r = sweep([*args, *MODES[mode]], root / f"{name}-{mode}-{rep}", threads, device, timeout)
+            settings, where = (MODES[mode], None) if mode != "before" else ([], before)
+            r = sweep([*args, *settings], root / f"{name}-{mode}-{rep}", threads, device, timeout, where)
             runs[mode].append(r)
             print(f"    {name} {mode} #{rep}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU", flush=True)
     res["runs"] = runs
@@ -238,7 +242,7 @@ def measure_stack(rounds: int | None, threads: int, device: str, timeout: float,
     with tempfile.TemporaryDirectory(prefix="fedrun-bench-stack-") as tmp:
         root = Path(tmp)
         for name in [n for n in SWEEPS if n in only]:
-            out[name] = measure_sweep(name, extra, root, threads, device, timeout, repeats, modes)
+            out[name] = measure_sweep(name, extra, root, threads, device, timeout, repeats, modes, before)
         if "tolerance" in only:
             args = [*TOLERANCE, *extra, "hardware.engine=vectorised"]
             alone = sweep([*args, "hardware.stack=off"], root / "tol-off", threads, device, timeout)

@@ -14,7 +14,8 @@ would pay the 1.5 s of imports again); this process has not trained, so no torch
 trains in one process, so where a job may stack (an engine other than the ``-smoke`` shrink's sequential one) the
 target runs in this process. The workers run in a process group of their own: a signal to this process (Ctrl-C
 at the terminal) is passed to each of them once; each stops its job as a sweep in one process does (its last
-round kept), and the command ends with 128 + the signal's number.
+round kept), and the command ends with 128 + the signal's number. Should this process die (SIGKILL), each worker
+stops its job as on SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import traceback
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -68,6 +71,21 @@ def job_starts(commands: list[list[str]]) -> tuple[list[int], int]:
     return starts, count
 
 
+@dataclass
+class Work:
+    """What every worker is handed: the commands, each one's first job number and the count of all jobs, the read
+    ends of the queue and of this process's life line (its end: this process died), and the threads and record of
+    its runs (fedrun/host/threads.py's :func:`assign_worker`)."""
+
+    commands: list[list[str]]
+    starts: list[int]
+    total: int
+    queue: int
+    life: int
+    threads: int
+    record: dict[str, Any]
+
+
 def run_side_by_side(commands: list[list[str]], workers: int, why: str) -> int:
     """Run ``commands`` in ``workers`` forked processes (module docstring); the number of commands that failed, as
     :func:`run_commands` counts them. A signal ends it with the :class:`Interrupted` of the first signal, once the
@@ -77,35 +95,40 @@ def run_side_by_side(commands: list[list[str]], workers: int, why: str) -> int:
         return run_commands(commands)
     print(f"sweep of {total} jobs in {common_root([split_command(c)[0] for c in commands])}")
     print(f"side by side: commands {job_numbers(list(range(len(commands))))} run in {workers} processes ({why})")
-    read, write = os.pipe()
+    queue, write = os.pipe()
     os.write(write, b"".join(i.to_bytes(ITEM, "big") for i in range(len(commands))))
     os.close(write)
+    life, alive = os.pipe()  # this process holds ``alive`` open until it ends
     sys.stdout.flush()
     sys.stderr.flush()
     share = max(1, int(measured()["threads"]) // workers)  # the torch threads of a worker's hardware.threads=0 runs
-    record = {"workers": workers, "selection": why}
-    pids = [_fork(commands, starts, total, read, share, record) for _ in range(workers)]
-    os.close(read)
-    return _wait(pids)
+    work = Work(commands, starts, total, queue, life, share, {"workers": workers, "selection": why})
+    pids = [_fork(work, alive) for _ in range(workers)]
+    for fd in (queue, life):
+        os.close(fd)
+    try:
+        return _wait(pids)
+    finally:
+        os.close(alive)
 
 
-def _fork(
-    commands: list[list[str]], starts: list[int], total: int, queue: int, threads: int, record: dict[str, Any]
-) -> int:
-    """A worker: the commands it takes from ``queue``, one at a time, until none is left, its runs of
-    ``hardware.threads=0`` on ``threads`` threads and each run's summary.json recording ``record`` (``parallel``);
-    its exit code says how many failed (or the signal that stopped it)."""
+def _fork(work: Work, alive: int) -> int:
+    """A worker: the commands it takes from the queue, one at a time, until none is left; its exit code says how
+    many failed (or the signal that stopped it). Should this process die, the worker stops its job as on SIGTERM
+    (:func:`_watch`)."""
     pid = os.fork()
     if pid:
         return pid
     code = CRASHED
     try:
+        os.close(alive)
         os.setpgid(0, 0)
-        assign_worker(threads, record)
+        assign_worker(work.threads, work.record)
+        threading.Thread(target=_watch, args=(work.life,), name="fedrun-parent-watch", daemon=True).start()
         failed = 0
-        while len(item := os.read(queue, ITEM)) == ITEM:
+        while len(item := os.read(work.queue, ITEM)) == ITEM:
             i = int.from_bytes(item, "big")
-            failed += run_commands([commands[i]], first=[starts[i]], total=total)
+            failed += run_commands([work.commands[i]], first=[work.starts[i]], total=work.total)
         code = min(failed, FAILED_MAX)
     except KeyboardInterrupt as e:
         code = exit_code(e)
@@ -115,6 +138,16 @@ def _fork(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _watch(life: int) -> None:
+    """A worker's thread: when the life line ends (the process that forked it died, SIGKILL), what the worker says
+    goes nowhere (the pipes it wrote to may be gone) and it stops its job as on SIGTERM, keeping its last round."""
+    os.read(life, 1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _wait(pids: list[int]) -> int:

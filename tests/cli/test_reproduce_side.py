@@ -126,6 +126,37 @@ def test_a_signal_stops_every_worker_and_the_same_command_resumes(tmp_path: Path
         assert pd.read_csv(metrics)["round"].tolist() == list(range(1, 401))
 
 
+def test_workers_whose_parent_is_killed_stop_their_jobs_and_keep_their_rounds(tmp_path: Path) -> None:
+    """SIGKILL to fedrun-reproduce: its workers (a process group of their own, so the kill does not reach them)
+    see their life line end and stop their jobs as on SIGTERM, each run interrupted with its last round kept."""
+    args = ["run", "fedcos-table2", "--smoke", "--methods", "FedAvg,FedProx(0.1)"]
+    args += ["--set", "partition.iid_fraction=1.0", "--parallel", "2", "--out", str(tmp_path / "o")]
+    args += ["--override", "fl.rounds=400", "--override", "eval.every=1", "--override", "checkpoint.every=1"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedrun.cli.reproduce", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.rglob("fedrun.log"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait()
+    status: list[str] = []
+    while time.monotonic() < deadline + 60:
+        status = [json.loads(f.read_text()).get("status", "") for f in tmp_path.rglob("summary.json")]
+        if status == ["interrupted", "interrupted"]:
+            break
+        time.sleep(0.2)
+    assert status == ["interrupted", "interrupted"]
+    for metrics in tmp_path.rglob("metrics.csv"):
+        assert 0 < len(pd.read_csv(metrics)) < 400
+
+
 def test_interrupted_is_raised_after_the_workers_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """The parent's wait: a forwarded signal ends it with :class:`Interrupted`, its workers' codes counted."""
     pid = os.fork()
