@@ -22,6 +22,7 @@ from fedrun.cli.reproduce_sweep import run_commands
 from fedrun.host.interrupts import Interrupted
 from fedrun.papers.targets import BY_NAME
 from fedrun.storage.atomic import TIMING_COLUMNS
+from tests.dispositions import foreground
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,7 +109,9 @@ def test_a_signal_stops_every_worker_and_the_same_command_resumes(tmp_path: Path
     args += ["--override", "fl.rounds=400", "--override", "eval.every=1"]
     cmd = [sys.executable, "-m", "fedrun.cli.reproduce", *args]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, preexec_fn=foreground
+    )
     deadline = time.monotonic() + 120
     while len(list(tmp_path.rglob("fedrun.log"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -139,6 +142,7 @@ def test_workers_whose_parent_is_killed_stop_their_jobs_and_keep_their_rounds(tm
         stderr=subprocess.DEVNULL,
         env=env,
         cwd=tmp_path,
+        preexec_fn=foreground,
     )
     deadline = time.monotonic() + 120
     while len(list(tmp_path.rglob("fedrun.log"))) < 2 and time.monotonic() < deadline:
@@ -157,15 +161,16 @@ def test_workers_whose_parent_is_killed_stop_their_jobs_and_keep_their_rounds(tm
         assert 0 < len(pd.read_csv(metrics)) < 400
 
 
-def test_interrupted_is_raised_after_the_workers_end(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("foreground_signals")
+def test_interrupted_is_raised_after_the_workers_end() -> None:
     """The parent's wait: a forwarded signal ends it with :class:`Interrupted`, its workers' codes counted."""
     pid = os.fork()
     if pid == 0:  # a worker that a signal stops as fedrun's would: 128 + SIGTERM
         signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))
         time.sleep(30)
         os._exit(0)
-    threading_kill = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -TERM {os.getpid()}"])
+    killer = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -TERM {os.getpid()}"], preexec_fn=foreground)
     with pytest.raises(Interrupted) as stopped:
         reproduce_side._wait([pid])
-    threading_kill.wait()
+    killer.wait()
     assert stopped.value.signum == signal.SIGTERM
