@@ -45,8 +45,13 @@ def varying_keys(runs: pd.DataFrame, keys: list[str], over: list[str]) -> dict[s
     """Config keys, other than ``keys`` and ``over``, that take more than one value inside some cell:
     key -> (that cell's label, its values). Missing values (a key a run's config lacks) do not count."""
     cols = [c for c in config_columns(runs) if c not in keys and c not in over]
+    if not cols or runs.empty:
+        return {}
+    # one pass counts each column's values per cell; only the columns that vary are looked at cell by cell
+    counts = runs.groupby(keys, dropna=False, sort=False)[cols].nunique() if keys else runs[cols].nunique().to_frame().T
+    cols = [c for c in cols if (counts[c] > 1).any()]
     out: dict[str, tuple[str, list[str]]] = {}
-    for vals, grp in _groups(runs, keys):
+    for vals, grp in _groups(runs, keys) if cols else []:
         for c in cols:
             if c in out:
                 continue
