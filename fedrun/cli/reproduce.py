@@ -323,9 +323,21 @@ def _main(argv: list[str]) -> int:
     else:
         for cmd in cmds:
             print(f"[reproduce] {fedrun_line(cmd)}", flush=True)
-            if subprocess.run(cmd, check=False).returncode != 0:
+            if _run_sweep(cmd):
                 print("fedrun-reproduce: a sweep failed; the table below shows which runs", file=sys.stderr)
     return _report(target, out, args.smoke, args.dry_run)
+
+
+def _run_sweep(cmd: list[str]) -> int:
+    """One ``fedrun -m`` of a full sweep, in a session of its own, so that a signal reaches it once, from here
+    (Ctrl-C at the terminal would reach both, and a second signal stops a run at once): it stops its job as a run
+    stops and this command ends with 128 + the signal. Nonzero: the sweep failed."""
+    from fedrun.cli.reproduce_side import wait_forwarding
+
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    code = wait_forwarding([proc.pid], "fedrun -m")
+    proc.returncode = code  # reaped above: Popen need not look for it again
+    return code
 
 
 def _smoke(cmds: list[list[str]], parallel: str) -> int:

@@ -107,7 +107,7 @@ def run_side_by_side(commands: list[list[str]], workers: int, why: str) -> int:
     for fd in (queue, life):
         os.close(fd)
     try:
-        return _wait(pids)
+        return wait_forwarding(pids)
     finally:
         os.close(alive)
 
@@ -150,9 +150,11 @@ def _watch(life: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _wait(pids: list[int]) -> int:
-    """Wait for every worker, passing each signal this process gets on to those still running; the commands that
-    failed in all (a worker that died counts one)."""
+def wait_forwarding(pids: list[int], what: str = "a worker") -> int:
+    """Wait for the child processes ``pids`` (each in a process group of its own), passing each signal this process
+    gets on to those still running; the sum of their exit codes up to :data:`FAILED_MAX` (a worker's: the commands
+    that failed; a ``fedrun -m``'s: 1 or 2 when it failed), one more for each that died. A signal ends it with the
+    :class:`Interrupted` of the first, once they have all ended."""
     pending, stopped = set(pids), []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -166,12 +168,11 @@ def _wait(pids: list[int]) -> int:
     before = {s: signal.signal(s, forward) for s in handled_signals()}
     failed = 0
     try:
-        while pending:
-            pid, status = os.wait()
+        for pid in pids:
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             pending.discard(pid)
-            code = os.waitstatus_to_exitcode(status)
             if code < 0 or code == CRASHED:  # killed, or an error past fedrun's (its traceback is above)
-                print(f"fedrun-reproduce: a worker ended ({_how(code)}); a rerun resumes its jobs", file=sys.stderr)
+                print(f"fedrun-reproduce: {what} ended ({_how(code)}); a rerun resumes its jobs", file=sys.stderr)
             failed += code if 0 <= code <= FAILED_MAX else 0 if code >= 128 else 1
     finally:
         for s, handler in before.items():

@@ -7,8 +7,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from fedrun.cli import report, reproduce
 from fedrun.cli.reproduce_sweep import expand, split_command
 from fedrun.papers.targets import BY_NAME
 from tests.conftest import REPO
+from tests.dispositions import foreground
 
 BIN = Path(sys.executable).parent  # the venv's console scripts: fedrun, fedrun-report
 
@@ -137,3 +140,35 @@ def test_a_closed_stdout_ends_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reproduce.os, "dup2", lambda fd, fd2: duped.append(fd2))
     monkeypatch.setattr(sys, "stdout", type("Out", (), {"fileno": lambda self: 1, "flush": lambda self: None})())
     assert reproduce.main(["list"]) == 0 and duped == [1]
+
+
+def test_a_signal_reaches_a_full_sweeps_fedrun_once_and_the_command_ends_130(tmp_path: Path) -> None:
+    """A full sweep's ``fedrun -m`` runs in a session of its own: SIGINT to fedrun-reproduce (as Ctrl-C at the
+    terminal, which then reaches it alone) is passed on once, the job stops as a run stops (its last round kept, not
+    killed by a second signal), and the command ends 130 with one line and no table."""
+    shrink = ["data.max_train_samples=300", "data.max_test_samples=100", "fl.clients=5", "fl.rounds=400"]
+    shrink += ["fl.local_steps=1", "fl.batch_size=4", "eval.every=1", "hardware.threads=1"]
+    shrink += ["hardware.engine=sequential"]
+    args = ["run", "fedcos-table2", "--methods", "FedAvg", "--set", "partition.iid_fraction=1.0", "--out", "o"]
+    args += [w for o in shrink for w in ("--override", o)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedrun.cli.reproduce", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        preexec_fn=foreground,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.rglob("fedrun.log")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "fedrun-reproduce: stopped by SIGINT; the same command resumes the runs"
+    assert "| FedAvg" not in out  # no table of an unfinished sweep
+    summaries = [json.loads(f.read_text()) for f in tmp_path.rglob("summary.json")]
+    assert [s["status"] for s in summaries] == ["interrupted"] and 0 < summaries[0]["rounds_completed"] < 400

@@ -171,6 +171,6 @@ def test_interrupted_is_raised_after_the_workers_end() -> None:
         os._exit(0)
     killer = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -TERM {os.getpid()}"], preexec_fn=foreground)
     with pytest.raises(Interrupted) as stopped:
-        reproduce_side._wait([pid])
+        reproduce_side.wait_forwarding([pid])
     killer.wait()
     assert stopped.value.signum == signal.SIGTERM

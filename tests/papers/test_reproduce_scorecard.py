@@ -3,14 +3,12 @@ runs; a -smoke sweep is never compared and says so in one line."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import fedrun.cli.report as report_cli
-import fedrun.cli.reproduce_sweep as reproduce_sweep
 from fedrun.cli import reproduce
 from fedrun.papers.targets import BY_NAME
 
@@ -33,9 +31,7 @@ def test_a_full_sweep_prints_the_table_then_the_scorecard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report_calls: list[list[str]], capsys: Any
 ) -> None:
     ran: list[list[str]] = []
-    monkeypatch.setattr(
-        reproduce.subprocess, "run", lambda cmd, check=False: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0)
-    )
+    monkeypatch.setattr(reproduce, "_run_sweep", lambda cmd: ran.append(cmd) or 0)
     out = tmp_path / "t3"
     assert reproduce.main(["run", "fedlaw-table3", "--methods", "FedAvg", "--out", str(out)]) == 0
     assert ran  # the sweep's fedrun -m commands
@@ -49,7 +45,7 @@ def test_a_full_sweep_prints_the_table_then_the_scorecard(
 def test_a_smoke_sweep_is_not_compared_and_says_so_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report_calls: list[list[str]], capsys: Any
 ) -> None:
-    monkeypatch.setattr(reproduce_sweep, "run_commands", lambda cmds: 0)
+    monkeypatch.setattr(reproduce, "_smoke", lambda cmds, parallel: 0)
     out = tmp_path / "smoke"
     assert reproduce.main(["run", "fedcos-table2", "--smoke", "--methods", "FedAvg", "--out", str(out)]) == 0
     assert report_calls == [reproduce.report_args(BY_NAME["fedcos-table2"], out)]  # the table, no scorecard
@@ -63,7 +59,7 @@ def test_a_failed_table_stops_before_the_scorecard(
 ) -> None:
     calls: list[list[str]] = []
     monkeypatch.setattr(report_cli, "main", lambda argv: calls.append(argv) or 2)
-    monkeypatch.setattr(reproduce.subprocess, "run", lambda cmd, check=False: subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr(reproduce, "_run_sweep", lambda cmd: 0)
     assert reproduce.main(["fedlaw-table3", "--methods", "FedAvg", "--out", str(tmp_path)]) == 2
     assert len(calls) == 1
 
