@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from fedrun.cli import report, reproduce
 from fedrun.cli.reproduce_sweep import expand, split_command
 from fedrun.papers.targets import BY_NAME
 from tests.conftest import REPO
-from tests.dispositions import foreground
+from tests.reproduce_child import started
 
 BIN = Path(sys.executable).parent  # the venv's console scripts: fedrun, fedrun-report
 
@@ -151,20 +150,7 @@ def test_a_signal_reaches_a_full_sweeps_fedrun_once_and_the_command_ends_130(tmp
     shrink += ["hardware.engine=sequential"]
     args = ["run", "fedcos-table2", "--methods", "FedAvg", "--set", "partition.iid_fraction=1.0", "--out", "o"]
     args += [w for o in shrink for w in ("--override", o)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedrun.cli.reproduce", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        preexec_fn=foreground,
-    )
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.rglob("fedrun.log")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)
+    proc = started(args, tmp_path, runs=1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from fedrun.host.interrupts import Interrupted
 from fedrun.papers.targets import BY_NAME
 from fedrun.storage.atomic import TIMING_COLUMNS
 from tests.dispositions import foreground
+from tests.reproduce_child import COMMAND, env, started
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,22 +107,14 @@ def test_a_signal_stops_every_worker_and_the_same_command_resumes(tmp_path: Path
     args += ["--set", "partition.iid_fraction=1.0"]
     args += ["--parallel", "2", "--out", str(tmp_path / "o")]
     args += ["--override", "fl.rounds=400", "--override", "eval.every=1"]
-    cmd = [sys.executable, "-m", "fedrun.cli.reproduce", *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, preexec_fn=foreground
-    )
-    deadline = time.monotonic() + 120
-    while len(list(tmp_path.rglob("fedrun.log"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # both jobs are past their first rounds
+    proc = started(args, tmp_path, runs=2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "fedrun-reproduce: stopped by SIGINT; the same command resumes the runs"
     status = [json.loads(f.read_text())["status"] for f in tmp_path.rglob("summary.json")]
     assert status == ["interrupted", "interrupted"], out
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    again = subprocess.run([*COMMAND, *args], capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout.count(": completed") == 2
     for metrics in tmp_path.rglob("metrics.csv"):
@@ -135,23 +127,12 @@ def test_workers_whose_parent_is_killed_stop_their_jobs_and_keep_their_rounds(tm
     args = ["run", "fedcos-table2", "--smoke", "--methods", "FedAvg,FedProx(0.1)"]
     args += ["--set", "partition.iid_fraction=1.0", "--parallel", "2", "--out", str(tmp_path / "o")]
     args += ["--override", "fl.rounds=400", "--override", "eval.every=1", "--override", "checkpoint.every=1"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedrun.cli.reproduce", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-        preexec_fn=foreground,
-    )
-    deadline = time.monotonic() + 120
-    while len(list(tmp_path.rglob("fedrun.log"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)
+    proc = started(args, tmp_path, runs=2, capture=False)
+    deadline = time.monotonic() + 60
     proc.kill()
     proc.wait()
     status: list[str] = []
-    while time.monotonic() < deadline + 60:
+    while time.monotonic() < deadline:
         status = [json.loads(f.read_text()).get("status", "") for f in tmp_path.rglob("summary.json")]
         if status == ["interrupted", "interrupted"]:
             break
