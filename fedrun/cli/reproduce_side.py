@@ -6,7 +6,7 @@ core. Here this process, which has imported fedrun and composed the presets, for
 most one per command: :func:`choose`). Each takes the next command from a queue (a pipe of command numbers, all
 written before the first fork) and runs it as reproduce_sweep does, into the same folders, with the same job
 numbers and lines; a job's metrics depend on its config and seed only, so they equal the in-process run's
-(tests/papers/test_reproduce_side.py). A command is the unit: its jobs share a sweep folder and its
+(tests/cli/test_reproduce_side.py). A command is the unit: its jobs share a sweep folder and its
 ``index.yaml``, which one process writes at a time.
 
 Forked, not started afresh: a worker begins at once with all of this imported and the YAML parsed (a new Python
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from fedrun.cli.parallel_launch import WORKER_THREADS
 from fedrun.cli.reproduce_sweep import common_root, expand, run_commands, split_command
 from fedrun.host.interrupts import Interrupted, exit_code, handled_signals
 from fedrun.host.threads import assign_worker, measured
@@ -101,8 +102,8 @@ def run_side_by_side(commands: list[list[str]], workers: int, why: str) -> int:
     life, alive = os.pipe()  # this process holds ``alive`` open until it ends
     sys.stdout.flush()
     sys.stderr.flush()
-    share = max(1, int(measured()["threads"]) // workers)  # the torch threads of a worker's hardware.threads=0 runs
-    work = Work(commands, starts, total, queue, life, share, {"workers": workers, "selection": why})
+    record = {"workers": workers, "selection": why}
+    work = Work(commands, starts, total, queue, life, WORKER_THREADS, record)  # one idle core each, as fedrun -m's
     pids = [_fork(work, alive) for _ in range(workers)]
     for fd in (queue, life):
         os.close(fd)
