@@ -4,7 +4,8 @@ file ``paused-<its pid>`` in its working directory, and waits until a signal's h
 ``release`` appears (:data:`tests.pause_worker.LIMIT_S` at most: a bound, not a timing). So a test sees two jobs
 running at once, each in a process of its own, and can stop them mid-round on a loaded machine without guessing how
 long start-up or a round takes. Any other process that imports it (the sweep's own, which validates each job) never
-pauses.
+pauses, nor does a process forked from one that did (a test process that ran such a sweep in-process, then forks the
+workers of ``fedrun-reproduce --smoke``, fedrun/cli/reproduce_side.py).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ def _install() -> None:
     if getattr(train_round, "pauses", False):  # imported again (a second sweep of the same process)
         return
     done: list[bool] = []
+    installed_in = os.getpid()
 
     def train_then_pause(experiment: Any, state: Any, rnd: int) -> Any:
         result = train_round(experiment, state, rnd)
-        if rnd + 1 == 2 and not done and threads._WORKER:
+        if rnd + 1 == 2 and not done and threads._WORKER and os.getpid() == installed_in:
             done.append(True)
             Path(f"{PAUSED}{os.getpid()}").touch()
             end = time.monotonic() + LIMIT_S
