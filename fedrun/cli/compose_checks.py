@@ -382,6 +382,9 @@ def _checked(
 
 def install() -> None:
     """Route every composition of this process through the checks above, on a repository copy that shares the
-    config store (:func:`fedrun.cli.hydra_patches.share_config_store`); idempotent."""
+    config store (:func:`fedrun.cli.hydra_patches.share_config_store`), reusing an earlier composition's defaults
+    list and merged files where its group choices are the same (:func:`fedrun.cli.hydra_patches.reuse_defaults`);
+    idempotent."""
     hydra_patches.around_composition(_checked)
     hydra_patches.share_config_store()
+    hydra_patches.reuse_defaults()
