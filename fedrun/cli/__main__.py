@@ -7,6 +7,13 @@ import sys
 
 
 def main() -> None:
+    """The ``fedrun`` command; the process ends without walking its objects again (fedrun/host/exits.py)."""
+    from fedrun.host.exits import ending_process
+
+    ending_process(_main)
+
+
+def _main() -> None:
     if "--version" in sys.argv[1:]:  # answered before the imports below (seconds)
         from fedrun.cli.help import print_version_if_asked
 

@@ -38,7 +38,8 @@ POLL = 0.2  # seconds between the sweep's looks at its workers (a signal is hand
 # a worker's first instruction: the sweep's sys.path (the same fedrun, the same user modules), then its main
 BOOT = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from fedrun.cli.parallel_worker import main; main(int(sys.argv[2]))"
+    "from fedrun.cli.parallel_worker import main; from fedrun.host.exits import ending_process; "
+    "ending_process(lambda: main(int(sys.argv[2])))"
 )
 FRAME = 8  # bytes of a message's length, before the message (a pickle), on a worker's stdin
 STOP_S = 5.0  # after a second signal, how long the workers have to record their interrupted jobs before a kill
