@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun.cli import hydra_patches
+from fedrun.cli import hydra_patches, hydra_reuse
 from fedrun.cli.help import composing as help_groups_composing
 from fedrun.cli.hydra_patches import ConfigLoaderImpl
 from fedrun.core.errors import ConfigError
@@ -383,8 +383,7 @@ def _checked(
 def install() -> None:
     """Route every composition of this process through the checks above, on a repository copy that shares the
     config store (:func:`fedrun.cli.hydra_patches.share_config_store`), reusing an earlier composition's defaults
-    list and merged files where its group choices are the same (:func:`fedrun.cli.hydra_patches.reuse_defaults`);
-    idempotent."""
+    list and merged files where its group choices are the same (fedrun/cli/hydra_reuse.py); idempotent."""
     hydra_patches.around_composition(_checked)
     hydra_patches.share_config_store()
-    hydra_patches.reuse_defaults()
+    hydra_reuse.install()

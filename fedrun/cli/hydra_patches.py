@@ -1,7 +1,7 @@
-"""Every use fedrun makes of Hydra's private API (``hydra._internal``), in one module.
+"""Every use fedrun makes of Hydra's private API (``hydra._internal``), here and in hydra_reuse.py (its own docstring).
 
-Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises ten private names, wraps
-two public methods and changes how one public class copies:
+Hydra offers no public hook for what fedrun needs, so it replaces, calls or recognises eight private names, wraps
+one public method and changes how one public class copies:
 
 - ``hydra._internal.utils.run_and_report``: the reporter ``@hydra.main`` runs a command under; fedrun's prints
   a composition error as one line with exit code 2 and ends a failed sweep with exit code 1 (fedrun/cli/main.py);
@@ -19,10 +19,7 @@ two public methods and changes how one public class copies:
 - ``ConfigLoaderImpl.load_sweep_config``, ``Sweeper.validate_batch_is_legal`` (public): a sweep's job is composed
   once, by the validation, not again by the stack planner and the launcher (:func:`compose_sweep_jobs_once`);
 - ``ConfigStore`` (public): a deep copy of it is itself, so a composition's copy of the config repository does not
-  copy every registered schema (:func:`share_config_store`); its ``store`` counts the schemas stored;
-- ``config_loader_impl.create_defaults_list``, ``ConfigLoaderImpl._compose_config_from_defaults_list``: a
-  composition whose group choices, config sources and files are an earlier one's reuses that one's defaults list
-  and merged config files, and applies only its own values (:func:`reuse_defaults`).
+  copy every registered schema (:func:`share_config_store`).
 
 It also reads, for fedrun's checks, what Hydra and OmegaConf keep private: the config repository of Hydra's
 loader (:func:`group_options`, :func:`group_exists`, :func:`config_exists`: compose_checks.py), a config node's
@@ -32,34 +29,28 @@ the sweep console and the failed-job count of fedrun/cli/sweeps.py, and the targ
 
 These may change in any hydra-core or omegaconf release, so pyproject.toml pins hydra-core to :data:`HYDRA_CORE`
 and tests/cli/test_hydra_patches.py fails on an installed version outside it, on a changed signature of any of the
-ten, on a composition whose repository copy no longer reaches the store, or on an accessor that stopped working;
-no other module of fedrun names a private name of either (the test scans imports, attributes and strings). An
+eight, on a composition whose repository copy no longer reaches the store, or on an accessor that stopped working;
+no other module of fedrun but hydra_reuse.py names a private name of either (the test scans imports, attributes and
+strings; tests/cli/test_hydra_reuse.py checks what that one patches). An
 accessor whose private name is gone raises :class:`HydraInternalsChanged` instead of answering "no": a sweep's
-console and its failed-job count never switch off silently after an upgrade. Only the patching lives here; what
-the patches do stays with their callers.
+console and its failed-job count never switch off silently after an upgrade. Only the patching lives here.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib
-import os
 import string
 import traceback
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import hydra._internal.config_loader_impl as loader_impl
 import hydra._internal.utils as hydra_utils
 from hydra._internal.config_loader_impl import ConfigLoaderImpl as ConfigLoaderImpl  # re-exported: the checks use it
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.defaults_list import DefaultsList, Overrides
 from hydra._internal.hydra import Hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.object_type import ObjectType
@@ -68,6 +59,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.nodes import BooleanNode
+
+from fedrun.cli import hydra_reuse
 
 HYDRA_CORE = ">=1.3.2,<1.4"  # the versions these patches were checked on; pyproject.toml's dependency says the same
 HYDRA_OWN_TARGETS = ("hydra._internal.core_plugins.",)  # where Hydra's own launchers and sweepers live
@@ -119,134 +112,6 @@ def share_config_store() -> None:
     which ``ConfigStore.load`` already copies each node out of: sharing it composes the same config."""
     if "__deepcopy__" not in vars(ConfigStore):
         ConfigStore.__deepcopy__ = lambda self, memo: self  # type: ignore[attr-defined]
-
-
-REUSED_MAX = 64  # compositions whose defaults lists and merged files are kept (each a composed config)
-WALK_MAX = 5000  # files and folders of a config directory fingerprinted per composition; a larger one is not reused
-
-
-@dataclass
-class _Reusable:
-    """A composition's defaults list, and its config files merged (kept pristine; handed out as copies)."""
-
-    defaults: DefaultsList
-    merged: DictConfig | None = None
-
-
-class _Reuse:
-    """The compositions kept by :func:`reuse_defaults`, the latest last; how many schemas the store has stored."""
-
-    kept: OrderedDict[tuple[Any, ...], _Reusable] = OrderedDict()
-    stored = 0
-
-
-def reuse_defaults() -> None:
-    """Have a composition reuse an earlier one's defaults list and merged config files where they are the same
-    (idempotent).
-
-    Of a composition's ~90 ms, ~60 go to Hydra's defaults list (reading and resolving every config file's
-    ``defaults``) and to merging the files it lists; both depend on the config's name, the overrides that choose
-    or remove group options (not on those that set values, which Hydra applies after the merge), the config
-    sources and what their files hold. A sweep's jobs differ in values (seeds, rates, a partition's alpha), so
-    each job after the first of its group choices gets the first's defaults list and a deep copy of its merged
-    config, and Hydra applies the job's values to that as it would have to its own merge: the same config
-    (tests/cli/test_hydra_patches.py compares every target's jobs). What the files hold is told by a fingerprint
-    of each config directory (every file's and folder's inode, size and times, ~1 ms for conf/) and a count of the
-    schemas stored; a source of another kind, or a directory of more than :data:`WALK_MAX` entries, is not reused."""
-    current = loader_impl.create_defaults_list
-    if getattr(current, "fedrun_reuse", False):
-        return
-    merge = ConfigLoaderImpl._compose_config_from_defaults_list
-    store_method = ConfigStore.store
-
-    def create_defaults_list(
-        repo: Any, config_name: str | None, overrides_list: list[Override], prepend_hydra: bool, skip_missing: bool
-    ) -> DefaultsList:
-        split = Overrides(repo=repo, overrides_list=overrides_list)  # Hydra's own split: values vs group choices
-        values = {id(o) for o in split.config_overrides}
-        sources = _sources_fingerprint(repo)
-        if sources is None:
-            return current(repo, config_name, overrides_list, prepend_hydra, skip_missing)
-        choices = tuple(o.input_line or str(o) for o in overrides_list if id(o) not in values)
-        key = (config_name, prepend_hydra, skip_missing, choices, sources)
-        kept = _Reuse.kept.get(key)
-        if kept is None:
-            found = current(repo, config_name, overrides_list, prepend_hydra, skip_missing)
-            _Reuse.kept[key] = _Reusable(found)
-            while len(_Reuse.kept) > REUSED_MAX:
-                _Reuse.kept.popitem(last=False)
-            return found
-        _Reuse.kept.move_to_end(key)
-        return DefaultsList(
-            defaults=kept.defaults.defaults,
-            defaults_tree=kept.defaults.defaults_tree,
-            config_overrides=split.config_overrides,
-            overrides=kept.defaults.overrides,  # read for its known choices (hydra.runtime.choices): the same
-        )
-
-    def compose_from_defaults(self: ConfigLoaderImpl, defaults: list[Any], repo: Any) -> DictConfig:
-        kept = next((k for k in _Reuse.kept.values() if k.defaults.defaults is defaults), None)
-        if kept is not None and kept.merged is not None:
-            return copy.deepcopy(kept.merged)
-        cfg = merge(self, defaults, repo)
-        if kept is not None:
-            kept.merged = copy.deepcopy(cfg)  # Hydra goes on to change its own (struct, the values, hydra.*)
-        return cfg
-
-    def store(self: ConfigStore, *args: Any, **kwargs: Any) -> None:
-        _Reuse.stored += 1
-        store_method(self, *args, **kwargs)
-
-    create_defaults_list.fedrun_reuse = True  # type: ignore[attr-defined]
-    loader_impl.create_defaults_list = create_defaults_list  # type: ignore[assignment]
-    ConfigLoaderImpl._compose_config_from_defaults_list = compose_from_defaults  # type: ignore[method-assign]
-    ConfigStore.store = store  # type: ignore[method-assign]
-
-
-def _sources_fingerprint(repo: Any) -> tuple[Any, ...] | None:
-    """What the config sources of ``repo`` hold, as far as a composition reads it: each source's kind and path, a
-    config directory's every entry (inode, size, modification and change times), the store's schemas (how many
-    were stored, and which names it holds); None where it cannot be told cheaply (another kind of source, a large
-    directory)."""
-    out: list[Any] = []
-    for source in repo.get_sources():
-        scheme = source.scheme()
-        out.append((scheme, source.path))
-        if scheme == "file":
-            walked = _walk_fingerprint(source.path)
-            if walked is None:
-                return None
-            out.append(walked)
-        elif scheme == "structured":
-            out.append((_Reuse.stored, _store_names(ConfigStore.instance().repo)))
-        elif scheme != "pkg":  # a package's files do not change while it runs
-            return None
-    return tuple(out)
-
-
-def _walk_fingerprint(root: str) -> tuple[Any, ...] | None:
-    entries: list[tuple[Any, ...]] = []
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in [".", *sorted(files)]:
-            path = os.path.join(folder, name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            entries.append((path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-        if len(entries) > WALK_MAX:
-            return None
-    return tuple(entries)
-
-
-def _store_names(repo: dict[str, Any], prefix: str = "") -> tuple[Any, ...]:
-    names: list[Any] = []
-    for name, node in repo.items():
-        names.append((prefix + name, id(node)))
-        if isinstance(node, dict):
-            names.extend(_store_names(node, f"{prefix}{name}/"))
-    return tuple(names)
 
 
 _VALIDATING: ContextVar[bool] = ContextVar("fedrun_validating_sweep", default=False)
@@ -411,16 +276,14 @@ def sweep_jobs(parsed: list[Override]) -> list[list[str]]:
 def saved() -> Callable[[], None]:
     """A function that puts back every name this module replaces as it is now (tests isolate themselves)."""
     reporter, loader, get_help = hydra_utils.run_and_report, ConfigLoaderImpl.load_configuration, Hydra.get_help
-    get_mode = Hydra.get_mode
-    launcher = basic_launcher()
+    get_mode, launcher = Hydra.get_mode, basic_launcher()
     launch = launcher.launch
     store_copy = vars(ConfigStore).get("__deepcopy__")
     validate, load_sweep = Sweeper.validate_batch_is_legal, ConfigLoaderImpl.load_sweep_config
-    defaults_list, merge, store = (
-        loader_impl.create_defaults_list, ConfigLoaderImpl._compose_config_from_defaults_list, ConfigStore.store
-    )  # fmt: skip
+    restore_reuse = hydra_reuse.saved()
 
     def restore() -> None:
+        restore_reuse()
         hydra_utils.run_and_report = reporter
         ConfigLoaderImpl.load_configuration = loader  # type: ignore[method-assign]
         Hydra.get_help = get_help  # type: ignore[method-assign]
@@ -429,14 +292,9 @@ def saved() -> Callable[[], None]:
         Sweeper.validate_batch_is_legal = validate  # type: ignore[method-assign]
         ConfigLoaderImpl.load_sweep_config = load_sweep  # type: ignore[method-assign]
         _Kept.master, _Kept.configs = None, {}
-        loader_impl.create_defaults_list = defaults_list  # type: ignore[assignment]
-        ConfigLoaderImpl._compose_config_from_defaults_list = merge  # type: ignore[method-assign]
-        ConfigStore.store = store  # type: ignore[method-assign]
-        _Reuse.kept.clear()
-        if store_copy is None:
-            if "__deepcopy__" in vars(ConfigStore):
-                del ConfigStore.__deepcopy__  # type: ignore[attr-defined]
-        else:
+        if store_copy is None and "__deepcopy__" in vars(ConfigStore):
+            del ConfigStore.__deepcopy__  # type: ignore[attr-defined]
+        elif store_copy is not None:
             ConfigStore.__deepcopy__ = store_copy  # type: ignore[attr-defined]
 
     return restore

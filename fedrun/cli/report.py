@@ -43,7 +43,6 @@ from fedrun.cli.help import version_line
 from fedrun.cli.report_axes import ROWS_HELP, table_axes
 from fedrun.cli.report_clients import CLIENTS_LINE, clients
 from fedrun.core.errors import DataError
-from fedrun.host.exits import ending_process
 from fedrun.papers.layouts import layout, layout_names, render
 from fedrun.report import output
 from fedrun.report.collect import FOREIGN, Unreadable, collect_runs
@@ -396,11 +395,5 @@ def _table(
     return _write(args, found, f"report_{args.layout or args.metric}", files)
 
 
-def console() -> int:
-    """The ``fedrun-report`` command (pyproject.toml): :func:`main`, the process then ending without walking its
-    objects again (fedrun/host/exits.py)."""
-    return ending_process(main)
-
-
 if __name__ == "__main__":
-    sys.exit(console())
+    sys.exit(main())

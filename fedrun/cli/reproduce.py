@@ -27,7 +27,6 @@ from pathlib import Path
 
 from fedrun.config import location as conf_location
 from fedrun.host.allocator import tune_glibc_malloc
-from fedrun.host.exits import ending_process
 from fedrun.host.interrupts import exit_code, signal_name
 from fedrun.papers.cost import (
     SEC_PER_SAMPLE,
@@ -377,11 +376,5 @@ def _report(target: Target, out: Path, smoke: bool, dry_run: bool) -> int:
     return report_main(card)
 
 
-def console() -> int:
-    """The ``fedrun-reproduce`` command (pyproject.toml): :func:`main`, the process then ending without walking its
-    objects again (fedrun/host/exits.py)."""
-    return ending_process(main)
-
-
 if __name__ == "__main__":
-    sys.exit(console())
+    sys.exit(main())

@@ -4,7 +4,6 @@ hydra-core upgrade that moves, renames or re-signs any patched name fails here, 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import importlib.metadata
 import inspect
 from pathlib import Path
@@ -19,7 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from packaging.specifiers import SpecifierSet
 
-from fedrun.cli import compose_checks, hydra_patches
+from fedrun.cli import compose_checks, hydra_patches, hydra_reuse
 from tests.conftest import REPO
 
 tomllib = pytest.importorskip("tomllib")
@@ -232,11 +231,11 @@ def test_patches_install_once_and_are_put_back() -> None:
     original_merge = ConfigLoaderImpl._compose_config_from_defaults_list
     restore = hydra_patches.saved()
     try:
-        hydra_patches.reuse_defaults()
+        hydra_reuse.install()
         patched_defaults = config_loader_impl.create_defaults_list
         assert patched_defaults is not original_defaults and ConfigStore.store is not original_store
         assert ConfigLoaderImpl._compose_config_from_defaults_list is not original_merge
-        hydra_patches.reuse_defaults()  # idempotent
+        hydra_reuse.install()  # idempotent
         assert config_loader_impl.create_defaults_list is patched_defaults
         hydra_patches.compose_sweep_jobs_once()
         patched_load = ConfigLoaderImpl.load_sweep_config
@@ -283,7 +282,7 @@ PRIVATE_ATTRIBUTES = {
 # strings that name a private module or class of Hydra (a _target_ compared as text, an import by name)
 PRIVATE_STRINGS = ("hydra._internal", "hydra.core.utils._", "_get_node", "_value()")
 # the fence: Hydra's and OmegaConf's private names in cli/, OmegaConf's YAML loader for the run-dir readers in core/
-FENCE = ("fedrun/cli/hydra_patches.py", "fedrun/core/omegaconf_private.py")
+FENCE = ("fedrun/cli/hydra_patches.py", "fedrun/cli/hydra_reuse.py", "fedrun/core/omegaconf_private.py")
 
 
 def private_uses(path: Path) -> list[str]:
@@ -496,148 +495,3 @@ def test_the_record_writer_fedrun_recognises_has_the_name_and_parameters_it_read
         assert hydra_patches.hydra_record_in(e.__traceback__) == tmp_path / ".hydra" / "overrides.yaml"
     else:
         pytest.fail("the write did not fail")
-
-
-def test_the_defaults_fedrun_reuses_are_computed_and_merged_where_it_patches_them() -> None:
-    """:func:`hydra_patches.reuse_defaults` replaces the module-level ``create_defaults_list`` that Hydra's loader
-    calls and its merge of the listed files, and relies on the loader applying the overrides that set values after
-    that merge, and on Hydra's own split of the overrides (``Overrides.config_overrides``)."""
-    from hydra._internal import config_loader_impl, defaults_list
-
-    empty = inspect.Parameter.empty
-    assert _params(config_loader_impl.create_defaults_list) == [
-        ("repo", empty), ("config_name", empty), ("overrides_list", empty), ("prepend_hydra", empty),
-        ("skip_missing", empty),
-    ]  # fmt: skip
-    assert _params(ConfigLoaderImpl._compose_config_from_defaults_list) == [
-        ("self", empty), ("defaults", empty), ("repo", empty)
-    ]  # fmt: skip
-    assert _params(defaults_list.Overrides) == [("repo", empty), ("overrides_list", empty)]
-    assert [f.name for f in dataclasses.fields(defaults_list.DefaultsList)] == [
-        "defaults", "defaults_tree", "config_overrides", "overrides"
-    ]  # fmt: skip
-    source = inspect.getsource(ConfigLoaderImpl._load_configuration_impl)
-    listed = source.index("defaults_list = create_defaults_list(")
-    merged = source.index("cfg = self._compose_config_from_defaults_list(")
-    applied = source.index("ConfigLoaderImpl._apply_overrides_to_config(config_overrides, cfg)")
-    assert listed < merged < applied
-    assert "config_overrides = defaults_list.config_overrides" in source
-    assert "defaults_list.overrides.known_choices" in source  # what it reads of the reused Overrides
-    assert "self.config_overrides.append(override)" in inspect.getsource(defaults_list.Overrides.__init__)
-
-
-def _smoke_jobs(name: str) -> list[list[str]]:
-    from fedrun.cli import reproduce
-    from fedrun.cli.reproduce_sweep import expand, split_command
-    from fedrun.papers.targets import TARGETS
-
-    target = next(t for t in TARGETS if t.name == name)
-    return [job for cmd in reproduce.commands(target, Path("sweep"), True) for job in expand(split_command(cmd[4:])[1])]
-
-
-def _composed_text(cfg: Any) -> str:
-    """A composed config (its hydra node too) as YAML, with the types of its nodes; the working directory aside."""
-    OmegaConf.set_struct(cfg, False)
-    cfg.hydra.runtime.cwd = ""
-    return OmegaConf.to_yaml(cfg) + repr([(k, type(v).__name__, OmegaConf.get_type(v)) for k, v in cfg.items()])
-
-
-def _compose_all(jobs: list[list[str]], reuse: bool, config_dir: Path | None = None) -> list[str]:
-    from hydra import compose
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.initialize import initialize_config_dir
-
-    from fedrun.cli.main import CONF_DIR
-
-    GlobalHydra.instance().clear()
-    out = []
-    try:
-        with initialize_config_dir(config_dir=str(config_dir or CONF_DIR), version_base=None):
-            for job in jobs:
-                if not reuse:
-                    hydra_patches._Reuse.kept.clear()  # each composition Hydra's own, from the files
-                try:
-                    out.append(_composed_text(compose(config_name="config", overrides=job, return_hydra_config=True)))
-                except Exception as e:  # noqa: BLE001 - a job that does not compose must fail the same way
-                    out.append(f"{type(e).__name__}: {e}")
-    finally:
-        GlobalHydra.instance().clear()
-    return out
-
-
-def test_a_sweeps_jobs_compose_the_same_with_the_defaults_list_reused() -> None:
-    """Every job of FedCos Table II's -smoke target (methods' presets and group options, swept fractions) and those
-    of two defences of the robust-FL table's (group options, attacks as values; 56 jobs) composes to the same config,
-    hydra node and node types included, when each job after the first of its group choices reuses that one's
-    defaults list and merged files as when each is composed from the files; one defaults list is computed per set of
-    group choices. (All 3,262 jobs of every target, full and -smoke, compared the same way when this was written.)"""
-    robust = [job for job in _smoke_jobs("robust-fmnist") if job[1] in ("defence=none", "defence=krum")]
-    jobs = _smoke_jobs("fedcos-table2") + robust
-    restore = hydra_patches.saved()
-    try:
-        compose_checks.install()
-        fresh = _compose_all(jobs, reuse=False)
-        hydra_patches._Reuse.kept.clear()
-        reused = _compose_all(jobs, reuse=True)
-        kept = len(hydra_patches._Reuse.kept)
-    finally:
-        restore()
-    assert len(jobs) == 56 and all(text.startswith("hydra:") for text in fresh), fresh[0][:300]
-    assert reused == fresh
-    choices = {tuple(o for o in job if (REPO / "conf" / o.split("=")[0]).is_dir()) for job in jobs}  # group options
-    assert kept == len(choices) == 7  # FedCos's 5 algorithms (9 methods), 2 defences (10 attacks each: values)
-
-
-def test_a_reused_composition_reads_a_changed_file_a_new_option_and_a_new_schema(tmp_path: Path) -> None:
-    """What the config directory holds is part of what a composition reuses: a file changed in place (same size,
-    same second), an option added to a group and a schema stored after the first composition each reach the next."""
-    from dataclasses import dataclass
-
-    from hydra.core.config_store import ConfigStore
-
-    conf = tmp_path / "conf"
-    (conf / "opt").mkdir(parents=True)
-    (conf / "config.yaml").write_text("defaults:\n  - opt: a\n  - _self_\nx: 1\n")
-    (conf / "opt" / "a.yaml").write_text("v: 1\n")
-
-    @dataclass
-    class Later:
-        w: int = 7
-
-    store = ConfigStore.instance()
-    restore = hydra_patches.saved()
-    try:
-        compose_checks.install()
-        hydra_patches._Reuse.kept.clear()
-        first = _compose_all([["x=2"], ["x=3"]], reuse=True, config_dir=conf)
-        assert "v: 1" in first[0] and "x: 3" in first[1] and len(hydra_patches._Reuse.kept) == 1
-        (conf / "opt" / "a.yaml").write_text("v: 2\n")  # same size
-        (conf / "opt" / "b.yaml").write_text("v: 3\n")
-        changed = _compose_all([["x=2"], ["opt=b"]], reuse=True, config_dir=conf)
-        assert "v: 2" in changed[0] and "v: 3" in changed[1]
-        (conf / "config.yaml").write_text("defaults:\n  - opt: a\n  - later_test: later\n  - _self_\nx: 1\n")
-        store.store(group="later_test", name="later", node=Later)
-        assert "w: 7" in _compose_all([[]], reuse=True, config_dir=conf)[0]
-    finally:
-        store.repo.pop("later_test", None)
-        restore()
-    assert not hydra_patches._Reuse.kept  # let go with the patches
-
-
-def test_a_config_directory_too_large_to_fingerprint_is_composed_from_its_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "config.yaml").write_text("x: 1\n")
-    for i in range(4):
-        (conf / f"extra{i}.yaml").write_text("y: 1\n")
-    monkeypatch.setattr(hydra_patches, "WALK_MAX", 3)
-    restore = hydra_patches.saved()
-    try:
-        compose_checks.install()
-        hydra_patches._Reuse.kept.clear()
-        assert "x: 2" in _compose_all([["x=2"], ["x=2"]], reuse=True, config_dir=conf)[1]
-        assert not hydra_patches._Reuse.kept
-    finally:
-        restore()

@@ -48,14 +48,14 @@ def test_an_unknown_target_is_one_line_naming_the_valid_ones(capsys: pytest.Capt
 
 
 def test_the_module_runs_as_the_console_script_does() -> None:
-    """pyproject.toml's ``fedrun-reproduce = fedrun.cli.reproduce:console``, through ``python -m``."""
+    """pyproject.toml's ``fedrun-reproduce = fedrun.cli.console:reproduce`` (this main), through ``python -m``."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-m", "fedrun.cli.reproduce", "--help"], capture_output=True, text=True, env=env, timeout=300
     )
     assert proc.returncode == 0 and "usage: fedrun-reproduce" in proc.stdout, proc.stderr
     scripts = (REPO / "pyproject.toml").read_text()
-    assert 'fedrun-reproduce = "fedrun.cli.reproduce:console"' in scripts
+    assert 'fedrun-reproduce = "fedrun.cli.console:reproduce"' in scripts
     assert not (REPO / "scripts" / "reproduce.py").exists()
 
 

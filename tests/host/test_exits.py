@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedrun.cli import report, reproduce
+from fedrun.cli import console
 from fedrun.host.exits import ending_process
 from tests.conftest import REPO
 
@@ -31,15 +31,19 @@ def test_the_work_is_done_then_frozen_also_when_it_raises(freezes: list[int]) ->
     assert freezes == [1, 1]
 
 
-@pytest.mark.parametrize(("module", "name"), [(report, "fedrun-report"), (reproduce, "fedrun-reproduce")])
+@pytest.mark.parametrize(("script", "argv"), [("report", ["--version"]), ("reproduce", ["list"])])
 def test_each_console_script_is_its_main_then_frozen(
-    module: object, name: str, freezes: list[int], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    script: str,
+    argv: list[str],
+    freezes: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(sys, "argv", [name, "--version" if module is report else "list"])
-    assert module.console() == 0 and freezes == [1]  # type: ignore[attr-defined]
+    monkeypatch.setattr(sys, "argv", [f"fedrun-{script}", *argv])
+    assert getattr(console, script)() == 0 and freezes == [1]
     assert capsys.readouterr().out.strip()
     scripts = (REPO / "pyproject.toml").read_text()
-    assert f'{name} = "{module.__name__}:console"' in scripts  # type: ignore[attr-defined]
+    assert f'fedrun-{script} = "fedrun.cli.console:{script}"' in scripts
     assert 'fedrun = "fedrun.cli.__main__:main"' in scripts
 
 
