@@ -86,10 +86,10 @@ def _defaults_list(
     """Hydra's defaults list for these arguments: an earlier composition's where its key is the same (its config
     name, the overrides that are not values, by Hydra's own split, and what the sources hold), with this
     composition's values; else Hydra's, kept."""
-    split = Overrides(repo=repo, overrides_list=overrides_list)  # the first thing Hydra's own does, too
     sources = sources_fingerprint(repo)
     if sources is None:
         return current(repo, config_name, overrides_list, prepend_hydra, skip_missing)
+    split = Overrides(repo=repo, overrides_list=overrides_list)  # the first thing Hydra's own does, too
     values = {id(o) for o in split.config_overrides}
     choices = tuple(o.input_line or str(o) for o in overrides_list if id(o) not in values)
     key = (config_name, prepend_hydra, skip_missing, choices, sources)
