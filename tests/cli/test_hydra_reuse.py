@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,19 @@ def _compose_all(jobs: list[list[str]], reuse: bool, config_dir: Path | None = N
     return out
 
 
-def test_a_sweeps_jobs_compose_the_same_with_the_defaults_list_reused() -> None:
+@pytest.fixture
+def installed() -> Iterator[None]:
+    """fedrun's compose checks and the reuse installed, nothing kept yet; put back (and let go) after the test."""
+    restore = hydra_patches.saved()
+    compose_checks.install()
+    hydra_reuse.Kept.compositions.clear()
+    try:
+        yield
+    finally:
+        restore()
+
+
+def test_a_sweeps_jobs_compose_the_same_with_the_defaults_list_reused(installed: None) -> None:
     """Every job of FedCos Table II's -smoke target (methods' presets and group options, swept fractions) and those
     of two defences of the robust-FL table's (group options, attacks as values; 56 jobs) composes to the same config,
     hydra node and node types included, when each job after the first of its group choices reuses that one's
@@ -96,15 +109,10 @@ def test_a_sweeps_jobs_compose_the_same_with_the_defaults_list_reused() -> None:
     group choices. (All 3,262 jobs of every target, full and -smoke, compared the same way when this was written.)"""
     robust = [job for job in _smoke_jobs("robust-fmnist") if job[1] in ("defence=none", "defence=krum")]
     jobs = _smoke_jobs("fedcos-table2") + robust
-    restore = hydra_patches.saved()
-    try:
-        compose_checks.install()
-        fresh = _compose_all(jobs, reuse=False)
-        hydra_reuse.Kept.compositions.clear()
-        reused = _compose_all(jobs, reuse=True)
-        kept = len(hydra_reuse.Kept.compositions)
-    finally:
-        restore()
+    fresh = _compose_all(jobs, reuse=False)
+    hydra_reuse.Kept.compositions.clear()
+    reused = _compose_all(jobs, reuse=True)
+    kept = len(hydra_reuse.Kept.compositions)
     assert len(jobs) == 56 and all(text.startswith("hydra:") for text in fresh), fresh[0][:300]
     assert reused == fresh
     choices = {tuple(o for o in job if (REPO / "conf" / o.split("=")[0]).is_dir()) for job in jobs}  # group options
@@ -148,7 +156,7 @@ def test_a_reused_composition_reads_a_changed_file_a_new_option_and_a_new_schema
 
 
 def test_a_config_directory_too_large_to_fingerprint_is_composed_from_its_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed: None
 ) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -156,30 +164,20 @@ def test_a_config_directory_too_large_to_fingerprint_is_composed_from_its_files(
     for i in range(4):
         (conf / f"extra{i}.yaml").write_text("y: 1\n")
     monkeypatch.setattr(hydra_reuse, "WALK_MAX", 3)
-    restore = hydra_patches.saved()
-    try:
-        compose_checks.install()
-        hydra_reuse.Kept.compositions.clear()
-        assert "x: 2" in _compose_all([["x=2"], ["x=2"]], reuse=True, config_dir=conf)[1]
-        assert not hydra_reuse.Kept.compositions
-    finally:
-        restore()
+    assert "x: 2" in _compose_all([["x=2"], ["x=2"]], reuse=True, config_dir=conf)[1]
+    assert not hydra_reuse.Kept.compositions
 
 
-def test_the_compositions_kept_are_bounded_the_latest_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_compositions_kept_are_bounded_the_latest_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed: None
+) -> None:
     conf = tmp_path / "conf"
     (conf / "opt").mkdir(parents=True)
     (conf / "config.yaml").write_text("defaults:\n  - opt: a\n  - _self_\n")
     for name in "abc":
         (conf / "opt" / f"{name}.yaml").write_text(f"v: {name}\n")
     monkeypatch.setattr(hydra_reuse, "REUSED_MAX", 2)
-    restore = hydra_patches.saved()
-    try:
-        compose_checks.install()
-        hydra_reuse.Kept.compositions.clear()
-        texts = _compose_all([["opt=a"], ["opt=b"], ["opt=c"], ["opt=c"]], reuse=True, config_dir=conf)
-        kept = [key[3] for key in hydra_reuse.Kept.compositions]
-    finally:
-        restore()
+    texts = _compose_all([["opt=a"], ["opt=b"], ["opt=c"], ["opt=c"]], reuse=True, config_dir=conf)
+    kept = [key[3] for key in hydra_reuse.Kept.compositions]
     assert [re.search(r"^opt:\n  v: (.)$", t, re.M).group(1) for t in texts] == ["a", "b", "c", "c"]  # type: ignore[union-attr]
     assert kept == [("opt=b",), ("opt=c",)]
