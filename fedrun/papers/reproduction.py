@@ -38,31 +38,44 @@ def record_card(record: dict[str, Any]) -> pd.DataFrame:
     return scorecard(evidence_runs([record]), BY_NAME[record["target"]], table=str(record["table"]))
 
 
-def counts(
-    records: list[dict[str, Any]] | None = None, cards: list[pd.DataFrame] | None = None
-) -> tuple[int, int, int]:
-    """(records, paper cells measured (run, with a published value), cells within 1.5 points of the paper or our
-    seed spread). ``cards``: the records' :func:`record_card`, when the caller has them already."""
+def target_cards(records: list[dict[str, Any]] | None = None) -> list[tuple[Target, pd.DataFrame]]:
+    """Per target with published cells, its scorecard of the records' runs pooled (each cell's seeds from every
+    record, a seed of the current setup superseding the same seed of an older one: :func:`evidence_runs`), as
+    ``fedrun-report scorecard`` prints it; targets the records fill no cell of are left out."""
     records = load_evidence() if records is None else records
-    cards = [record_card(r) for r in records] if cards is None else cards
+    runs = evidence_runs(records)
+    if runs.empty:
+        return []
+    named = {r["target"] for r in records}
+    cards = [(t, scorecard(runs, t)) for t in TARGETS if t.name in named and not no_cells(t)]
+    return [(t, c) for t, c in cards if not c.empty]
+
+
+def counts(
+    records: list[dict[str, Any]] | None = None, cards: list[tuple[Target, pd.DataFrame]] | None = None
+) -> tuple[int, int, int]:
+    """(records, distinct paper cells measured (run, with a published value), those within 1.5 points of the paper
+    or our seed spread). A cell counts once however many records hold its seeds: its seeds are pooled, as the
+    target's scorecard pools them. ``cards``: the records' :func:`target_cards`, when the caller has them."""
+    records = load_evidence() if records is None else records
+    cards = target_cards(records) if cards is None else cards
     # a cell counts when it ran and the paper publishes its value (pFedMe's table is an image: no value shipped)
-    ran = [c.loc[(c["n"] > 0) & c["paper"].notna()] for c in cards if not c.empty]
+    ran = [c.loc[(c["n"] > 0) & c["paper"].notna()] for _, c in cards]
     measured = sum(len(c) for c in ran)
-    within = sum(int(c["reproduced"].sum()) for c in ran)
+    within = sum(int(c["reproduced"].astype(bool).sum()) for c in ran)
     return len(records), measured, within
 
 
-def claim_counts(records: list[dict[str, Any]] | None = None) -> tuple[int, int, int]:
+def claim_counts(
+    records: list[dict[str, Any]] | None = None, cards: list[tuple[Target, pd.DataFrame]] | None = None
+) -> tuple[int, int, int]:
     """(claims reproduced, not reproduced, not resolved) on the records' cells, over every target the scorecard
     judges (a paper's claim: the proposed method's gain over a baseline, :mod:`fedrun.papers.claims`); claims
     whose rows share no seed, and targets of unknown budget, are not counted."""
-    runs = evidence_runs(load_evidence() if records is None else records)
+    cards = target_cards(records) if cards is None else cards
     yes = no = unresolved = 0
-    for t in TARGETS:
-        if no_cells(t) or t.budget_unknown or runs.empty:
-            continue
-        card = scorecard(runs, t)
-        if card.empty:
+    for t, card in cards:
+        if t.budget_unknown:
             continue
         c = claims(card, t.paper)
         c = c[c["seeds"].map(len) > 0]
@@ -75,11 +88,14 @@ def claim_counts(records: list[dict[str, Any]] | None = None) -> tuple[int, int,
 
 def status_line(records: list[dict[str, Any]] | None = None) -> str:
     """The README's status of the reproduction, one line, from the evidence records as they are now."""
-    n_records, measured, within = counts(records)
-    yes, no, unresolved = claim_counts(records)
+    records = load_evidence() if records is None else records
+    cards = target_cards(records)
+    n_records, measured, within = counts(records, cards)
+    yes, no, unresolved = claim_counts(records, cards)
     return (
-        f"**Reproduction status:** {measured} paper cells measured full-length on real data ({n_records} evidence "
-        f"records), {within} of them within {TOLERANCE} points of the paper or of our seed spread; of the papers' "
+        f"**Reproduction status:** {measured} paper cells measured full-length on real data (each cell once, its "
+        f"seeds pooled over {n_records} evidence records), {within} of them within {TOLERANCE} points of the paper "
+        "or of our seed spread; of the papers' "
         f"claims on them (a proposed method's gain over a baseline), {yes} reproduced, {no} not, {unresolved} not "
         "resolved by the seeds run; every cell with its command: "
         "[docs/reproducing.md](docs/reproducing.md#measured-cells)."
@@ -173,15 +189,17 @@ def reproduction_page(records: list[dict[str, Any]] | None = None) -> str:
     records = load_evidence() if records is None else records
     cards = [record_card(r) for r in records]
     cells = [_cells(r, card) for r, card in zip(records, cards, strict=True)]
-    n_records, measured, within = counts(records, cards)
+    n_records, measured, within = counts(records)
     out = [
         "# Measured cells",
         "",
         f"Generated from the evidence records in `fedrun/papers/evidence/` ({n_records} records): {measured} cells "
         f"of the papers' tables measured full-length on real data, {within} within {TOLERANCE} points of the "
-        "paper's value or of our spread over seeds. *ours* is the mean over seeds (± sample std when there are "
-        "several); *within* applies that rule. `fedrun-report --paper <target>` prints the same card from these "
-        "records. How the targets and presets are set up: [Reproducing the papers](reproducing.md).",
+        "paper's value or of our spread over seeds, each cell's seeds pooled over the records that hold them. The "
+        "tables below list each record's own cells, so a cell whose seeds ran in several records appears once per "
+        "record, its *ours* the mean over that record's seeds (± sample std when there are several); *within* "
+        "applies the rule to them. `fedrun-report scorecard <target>` pools them as the count does. How the targets "
+        "and presets are set up: [Reproducing the papers](reproducing.md).",
         "",
         *overview(records, cells),
     ]
