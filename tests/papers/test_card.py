@@ -68,8 +68,9 @@ def test_fedcos_table2_prints_9_of_its_36_cells_and_names_each_cells_record() ->
     text = text_of(evidence_runs(), BY_NAME["fedcos-table2"], records)
     assert "cells run: 9 of 36 published (Table II: 9 of 36)" in text
     line = next(ln for ln in text.splitlines() if "| FedAvgM(0.5)+FedCos(0.02) |" in ln)
-    assert line.rstrip(" |").endswith("3")  # its record, [3] in the list below
-    assert "[3] fedcos_table2_fmnist_mlp_totally_noniid_rows_c: commit 08e59f7" in text
+    assert line.rstrip(" |").endswith("| 1, 2")  # its records, [1] and [2] in the list below
+    assert "[1] fedcos_table2_fmnist_mlp_totally_noniid_seed0: commit 752a7cd" in text
+    assert "[2] fedcos_table2_fmnist_mlp_totally_noniid_seeds12: commit 752a7cd" in text
 
 
 def test_a_target_of_unknown_budget_is_not_judged_and_shows_both_readings() -> None:
