@@ -95,9 +95,8 @@ def status_line(records: list[dict[str, Any]] | None = None) -> str:
     return (
         f"**Reproduction status:** {measured} paper cells measured full-length on real data (each cell once, its "
         f"seeds pooled over {n_records} evidence records), {within} of them within {TOLERANCE} points of the paper "
-        "or of our seed spread; of the papers' "
-        f"claims on them (a proposed method's gain over a baseline), {yes} reproduced, {no} not, {unresolved} not "
-        "resolved by the seeds run; every cell with its command: "
+        "or of our seed spread; of the papers' claims on them (a proposed method's gain over a baseline), "
+        f"{yes} reproduced, {no} not, {unresolved} not resolved by the seeds run; every cell with its command: "
         "[docs/reproducing.md](docs/reproducing.md#measured-cells)."
     )
 
@@ -185,7 +184,8 @@ def overview(records: list[dict[str, Any]], cells: list[list[dict[str, str]]]) -
 def reproduction_page(records: list[dict[str, Any]] | None = None) -> str:
     """``reproduction.md``: the status, every cell on one table, then per paper table (one heading each, so the
     contents name it once) its evidence records' cells and provenance. Each record is scored once (its
-    :func:`record_card`), for the counts, the overview and its section alike."""
+    :func:`record_card`) for the overview and its section; the counts pool the records' seeds per target
+    (:func:`counts`)."""
     records = load_evidence() if records is None else records
     cards = [record_card(r) for r in records]
     cells = [_cells(r, card) for r, card in zip(records, cards, strict=True)]
