@@ -34,7 +34,8 @@ WINNER_FILES = ("config.yaml", "partition.csv", "fedrun.log")
 
 # The first process, as a script: it holds <run>/.fedrun.lock (from the start, or from when the second process's Hydra
 # record appears: "lock-after"), writes a run's files when that record appears, and holds on until its stdin closes
-# ("release": lets go a second later); "writer" writes winner.<n> every half millisecond until it is stopped.
+# ("release": lets go a second later); "writer" writes winner.<n> every half millisecond until it is stopped. It
+# says "wrote" once the run's files are written: it is stopped no sooner, or a loaded machine could stop it first.
 HOLDER = r"""
 import fcntl, os, sys, time
 from pathlib import Path
@@ -56,6 +57,7 @@ while not (run / ".hydra" / "overrides.yaml").exists():
 fd = take() if fd is None else fd
 for name in ("config.yaml", "partition.csv", "fedrun.log"):
     (run / name).write_text(f"the first process's {name}\n")
+print("wrote", flush=True)
 if mode == "release":
     time.sleep(1.0)
     os.close(fd)
@@ -70,6 +72,7 @@ class First:
 
     def __init__(self, t: Path, args: list[str], held: str | None = None, script: bool = False) -> None:
         self.t, self.script, self.held = t, script, held or ""
+        self.wrote = threading.Event()
         if held is not None:
             args = ["-m", "tests.pause_worker", "round:2", *args[2:]]  # args: -m fedrun.cli ...
         self.proc = subprocess.Popen(
@@ -77,7 +80,9 @@ class First:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         if script:
-            assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+            out = self.proc.stdout
+            assert out is not None and out.readline().strip() == "ready"
+            threading.Thread(target=lambda: out.readline().strip() == "wrote" and self.wrote.set(), daemon=True).start()
         deadline = time.monotonic() + 600  # a bound, not a timing
         while held is not None and not ((t / PAUSED).exists() and self._holds(held)):
             assert self.proc.poll() is None and time.monotonic() < deadline, self.proc.communicate()
@@ -98,6 +103,8 @@ class First:
     def close(self) -> None:
         (self.t / RELEASE).touch()
         if self.script:
+            if self.proc.args[-1] != "writer":  # its mode; a bound, not a timing
+                self.wrote.wait(600)
             self.proc.kill()
         _, err = self.proc.communicate(timeout=600)
         (self.t / "first.rc").write_text(f"{self.proc.returncode}\n{err}")
